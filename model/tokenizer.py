@@ -1,0 +1,123 @@
+"""The model's own ``tokenizer.json``, through the ``tokenizers`` library."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Encoding, Tokenizer
+
+
+class TooManyTokensError(ValueError):
+    """A text is longer than the model's maximum and truncation was turned off."""
+
+    def __init__(self, index: int, n_tokens: int, max_tokens: int) -> None:
+        super().__init__(f"text {index} has {n_tokens} tokens, more than the maximum of {max_tokens}")
+        self.index = index
+        self.n_tokens = n_tokens
+        self.max_tokens = max_tokens
+
+
+@dataclass(frozen=True)
+class Token:
+    id: int
+    text: str
+    start: int  # character offset in its own segment's text; 0 for special tokens
+    end: int
+    special: bool  # [CLS], [SEP], …
+    segment: int  # 0 for sentence A, 1 for sentence B
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Padded token ids ready for the encoder (numpy, int64)."""
+
+    input_ids: np.ndarray  # (B, T)
+    attention_mask: np.ndarray  # (B, T) 1 for real tokens, 0 for padding
+    token_type_ids: np.ndarray  # (B, T) segment ids
+
+    @property
+    def n_tokens(self) -> int:
+        """Real (unpadded) tokens in the batch."""
+        return int(self.attention_mask.sum())
+
+
+class TextTokenizer:
+    """Batches of texts (or text pairs) to token ids, token strings, offsets and special-token masks."""
+
+    def __init__(self, tokenizer: Tokenizer, max_tokens: int) -> None:
+        if max_tokens < 2:
+            raise ValueError(f"max_tokens must be at least 2, got {max_tokens}")
+        self.max_tokens = max_tokens
+        # Two copies: their truncation is a setting of the object, and the service uses both at once.
+        self._truncating = Tokenizer.from_str(tokenizer.to_str())
+        self._truncating.no_padding()
+        self._truncating.enable_truncation(max_tokens)
+        self._complete = Tokenizer.from_str(tokenizer.to_str())
+        self._complete.no_padding()
+        self._complete.no_truncation()
+        pad = tokenizer.token_to_id("[PAD]")
+        self.pad_token_id = 0 if pad is None else pad
+
+    @classmethod
+    def from_file(cls, path: Path, max_tokens: int) -> TextTokenizer:
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"no tokenizer at {path} (expected a tokenizer.json file)")
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as error:  # tokenizers raises a bare Exception for a malformed file
+            raise ValueError(f"{path} is not a readable tokenizer.json: {error}") from error
+        return cls(tokenizer, max_tokens)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._complete.get_vocab_size()
+
+    def encode(
+        self, texts: Sequence[str], pairs: Sequence[str | None] | None = None, truncate: bool = True
+    ) -> list[Encoding]:
+        """Tokenise a batch, each text optionally paired with a second segment.
+
+        With ``truncate`` texts are cut to ``max_tokens`` (longest segment first for pairs); without it a
+        text that is too long raises TooManyTokensError naming it.
+        """
+        tokenizer = self._truncating if truncate else self._complete
+        if pairs is None:
+            encodings = tokenizer.encode_batch(list(texts))
+        else:
+            if len(pairs) != len(texts):
+                raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
+            inputs = [text if pair is None else (text, pair) for text, pair in zip(texts, pairs)]
+            encodings = tokenizer.encode_batch(inputs)
+        if not truncate:
+            for index, encoding in enumerate(encodings):
+                if len(encoding.ids) > self.max_tokens:
+                    raise TooManyTokensError(index, len(encoding.ids), self.max_tokens)
+        return encodings
+
+    def pad(self, encodings: Sequence[Encoding]) -> Batch:
+        """Stack encodings into (B, T) arrays, padding on the right to the longest."""
+        T = max(len(e.ids) for e in encodings)
+        B = len(encodings)
+        input_ids = np.full((B, T), self.pad_token_id, dtype=np.int64)
+        attention_mask = np.zeros((B, T), dtype=np.int64)
+        token_type_ids = np.zeros((B, T), dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            n = len(encoding.ids)
+            input_ids[row, :n] = encoding.ids
+            attention_mask[row, :n] = 1
+            token_type_ids[row, :n] = encoding.type_ids
+        return Batch(input_ids, attention_mask, token_type_ids)
+
+    @staticmethod
+    def tokens(encoding: Encoding) -> list[Token]:
+        """Each token of an encoding with its string, character span, special flag and segment."""
+        return [
+            Token(id=id_, text=text, start=start, end=end, special=bool(special), segment=segment)
+            for id_, text, (start, end), special, segment in zip(
+                encoding.ids, encoding.tokens, encoding.offsets, encoding.special_tokens_mask, encoding.type_ids
+            )
+        ]

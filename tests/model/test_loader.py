@@ -1,0 +1,68 @@
+"""Device, dtype and layer choices of the loader."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from model import EncoderConfig, TextEncoder
+from model.loader import resolve_device, resolve_dtype
+
+
+def test_bundled_config_is_read_from_config_json(bundled_model: TextEncoder) -> None:
+    assert bundled_model.config == EncoderConfig(
+        vocab_size=30522, d_model=384, n_heads=12, n_layers=6, d_ff=1536, max_positions=512,
+        type_vocab_size=2, position_embedding="learned", activation="gelu", layer_norm_eps=1e-12, pad_token_id=0,
+    )
+    assert bundled_model.name == "all-MiniLM-L6-v2"
+
+
+def test_auto_device_is_cuda_only_when_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        resolve_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("cuda")
+
+
+@pytest.mark.parametrize(
+    ("dtype", "device", "expected"),
+    [
+        ("auto", "cuda", torch.float16),  # half precision by default on the GPU
+        ("auto", "cpu", torch.float32),  # full precision on the CPU
+        ("float32", "cuda", torch.float32),  # float32 selectable on the GPU
+        ("bfloat16", "cpu", torch.bfloat16),
+    ],
+)
+def test_dtype_choice(dtype: str, device: str, expected: torch.dtype) -> None:
+    assert resolve_dtype(dtype, torch.device(device)) == expected
+
+
+def test_unknown_dtype_and_device_are_rejected() -> None:
+    with pytest.raises(ValueError, match="dtype must be"):
+        resolve_dtype("float8", torch.device("cpu"))
+    with pytest.raises(ValueError, match="unknown device"):
+        resolve_device("abacus")
+
+
+def test_model_is_in_eval_mode_without_gradients(bundled_model: TextEncoder) -> None:
+    assert not bundled_model.encoder.training
+    assert not any(p.requires_grad for p in bundled_model.encoder.parameters())
+
+
+@pytest.mark.parametrize(("layer", "index"), [(-1, 6), (0, 0), (3, 3), (-7, 0), (6, 6)])
+def test_layer_indices_count_from_the_end_when_negative(bundled_model: TextEncoder, layer: int, index: int) -> None:
+    assert bundled_model.resolve_layer(layer) == index
+
+
+@pytest.mark.parametrize("layer", [7, -8])
+def test_layer_out_of_range_is_rejected(bundled_model: TextEncoder, layer: int) -> None:
+    with pytest.raises(ValueError, match="layer must be between -7 and 6"):
+        bundled_model.resolve_layer(layer)
+
+
+def test_half_precision_model_runs_and_stays_close_to_float32(tiny_model_dir, tiny_model: TextEncoder) -> None:
+    half = TextEncoder.load(tiny_model_dir, device="cpu", dtype="bfloat16")
+    texts = ["the quick brown fox", "hello world"]
+    torch.testing.assert_close(half.embed(texts), tiny_model.embed(texts), atol=5e-2, rtol=0)

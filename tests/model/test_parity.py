@@ -1,0 +1,69 @@
+"""The bundled all-MiniLM-L6-v2 through our encoder equals the reference libraries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from model import TextEncoder
+
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Attention is all you need.",
+    "A much longer sentence, with punctuation; numbers like 3.14159 and 2026, and unusual words: "
+    "transmogrification, antidisestablishmentarianism, naïve café déjà vu.",
+    "Hi",
+]
+PAIRS = [None, "Is it, though?", None, "Hello there, general Kenobi."]  # two sentence pairs in the batch
+
+
+@pytest.fixture(scope="module")
+def batch(bundled_model: TextEncoder):
+    return bundled_model.tokenizer.pad(bundled_model.tokenizer.encode(TEXTS, PAIRS))
+
+
+def test_token_ids_equal_transformers_tokenizer(bundled_model: TextEncoder, hf_tokenizer) -> None:
+    for text, pair in zip(TEXTS, PAIRS):
+        ours = bundled_model.tokenizer.encode([text], [pair])[0]
+        theirs = hf_tokenizer(text, pair)
+        assert ours.ids == theirs["input_ids"]
+        assert ours.type_ids == theirs["token_type_ids"]
+
+
+def test_padded_pair_batch_equals_transformers_bert(bundled_model: TextEncoder, hf_bert, batch) -> None:
+    assert batch.attention_mask.min() == 0, "the batch must contain padding for this test to mean anything"
+    assert batch.token_type_ids.max() == 1, "the batch must contain a sentence pair"
+    ours = bundled_model.forward(batch, return_hidden_states=True, return_attentions=True)
+    with torch.inference_mode():
+        theirs = hf_bert(
+            input_ids=torch.from_numpy(batch.input_ids),
+            attention_mask=torch.from_numpy(batch.attention_mask),
+            token_type_ids=torch.from_numpy(batch.token_type_ids),
+            output_attentions=True,
+            output_hidden_states=True,
+        )
+    real = torch.from_numpy(batch.attention_mask).bool()  # compare real tokens; padded rows are don't-care
+    torch.testing.assert_close(ours.last_hidden_state[real], theirs.last_hidden_state[real], atol=1e-5, rtol=0)
+    assert len(ours.hidden_states) == len(theirs.hidden_states) == 7
+    for mine, reference in zip(ours.hidden_states, theirs.hidden_states):
+        torch.testing.assert_close(mine[real], reference[real], atol=1e-5, rtol=0)
+    assert len(ours.attentions) == len(theirs.attentions) == 6
+    for mine, reference in zip(ours.attentions, theirs.attentions):
+        assert mine.shape == reference.shape
+        for row, n in enumerate(batch.attention_mask.sum(axis=1)):
+            torch.testing.assert_close(mine[row, :, :n, :n], reference[row, :, :n, :n], atol=1e-5, rtol=0)
+            assert mine[row, :, :, n:].abs().sum() == 0  # no weight on padding keys
+
+
+def test_sentence_embeddings_equal_sentence_transformers(bundled_model: TextEncoder, sentence_transformer) -> None:
+    texts = [*TEXTS, "word " * 400]  # the last one is cut at the model's 256 tokens by both
+    ours = bundled_model.embed(texts).numpy()
+    theirs = sentence_transformer.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    cosine = (ours * theirs).sum(axis=1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(theirs, axis=1))
+    assert cosine.min() >= 0.99999, cosine
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
+
+
+def test_max_tokens_follows_sentence_transformers_config(bundled_model: TextEncoder, sentence_transformer) -> None:
+    assert bundled_model.max_tokens == sentence_transformer.max_seq_length == 256

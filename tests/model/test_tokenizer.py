@@ -1,0 +1,62 @@
+"""The tokenizer wrapper against transformers' tokenizer for the same tokenizer.json."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from model import TextEncoder, TooManyTokensError
+
+TEXTS = ["Hello, world!", "Tokenisation: naïve café, 3.14 and émigrés.", "x"]
+
+
+def test_batch_ids_tokens_offsets_and_special_mask_equal_transformers(bundled_model: TextEncoder, hf_tokenizer) -> None:
+    encodings = bundled_model.tokenizer.encode(TEXTS)
+    for text, encoding in zip(TEXTS, encodings, strict=True):
+        reference = hf_tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+        assert encoding.ids == reference["input_ids"]
+        assert encoding.tokens == hf_tokenizer.convert_ids_to_tokens(reference["input_ids"])
+        assert [tuple(o) for o in encoding.offsets] == [tuple(o) for o in reference["offset_mapping"]]
+        assert encoding.special_tokens_mask == reference["special_tokens_mask"]
+
+
+def test_token_details_carry_text_spans_and_segments(bundled_model: TextEncoder) -> None:
+    text, pair = "The fox", "It ran"
+    tokens = bundled_model.tokenizer.tokens(bundled_model.tokenizer.encode([text], [pair])[0])
+    assert [t.text for t in tokens] == ["[CLS]", "the", "fox", "[SEP]", "it", "ran", "[SEP]"]
+    assert [t.segment for t in tokens] == [0, 0, 0, 0, 1, 1, 1]
+    assert [t.special for t in tokens] == [True, False, False, True, False, False, True]
+    for token in tokens:
+        if not token.special:
+            source = text if token.segment == 0 else pair
+            assert source[token.start:token.end].lower() == token.text
+
+
+def test_truncation_cuts_to_max_tokens_like_transformers(bundled_model: TextEncoder, hf_tokenizer) -> None:
+    long_a, long_b = "alpha " * 300, "beta " * 100
+    single = bundled_model.tokenizer.encode([long_a])[0]
+    assert len(single.ids) == 256 and single.tokens[-1] == "[SEP]"
+    pair = bundled_model.tokenizer.encode([long_a], [long_b])[0]
+    reference = hf_tokenizer(long_a, long_b, truncation="longest_first", max_length=256)
+    assert pair.ids == reference["input_ids"]
+
+
+def test_truncate_false_names_the_text_and_its_token_count(bundled_model: TextEncoder) -> None:
+    with pytest.raises(TooManyTokensError, match="text 1 has 302 tokens, more than the maximum of 256") as error:
+        bundled_model.tokenizer.encode(["fine", "word " * 300], truncate=False)
+    assert (error.value.index, error.value.n_tokens, error.value.max_tokens) == (1, 302, 256)
+
+
+def test_pad_builds_right_padded_arrays(bundled_model: TextEncoder) -> None:
+    encodings = bundled_model.tokenizer.encode(["a b c d e", "a"], [None, "b"])
+    batch = bundled_model.tokenizer.pad(encodings)
+    assert batch.input_ids.shape == batch.attention_mask.shape == batch.token_type_ids.shape == (2, 7)
+    np.testing.assert_array_equal(batch.attention_mask, [[1] * 7, [1, 1, 1, 1, 1, 0, 0]])
+    np.testing.assert_array_equal(batch.input_ids[1, 5:], [0, 0])
+    np.testing.assert_array_equal(batch.token_type_ids[1], [0, 0, 0, 1, 1, 0, 0])
+    assert batch.n_tokens == 12
+
+
+def test_pair_count_must_match_text_count(bundled_model: TextEncoder) -> None:
+    with pytest.raises(ValueError, match="2 texts but 1 pairs"):
+        bundled_model.tokenizer.encode(["a", "b"], ["c"])
