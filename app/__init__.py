@@ -1,1 +1,3 @@
-"""The FastAPI service."""
+"""The FastAPI service around the encoder of ``model/``."""
+
+__version__ = "0.1.0"

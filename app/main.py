@@ -1,29 +1,89 @@
-"""The service's entry point: ``uvicorn app.main:app``."""
+"""The service's entry point: ``uvicorn app.main:app`` (settings from ENCODER_* variables)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
 
+from app import __version__
+from app.errors import install_error_handlers
+from app.middleware import BodySizeLimit
+from app.routes import attention, embeddings, meta
+from app.service import EncoderService
+from app.settings import Settings, get_settings
 from model import TextEncoder
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("app")
 
 
-@asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    app.state.model = TextEncoder.load()
-    yield
+def load_service(settings: Settings, model: TextEncoder | None = None) -> EncoderService:
+    """Load the model (unless given), wrap it in the service and run the warm-up pass."""
+    started = time.perf_counter()
+    if model is None:
+        model = TextEncoder.load(
+            settings.model_dir,
+            device=settings.device,
+            dtype=settings.dtype,
+            name=settings.model_name,
+            max_tokens=settings.max_tokens_per_text,
+        )
+    service = EncoderService(model, settings)
+    service.warm_up()
+    logger.info(
+        "ready: %s on %s (%s), loaded and warmed up in %.2f s",
+        model.name, model.device, str(model.dtype).removeprefix("torch."), time.perf_counter() - started,
+    )
+    return service
 
 
-app = FastAPI(title="encoder-service", lifespan=lifespan)
+def create_app(settings: Settings | None = None, model: TextEncoder | None = None) -> FastAPI:
+    """The application. The model loads in the background: /health answers 503 until it is ready."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.service = None
+        app.state.load_error = None
+
+        async def load() -> None:
+            try:
+                app.state.service = await asyncio.to_thread(load_service, settings, model)
+            except Exception as error:  # reported by /health and every endpoint as not_ready
+                logger.exception("the model failed to load")
+                app.state.load_error = str(error)
+
+        loading = asyncio.create_task(load())
+        try:
+            yield
+        finally:
+            if not loading.done():
+                loading.cancel()
+            if app.state.service is not None:
+                app.state.service.close()
+
+    app = FastAPI(
+        title="encoder-service",
+        version=__version__,
+        description="Tokens, sentence and token embeddings, attention matrices and positional encodings "
+        "from a transformer encoder.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    for router in (embeddings.router, attention.router, meta.router):
+        app.include_router(router)
+    return app
 
 
-@app.get("/health")
-async def health() -> JSONResponse:
-    """Whether the model is loaded."""
-    return JSONResponse({"status": "ok"})
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+configure_logging(get_settings().log_level)
+app = create_app()

@@ -165,6 +165,21 @@ class TextEncoder:
         return layer % (n + 1)
 
     @torch.inference_mode()
+    def embed_batch(
+        self, batch: Batch, *, pooling: Pooling | None = None, normalize_embeddings: bool = True, layer: int = -1
+    ) -> tuple[Tensor, Tensor]:
+        """Sentence vectors (B, D) and the token vectors they were pooled from (B, T, D), in float32.
+
+        ``layer`` picks the hidden state (0 = embeddings, negative from the end); layers above it are
+        not computed.
+        """
+        input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
+        hidden = self.encoder(
+            input_ids, attention_mask, token_type_ids, n_layers=self.resolve_layer(layer)
+        ).last_hidden_state.float()  # (B, T, D)
+        sentences = pool(hidden, attention_mask, pooling or self.pooling.mode)  # (B, D)
+        return (normalize(sentences) if normalize_embeddings else sentences), hidden
+
     def embed(
         self,
         texts: Sequence[str],
@@ -175,9 +190,6 @@ class TextEncoder:
         truncate: bool = True,
     ) -> Tensor:
         """Sentence embeddings (B, D) in float32, the model's own pooling unless another is named."""
-        n_layers = self.resolve_layer(layer)
+        self.resolve_layer(layer)
         batch = self.tokenizer.pad(self.tokenizer.encode(texts, truncate=truncate))
-        input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
-        hidden = self.encoder(input_ids, attention_mask, token_type_ids, n_layers=n_layers).last_hidden_state
-        sentences = pool(hidden.float(), attention_mask, pooling or self.pooling.mode)  # (B, D)
-        return normalize(sentences) if normalize_embeddings else sentences
+        return self.embed_batch(batch, pooling=pooling, normalize_embeddings=normalize_embeddings, layer=layer)[0]

@@ -61,6 +61,10 @@ class TextTokenizer:
         pad = tokenizer.token_to_id("[PAD]")
         self.pad_token_id = 0 if pad is None else pad
 
+    def with_max_tokens(self, max_tokens: int) -> TextTokenizer:
+        """The same tokenizer, truncating at another length."""
+        return TextTokenizer(self._complete, max_tokens)
+
     @classmethod
     def from_file(cls, path: Path, max_tokens: int) -> TextTokenizer:
         path = Path(path)

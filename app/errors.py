@@ -1,0 +1,118 @@
+"""Every error as the JSON envelope of API.md: ``{"error": {"type", "message", "param"}}``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from app.serialization import json_response
+
+logger = logging.getLogger(__name__)
+
+# HTTP status → error type, for errors raised by the framework rather than by us.
+STATUS_TYPES = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    422: "validation_error",
+    429: "overloaded",
+    503: "not_ready",
+}
+
+
+class ApiError(Exception):
+    """An error the client should see, with its status, type and the request field it concerns."""
+
+    status_code = 400
+    type = "bad_request"
+
+    def __init__(self, message: str, param: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.headers = headers
+
+
+class InvalidRequest(ApiError):
+    status_code = 422
+    type = "validation_error"
+
+    def __init__(self, param: str | None, problem: str) -> None:
+        super().__init__(f"{param}: {problem}" if param else problem, param)
+
+
+class PayloadTooLarge(ApiError):
+    status_code = 413
+    type = "payload_too_large"
+
+
+class NotReady(ApiError):
+    status_code = 503
+    type = "not_ready"
+
+
+def error_body(type_: str, message: str, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"type": type_, "message": message, "param": param}}
+
+
+def error_response(status: int, type_: str, message: str, param: str | None = None, headers: dict | None = None) -> Response:
+    return json_response(error_body(type_, message, param), status_code=status, headers=headers)
+
+
+def param_path(loc: Sequence[str | int]) -> str | None:
+    """('body', 'texts', 3) → 'texts[3]'; ('query', 'length') → 'length'."""
+    parts = list(loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc)
+    path = ""
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or None
+
+
+def validation_message(error: dict[str, Any]) -> tuple[str, str | None]:
+    """A pydantic/FastAPI error as (message, param), worded for a client."""
+    if error.get("type") == "json_invalid":
+        reason = error.get("ctx", {}).get("error", "invalid JSON")
+        return f"malformed JSON body: {reason}", None
+    param = param_path(error.get("loc", ()))
+    if error.get("type") == "missing" and param is None:
+        return "a JSON request body is required", None
+    problem = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    problem = problem[:1].lower() + problem[1:]
+    if error.get("type") == "extra_forbidden":
+        problem = "unknown field"
+    return (f"{param}: {problem}" if param else problem), param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> Response:
+        return error_response(exc.status_code, exc.type, exc.message, exc.param, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def request_validation_error(request: Request, exc: RequestValidationError) -> Response:
+        message, param = validation_message(exc.errors()[0])
+        return error_response(422, "validation_error", message, param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        type_ = STATUS_TYPES.get(exc.status_code, "http_error")
+        if exc.status_code == 404:
+            message = f"no route {request.url.path}"
+        elif exc.status_code == 405:
+            message = f"method {request.method} is not allowed on {request.url.path}"
+        else:
+            message = str(exc.detail)
+        return error_response(exc.status_code, type_, message, None, getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(request: Request, exc: Exception) -> Response:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal_error", "internal error: the service logged the details")

@@ -1,0 +1,226 @@
+"""Request and response bodies: the HTTP contract of API.md, with limits and examples for /docs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+
+def _non_empty(text: str) -> str:
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+def _one_or_many(value: Any) -> Any:
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        raise ValueError("must be a string or a list of strings")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_non_empty)]
+Texts = Annotated[
+    list[Text],
+    BeforeValidator(_one_or_many),
+    Field(min_length=1),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+            ],
+            "description": "one text or a list of texts (1 to max_batch_texts, 256 by default), none empty",
+        }
+    ),
+]
+
+
+class Request(BaseModel):
+    """Strict: a wrong type is a 422, not a silent conversion; an unknown field is a 422, not ignored."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+# ---- /encode ----
+
+
+class EncodeRequest(Request):
+    texts: Texts
+    pooling: Literal["mean", "cls", "max"] | None = Field(
+        None, description="how token vectors become one sentence vector; the model's own (mean for MiniLM) when null"
+    )
+    normalize: bool = Field(True, description="L2-normalise the sentence embedding")
+    layer: int = Field(-1, description="hidden state: 0 = embeddings, 1..L = output of layer l, negative from the end")
+    truncate: bool = Field(True, description="cut texts longer than the maximum; with false such a text is a 422")
+    return_tokens: bool = Field(False, description="add each text's tokens")
+    return_token_embeddings: bool = Field(False, description="add each text's per-token vectors (no padding rows)")
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="base64 = little-endian float32 bytes of each vector"
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"texts": ["The quick brown fox.", "A lazy dog."]}]},
+    )
+
+
+class TokenInfo(BaseModel):
+    id: int
+    text: str
+    start: int = Field(description="character offset where the token starts in its own segment's text")
+    end: int = Field(description="character offset where the token ends (exclusive)")
+    special: bool = Field(description="[CLS], [SEP] and other added tokens")
+
+
+class PairTokenInfo(TokenInfo):
+    segment: int = Field(description="0 for the text, 1 for text_pair")
+
+
+class Embedding(BaseModel):
+    index: int
+    embedding: list[float] | str = Field(description="floats, or base64 of little-endian float32 bytes")
+    tokens: list[TokenInfo] | None = Field(None, description="only with return_tokens")
+    token_embeddings: list[list[float] | str] | None = Field(None, description="only with return_token_embeddings")
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EncodeResponse(BaseModel):
+    model: str
+    dim: int
+    data: list[Embedding]
+    usage: Usage
+
+
+# ---- /attention ----
+
+
+class AttentionRequest(Request):
+    text: Text
+    text_pair: Text | None = Field(None, description="optional second segment (sentence B)")
+    layers: list[int] | None = Field(
+        None, min_length=1, description="layers to return (0-based, negative from the end); all when null"
+    )
+    heads: list[int] | None = Field(None, min_length=1, description="heads to return (0-based); all when null")
+    aggregate: Literal["none", "mean", "rollout"] = Field(
+        "none",
+        description="mean: average over the selected heads; rollout: attention rollout (Abnar & Zuidema 2020) "
+        "up to each selected layer",
+    )
+    decimals: int | None = Field(None, ge=0, le=8, description="round every weight to this many decimals")
+    truncate: bool = Field(True, description="cut a text longer than the maximum; with false it is a 422")
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"text": "The quick brown fox", "layers": [-1], "aggregate": "mean"}]},
+    )
+
+
+class AttentionResponse(BaseModel):
+    model: str
+    tokens: list[str]
+    token_details: list[PairTokenInfo]
+    layers: list[int]
+    heads: list[int]
+    aggregate: str
+    shape: list[int] = Field(description="[layers, heads (1 when aggregated), tokens, tokens]")
+    attention: list[list[list[list[float]]]] = Field(description="attention[l][h][i][j]: weight query i puts on key j")
+
+
+# ---- /positional-encoding ----
+
+
+class PositionalEncodingResponse(BaseModel):
+    kind: Literal["sinusoidal", "learned"]
+    length: int
+    d_model: int
+    base: float | None = Field(description="the wavelength base; null for the learned table")
+    encoding: list[list[float]] = Field(description="encoding[pos][k]")
+
+
+# ---- /tokenize ----
+
+
+class TokenizeRequest(Request):
+    texts: Texts
+    text_pair: Text | list[Text | None] | None = Field(
+        None, description="a second segment for every text, or one per text (null for none)"
+    )
+    truncate: bool = Field(True, description="cut texts longer than the maximum; with false such a text is a 422")
+
+
+class Tokenized(BaseModel):
+    index: int
+    tokens: list[PairTokenInfo]
+
+
+class TokenizeResponse(BaseModel):
+    model: str
+    data: list[Tokenized]
+
+
+# ---- /info, /health ----
+
+
+class Architecture(BaseModel):
+    layers: int
+    heads: int
+    hidden_size: int
+    intermediate_size: int
+    vocab_size: int
+    max_positions: int
+    position_embedding: str
+    activation: str
+    pooling: str
+    normalize: bool
+
+
+class Limits(BaseModel):
+    max_batch_texts: int
+    max_tokens_per_text: int
+    max_attention_tokens: int
+    max_attention_values: int
+    max_body_bytes: int
+    pe_max_length: int
+    pe_max_d_model: int
+    pe_max_values: int
+
+
+class InfoResponse(BaseModel):
+    model: str
+    path: str
+    architecture: Architecture
+    device: str
+    dtype: str
+    limits: Limits
+    version: str
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"]
+
+
+class ErrorDetail(BaseModel):
+    type: str = Field(examples=["validation_error"])
+    message: str = Field(examples=["texts[3]: must not be empty"])
+    param: str | None = Field(None, examples=["texts[3]"])
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": description}
+    for status, description in {
+        401: "missing or wrong API key",
+        413: "request body larger than the limit",
+        422: "invalid input",
+        429: "overloaded: retry after the Retry-After header's seconds",
+        503: "model not loaded yet",
+    }.items()
+}

@@ -1,0 +1,38 @@
+"""Settings from environment variables (prefix ``ENCODER_``), read once through ``get_settings()``."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ENCODER_", env_file=None, extra="ignore")
+
+    model_dir: Path | None = Field(None, description="Hugging Face-layout model directory; the bundled all-MiniLM-L6-v2 when unset")
+    model_name: str | None = Field(None, description="name reported in responses; the directory's name when unset")
+    device: str = Field("auto", description="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, …")
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field("auto", description="auto = float16 on CUDA, float32 on CPU")
+
+    max_batch_texts: int = Field(256, ge=1, description="texts per /encode or /tokenize request")
+    max_tokens_per_text: int | None = Field(None, ge=2, description="tokens per text, special tokens included; the model's own maximum when unset (256 for all-MiniLM-L6-v2)")
+    max_attention_tokens: int | None = Field(None, ge=2, description="tokens of the text (and pair) given to /attention; max_tokens_per_text when unset")
+    max_attention_values: int = Field(2_000_000, ge=1, description="attention weights in one /attention response (selected layers × heads × tokens²)")
+    max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="request body size, checked before parsing")
+    pe_max_length: int = Field(8192, ge=1, description="largest `length` of /positional-encoding")
+    pe_max_d_model: int = Field(4096, ge=2, description="largest `d_model` of /positional-encoding")
+    pe_max_values: int = Field(4_194_304, ge=1, description="largest length × d_model of /positional-encoding")
+
+    host: str = Field("127.0.0.1", description="address the server binds (0.0.0.0 in the container)")
+    port: int = Field(8000, ge=1, le=65535, description="port the server listens on")
+    log_level: str = Field("info", description="logging level of the service")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process's settings; tests build their own Settings and pass them to create_app."""
+    return Settings()

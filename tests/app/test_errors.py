@@ -1,0 +1,161 @@
+"""Every kind of bad input in API.md's error table: its status, its envelope, and the service still serving."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from app.settings import Settings
+from model import TextEncoder
+from tests.app.conftest import assert_error, serve
+
+LIMITS = Settings(max_batch_texts=3, max_body_bytes=4096, max_attention_values=6 * 12 * 20 * 20)
+
+
+@pytest.fixture(scope="module")
+async def limited(bundled_model: TextEncoder) -> AsyncIterator[httpx.AsyncClient]:
+    """The bundled model behind small limits, so each one can be crossed cheaply."""
+    async with serve(LIMITS, bundled_model) as client:
+        yield client
+
+
+ENCODE_422 = [
+    # (request body, param, words the message must contain)
+    ({"texts": ["fine", "", "fine"]}, "texts[1]", "must not be empty"),  # an empty text
+    ({"texts": ""}, "texts[0]", "must not be empty"),  # an empty single string
+    ({"texts": []}, "texts", "at least 1"),  # no texts at all
+    ({"texts": ["a", "b", "c", "d"]}, "texts", "at most 3 texts"),  # over max_batch_texts
+    ({"texts": ["ok", "word " * 300], "truncate": False}, "texts[1]", "302 tokens, more than the maximum of 256"),
+    ({"texts": "x", "layer": 7}, "layer", "between -7 and 6"),  # layer out of range
+    ({"texts": "x", "layer": -8}, "layer", "between -7 and 6"),
+    ({"texts": "x", "pooling": "median"}, "pooling", "'mean', 'cls' or 'max'"),  # unknown pooling
+    ({"texts": "x", "encoding_format": "hex"}, "encoding_format", "'float' or 'base64'"),
+    ({"texts": 5}, "texts", "must be a string or a list of strings"),  # wrong type
+    ({"texts": ["a", 5]}, "texts[1]", "valid string"),  # wrong item type
+    ({"texts": "x", "normalize": "yes"}, "normalize", "valid boolean"),  # strings are not booleans
+    ({"texts": "x", "layer": 1.5}, "layer", "valid integer"),
+    ({"texts": "x", "normalise": False}, "normalise", "unknown field"),  # a misspelt option
+    ({}, "texts", "field required"),  # the required field missing
+]
+
+
+@pytest.mark.parametrize(("body", "param", "words"), ENCODE_422)
+async def test_encode_rejects_bad_input_with_422(limited: httpx.AsyncClient, body, param, words) -> None:
+    assert_error(await limited.post("/encode", json=body), 422, "validation_error", param, words)
+
+
+ATTENTION_422 = [
+    ({"text": ""}, "text", "must not be empty"),
+    ({"text": "x", "text_pair": ""}, "text_pair", "must not be empty"),
+    ({"text": "x", "layers": []}, "layers", "at least 1"),  # an empty selection
+    ({"text": "x", "layers": [6]}, "layers[0]", "6 is out of range: there are 6"),
+    ({"text": "x", "layers": [0, -7]}, "layers[1]", "-7 is out of range"),
+    ({"text": "x", "heads": [12]}, "heads[0]", "12 is out of range: there are 12"),
+    ({"text": "x", "heads": []}, "heads", "at least 1"),
+    ({"text": "x", "aggregate": "sum"}, "aggregate", "'none', 'mean' or 'rollout'"),
+    ({"text": "x", "decimals": 9}, "decimals", "less than or equal to 8"),
+    ({"text": "x", "decimals": -1}, "decimals", "greater than or equal to 0"),
+    ({"text": "word " * 300, "truncate": False}, "text", "302 tokens, more than the maximum of 256"),
+    ({"text": "word " * 40}, "layers", "select fewer layers or heads"),  # response over max_attention_values
+    ({"text": ["a"]}, "text", "valid string"),
+]
+
+
+@pytest.mark.parametrize(("body", "param", "words"), ATTENTION_422)
+async def test_attention_rejects_bad_input_with_422(limited: httpx.AsyncClient, body, param, words) -> None:
+    assert_error(await limited.post("/attention", json=body), 422, "validation_error", param, words)
+
+
+async def test_a_request_too_large_for_all_layers_fits_once_narrowed(limited: httpx.AsyncClient) -> None:
+    text = "word " * 40
+    assert (await limited.post("/attention", json={"text": text})).status_code == 422
+    assert (await limited.post("/attention", json={"text": text, "aggregate": "mean"})).status_code == 200
+
+
+PE_422 = [
+    ({"length": 0}, "length", "greater than or equal to 1"),
+    ({"length": "abc"}, "length", "valid integer"),
+    ({"length": 8193}, "length", "at most 8192"),
+    ({"d_model": 5}, "d_model", "must be even"),
+    ({"d_model": 8192}, "d_model", "at most 4096"),
+    ({"length": 8192, "d_model": 4096}, "length", "more than the limit"),
+    ({"base": 1}, "base", "greater than 1"),
+    ({"base": "inf"}, "base", "finite"),
+    ({"base": "nan"}, "base", "finite"),
+    ({"kind": "rotary"}, "kind", "'sinusoidal' or 'learned'"),
+    ({"kind": "learned", "length": 513}, "length", "at most 512"),
+]
+
+
+@pytest.mark.parametrize(("params", "param", "words"), PE_422)
+async def test_positional_encoding_rejects_bad_query_parameters(limited: httpx.AsyncClient, params, param, words) -> None:
+    assert_error(await limited.get("/positional-encoding", params=params), 422, "validation_error", param, words)
+
+
+async def test_tokenize_rejects_mismatched_pairs(limited: httpx.AsyncClient) -> None:
+    response = await limited.post("/tokenize", json={"texts": ["a", "b"], "text_pair": ["c"]})
+    assert_error(response, 422, "validation_error", "text_pair", "1 entries for 2 texts")
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b'{"texts": ', "malformed JSON"),  # cut short
+        (b"not json at all", "malformed JSON"),
+        (b"", "request body is required"),  # no body
+        (b"[1, 2]", "valid dictionary"),  # JSON, but not an object
+    ],
+)
+async def test_malformed_bodies_are_422(limited: httpx.AsyncClient, content: bytes, words: str) -> None:
+    response = await limited.post("/encode", content=content, headers={"content-type": "application/json"})
+    assert_error(response, 422, "validation_error", None, words)
+
+
+async def test_unknown_route_is_404_and_wrong_method_is_405(limited: httpx.AsyncClient) -> None:
+    assert_error(await limited.get("/embeddings"), 404, "not_found", None, "/embeddings")
+    response = await limited.get("/encode")
+    assert_error(response, 405, "method_not_allowed", None, "GET")
+    assert "POST" in response.headers["allow"]
+    assert_error(await limited.delete("/attention"), 405, "method_not_allowed")
+
+
+async def test_body_over_the_limit_is_413_before_parsing(limited: httpx.AsyncClient) -> None:
+    body = b'{"texts": "' + b"a" * 5000 + b'"}'
+    response = await limited.post("/encode", content=body, headers={"content-type": "application/json"})
+    assert_error(response, 413, "payload_too_large", None, "limit is 4,096 bytes")
+    # not valid JSON at all: still 413, since the size is checked before anything is parsed
+    response = await limited.post("/encode", content=b"{" * 5000, headers={"content-type": "application/json"})
+    assert_error(response, 413, "payload_too_large")
+
+
+async def test_chunked_body_over_the_limit_is_413(limited: httpx.AsyncClient) -> None:
+    async def chunks():
+        yield b'{"texts": "'
+        for _ in range(10):
+            yield b"a" * 1000
+        yield b'"}'
+
+    response = await limited.post("/encode", content=chunks(), headers={"content-type": "application/json"})
+    assert_error(response, 413, "payload_too_large")
+
+
+async def test_chunked_body_under_the_limit_is_served(limited: httpx.AsyncClient) -> None:
+    async def chunks():
+        yield b'{"texts": '
+        yield b'"hello"}'
+
+    response = await limited.post("/encode", content=chunks(), headers={"content-type": "application/json"})
+    assert response.status_code == 200 and len(response.json()["data"]) == 1
+
+
+async def test_service_keeps_serving_after_every_kind_of_bad_input(limited: httpx.AsyncClient) -> None:
+    for body, _, _ in ENCODE_422:
+        await limited.post("/encode", json=body)
+    for body, _, _ in ATTENTION_422:
+        await limited.post("/attention", json=body)
+    await limited.post("/encode", content=b"{" * 5000)
+    assert (await limited.get("/health")).status_code == 200
+    response = await limited.post("/encode", json={"texts": ["still", "serving"]})
+    assert response.status_code == 200 and len(response.json()["data"]) == 2

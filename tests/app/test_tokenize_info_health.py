@@ -1,0 +1,86 @@
+"""POST /tokenize, GET /info, GET /health, the OpenAPI schema."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import httpx
+import pytest
+
+import app.main
+from app.settings import Settings
+from tests.app.conftest import assert_error, serve
+
+
+async def test_tokenize_equals_the_tokenizer(client: httpx.AsyncClient, hf_tokenizer) -> None:
+    texts = ["Hello, world!", "naïve café"]
+    body = (await client.post("/tokenize", json={"texts": texts})).json()
+    assert body["model"] == "all-MiniLM-L6-v2"
+    for text, item in zip(texts, body["data"], strict=True):
+        reference = hf_tokenizer(text, return_offsets_mapping=True)
+        assert [t["id"] for t in item["tokens"]] == reference["input_ids"]
+        assert [[t["start"], t["end"]] for t in item["tokens"]] == [list(o) for o in reference["offset_mapping"]]
+
+
+async def test_tokenize_pairs_one_for_all_or_one_per_text(client: httpx.AsyncClient, hf_tokenizer) -> None:
+    shared = (await client.post("/tokenize", json={"texts": ["a b", "c"], "text_pair": "d"})).json()
+    each = (await client.post("/tokenize", json={"texts": ["a b", "c"], "text_pair": ["d", None]})).json()
+    assert [t["segment"] for t in shared["data"][1]["tokens"]] == hf_tokenizer("c", "d")["token_type_ids"]
+    assert each["data"][0] == shared["data"][0]
+    assert [t["segment"] for t in each["data"][1]["tokens"]] == [0, 0, 0]
+
+
+async def test_info_describes_model_device_and_limits(client: httpx.AsyncClient, bundled_path) -> None:
+    body = (await client.get("/info")).json()
+    assert body["model"] == "all-MiniLM-L6-v2" and body["path"] == str(bundled_path)
+    assert body["architecture"] == {
+        "layers": 6, "heads": 12, "hidden_size": 384, "intermediate_size": 1536, "vocab_size": 30522,
+        "max_positions": 512, "position_embedding": "learned", "activation": "gelu", "pooling": "mean",
+        "normalize": True,
+    }
+    assert (body["device"], body["dtype"]) == ("cpu", "float32")
+    assert body["limits"]["max_batch_texts"] == 256 and body["limits"]["max_tokens_per_text"] == 256
+    assert body["version"]
+
+
+async def test_health_is_503_until_the_model_is_warm(monkeypatch: pytest.MonkeyPatch, bundled_model) -> None:
+    release = threading.Event()
+    real_load = app.main.load_service
+
+    def slow_load(settings, model=None):
+        assert release.wait(30)
+        return real_load(settings, model)
+
+    monkeypatch.setattr(app.main, "load_service", slow_load)
+    async with serve(Settings(), bundled_model, ready=False) as client:
+        assert_error(await client.get("/health"), 503, "not_ready", contains="loading")
+        assert_error(await client.post("/encode", json={"texts": "x"}), 503, "not_ready")
+        release.set()
+        for _ in range(500):
+            if (await client.get("/health")).status_code == 200:
+                break
+            await asyncio.sleep(0.02)
+        response = await client.get("/health")
+        assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+async def test_a_model_that_fails_to_load_is_reported_not_ready(tmp_path) -> None:
+    async with serve(Settings(model_dir=tmp_path / "missing"), ready=False) as client:
+        for _ in range(200):
+            body = (await client.get("/health")).json()
+            if "failed" in body["error"]["message"]:
+                break
+            await asyncio.sleep(0.02)
+        error = assert_error(await client.get("/health"), 503, "not_ready", contains="failed to load")
+        assert "does not exist" in error["message"]
+
+
+async def test_openapi_schema_shows_limits_and_examples(client: httpx.AsyncClient) -> None:
+    schema = (await client.get("/openapi.json")).json()
+    assert {"/encode", "/attention", "/positional-encoding", "/tokenize", "/info", "/health"} <= set(schema["paths"])
+    components = schema["components"]["schemas"]
+    assert components["AttentionRequest"]["properties"]["decimals"]["anyOf"][0]["maximum"] == 8
+    assert components["EncodeRequest"]["properties"]["texts"]["anyOf"][1]["minItems"] == 1
+    assert components["EncodeRequest"]["examples"]
+    assert "422" in schema["paths"]["/encode"]["post"]["responses"]
