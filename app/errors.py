@@ -54,6 +54,16 @@ class PayloadTooLarge(ApiError):
     type = "payload_too_large"
 
 
+class Unauthorized(ApiError):
+    status_code = 401
+    type = "unauthorized"
+
+
+class Overloaded(ApiError):
+    status_code = 429
+    type = "overloaded"
+
+
 class NotReady(ApiError):
     status_code = 503
     type = "not_ready"

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app import __version__
+from app.dependencies import ApiKey
 from app.errors import install_error_handlers
 from app.middleware import BodySizeLimit
 from app.routes import attention, embeddings, meta
@@ -76,8 +77,10 @@ def create_app(settings: Settings | None = None, model: TextEncoder | None = Non
     app.state.settings = settings
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    for router in (embeddings.router, attention.router, meta.router):
-        app.include_router(router)
+    for router in (embeddings.router, attention.router):
+        app.include_router(router, dependencies=[ApiKey])
+    app.include_router(meta.info_router, dependencies=[ApiKey])
+    app.include_router(meta.health_router)  # open: load balancers and orchestrators probe it without a key
     return app
 
 

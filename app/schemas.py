@@ -188,6 +188,7 @@ class Limits(BaseModel):
     pe_max_length: int
     pe_max_d_model: int
     pe_max_values: int
+    max_queue: int
 
 
 class InfoResponse(BaseModel):
@@ -197,6 +198,7 @@ class InfoResponse(BaseModel):
     device: str
     dtype: str
     limits: Limits
+    auth: bool = Field(description="whether requests need an API key")
     version: str
 
 

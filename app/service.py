@@ -18,7 +18,7 @@ import torch
 from tokenizers import Encoding
 
 from app import __version__
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, Overloaded
 from app.schemas import AttentionRequest, EncodeRequest, TokenizeRequest
 from app.serialization import base64_float32
 from app.settings import Settings
@@ -91,11 +91,21 @@ class EncoderService:
         )
         # One thread does all model work: the event loop stays free, and forward passes never contend.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
+        self._admitted = 0  # requests queued for or running on the inference thread
 
     async def run(self, function: Callable[..., T], *args: Any) -> T:
-        """Run ``function(*args)`` on the inference thread."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(function, *args))
+        """Run ``function(*args)`` on the inference thread; 429 when ``max_queue`` requests are already in."""
+        if self._admitted >= self.settings.max_queue:
+            raise Overloaded(
+                f"the work queue is full ({self._admitted} requests); retry after the Retry-After seconds",
+                headers={"Retry-After": "1"},
+            )
+        self._admitted += 1
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, functools.partial(function, *args))
+        finally:
+            self._admitted -= 1
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=False)
@@ -278,6 +288,8 @@ class EncoderService:
                 "pe_max_length": settings.pe_max_length,
                 "pe_max_d_model": settings.pe_max_d_model,
                 "pe_max_values": settings.pe_max_values,
+                "max_queue": settings.max_queue,
             },
+            "auth": bool(settings.api_keys),
             "version": __version__,
         }

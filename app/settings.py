@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -27,9 +27,18 @@ class Settings(BaseSettings):
     pe_max_d_model: int = Field(4096, ge=2, description="largest `d_model` of /positional-encoding")
     pe_max_values: int = Field(4_194_304, ge=1, description="largest length × d_model of /positional-encoding")
 
-    host: str = Field("127.0.0.1", description="address the server binds (0.0.0.0 in the container)")
-    port: int = Field(8000, ge=1, le=65535, description="port the server listens on")
+    max_queue: int = Field(64, ge=1, description="requests admitted to the inference queue at once; past it 429 overloaded")
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="accepted Bearer keys, comma-separated; every endpoint but /health is open when empty"
+    )
     log_level: str = Field("info", description="logging level of the service")
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [key.strip() for key in value.split(",") if key.strip()]
+        return value
 
 
 @lru_cache

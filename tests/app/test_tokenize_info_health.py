@@ -41,6 +41,7 @@ async def test_info_describes_model_device_and_limits(client: httpx.AsyncClient,
     }
     assert (body["device"], body["dtype"]) == ("cpu", "float32")
     assert body["limits"]["max_batch_texts"] == 256 and body["limits"]["max_tokens_per_text"] == 256
+    assert body["auth"] is False
     assert body["version"]
 
 

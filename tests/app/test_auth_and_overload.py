@@ -1,0 +1,73 @@
+"""401 unauthorized with API keys configured; 429 overloaded when the work queue is full."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import httpx
+import pytest
+
+from app.settings import Settings
+from model import TextEncoder
+from tests.app.conftest import assert_error, serve
+
+KEYS = "first-key, second-key"
+
+
+@pytest.fixture(scope="module")
+async def guarded(bundled_model: TextEncoder):
+    async with serve(Settings(api_keys=KEYS), bundled_model) as client:
+        yield client
+
+
+def test_keys_are_read_comma_separated_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENCODER_API_KEYS", KEYS)
+    keys = [key.get_secret_value() for key in Settings().api_keys]
+    assert keys == ["first-key", "second-key"]
+    assert "first-key" not in repr(Settings())  # never shown in logs or reprs
+
+
+@pytest.mark.parametrize(
+    ("headers", "words"),
+    [
+        ({}, "API key is required"),  # no key
+        ({"authorization": "Bearer wrong-key"}, "not valid"),  # a wrong key
+        ({"authorization": "Bearer first-ke"}, "not valid"),  # a prefix of a right key
+        ({"authorization": "Basic first-key"}, "API key is required"),  # the wrong scheme
+        ({"authorization": "Bearer "}, "API key is required"),  # an empty key
+    ],
+)
+async def test_requests_without_a_right_key_are_401(guarded: httpx.AsyncClient, headers: dict, words: str) -> None:
+    for method, path, body in [("POST", "/encode", {"texts": "x"}), ("POST", "/attention", {"text": "x"}),
+                               ("GET", "/info", None), ("GET", "/positional-encoding", None)]:
+        response = await guarded.request(method, path, json=body, headers=headers)
+        assert_error(response, 401, "unauthorized", None, words)
+        assert response.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("key", ["first-key", "second-key"])
+async def test_each_configured_key_is_accepted(guarded: httpx.AsyncClient, key: str) -> None:
+    response = await guarded.post("/encode", json={"texts": "x"}, headers={"authorization": f"Bearer {key}"})
+    assert response.status_code == 200
+    assert (await guarded.get("/info", headers={"authorization": f"Bearer {key}"})).json()["auth"] is True
+
+
+async def test_health_and_docs_stay_open(guarded: httpx.AsyncClient) -> None:
+    assert (await guarded.get("/health")).json() == {"status": "ok"}
+    assert (await guarded.get("/openapi.json")).status_code == 200
+
+
+async def test_full_queue_answers_429_with_retry_after_then_recovers(bundled_model: TextEncoder) -> None:
+    async with serve(Settings(max_queue=2), bundled_model) as client:
+        service = client._transport.app.state.service  # type: ignore[attr-defined]
+        release = threading.Event()
+        blockers = [asyncio.ensure_future(service.run(release.wait, 30)) for _ in range(2)]  # fill the queue
+        await asyncio.sleep(0.05)
+        response = await client.post("/encode", json={"texts": "x"})
+        assert_error(response, 429, "overloaded", None, "queue is full")
+        assert int(response.headers["retry-after"]) >= 1
+        assert (await client.get("/health")).status_code == 200  # the loop still answers
+        release.set()
+        await asyncio.gather(*blockers)
+        assert (await client.post("/encode", json={"texts": "x"})).status_code == 200
