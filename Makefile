@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make serve   install (once) and serve the bundled all-MiniLM-L6-v2 on http://127.0.0.1:8000
 #   make test    install (once) and run the whole test suite
+#   make bench   the benchmark: the service over HTTP against the reference libraries in-process
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,7 @@ PORT ?= 8000
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test install lint clean
+.PHONY: serve test bench install clean
 
 install: $(VENV)/.installed
 
@@ -27,6 +28,9 @@ serve: install
 
 test: install
 	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,23 +1,24 @@
 """What the endpoints compute, on plain data: requests in, JSON-ready dicts (numpy arrays inside) out.
 
-Runs on the inference thread (see ``EncoderService.run``); raises ``InvalidRequest`` for bad input.
+Tokenisation runs in a worker thread, model work on the engine's inference thread, so the event loop
+only validates and hands over. Raises ``InvalidRequest`` for bad input.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import math
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
 
 import numpy as np
 import torch
 from tokenizers import Encoding
 
 from app import __version__
+from app.engine import EncodeOptions, Engine
 from app.errors import InvalidRequest, Overloaded
 from app.schemas import AttentionRequest, EncodeRequest, TokenizeRequest
 from app.serialization import base64_float32
@@ -25,10 +26,6 @@ from app.settings import Settings
 from model import TextEncoder, TextTokenizer, TooManyTokensError, sinusoidal_positional_encoding
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
-
-# Padded tokens (batch rows × longest row) in one forward pass of /encode: bounds activation memory.
-FORWARD_TOKEN_BUDGET = 16384
 
 
 def token_dicts(encoding: Encoding, with_segment: bool = False) -> list[dict[str, Any]]:
@@ -49,18 +46,6 @@ def resolve_indices(values: Sequence[int] | None, count: int, param: str) -> lis
             raise InvalidRequest(f"{param}[{position}]", f"{value} is out of range: there are {count} ({-count} to {count - 1})")
         resolved.append(value % count)
     return resolved
-
-
-def length_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """Indices grouped longest first so that each group's padded size (rows × longest) fits the budget."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    groups: list[list[int]] = []
-    for index in order:
-        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
-            groups[-1].append(index)
-        else:
-            groups.append([index])
-    return groups
 
 
 def attention_rollout(attention: torch.Tensor) -> torch.Tensor:
@@ -89,12 +74,17 @@ class EncoderService:
             if self.max_attention_tokens == model.max_tokens
             else model.tokenizer.with_max_tokens(self.max_attention_tokens)
         )
-        # One thread does all model work: the event loop stays free, and forward passes never contend.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
-        self._admitted = 0  # requests queued for or running on the inference thread
+        self.engine = Engine(
+            model,
+            max_batch_tokens=settings.max_batch_tokens,
+            max_batch_size=settings.max_batch_size,
+            max_wait=settings.batch_wait_ms / 1000,
+        )
+        self._admitted = 0  # requests admitted and not yet answered
 
-    async def run(self, function: Callable[..., T], *args: Any) -> T:
-        """Run ``function(*args)`` on the inference thread; 429 when ``max_queue`` requests are already in."""
+    @asynccontextmanager
+    async def admit(self) -> AsyncIterator[None]:
+        """Count a request in; 429 when ``max_queue`` requests are already in."""
         if self._admitted >= self.settings.max_queue:
             raise Overloaded(
                 f"the work queue is full ({self._admitted} requests); retry after the Retry-After seconds",
@@ -102,13 +92,13 @@ class EncoderService:
             )
         self._admitted += 1
         try:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._executor, functools.partial(function, *args))
+            yield
         finally:
             self._admitted -= 1
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=False)
+        """Finish the queued work and stop the inference thread."""
+        self.engine.stop()
 
     def warm_up(self) -> None:
         """One forward pass on both attention paths, so the first request pays no start-up cost."""
@@ -135,42 +125,37 @@ class EncoderService:
 
     # ---- endpoints ----
 
-    def encode(self, request: EncodeRequest) -> dict[str, Any]:
+    async def encode(self, request: EncodeRequest) -> dict[str, Any]:
         self._check_batch_size(request.texts)
         try:
-            self.model.resolve_layer(request.layer)
+            n_layers = self.model.resolve_layer(request.layer)
         except ValueError as error:
             raise InvalidRequest("layer", str(error).removeprefix("layer ")) from error
-        encodings = self._encode_texts(self.model.tokenizer, request.texts, None, request.truncate, "texts")
-        lengths = [len(e.ids) for e in encodings]
-        sentences: list[np.ndarray] = [np.empty(0)] * len(encodings)
-        token_vectors: list[np.ndarray] = [np.empty(0)] * len(encodings)
-        for group in length_batches(lengths, FORWARD_TOKEN_BUDGET):
-            batch = self.model.tokenizer.pad([encodings[i] for i in group])
-            pooled, hidden = self.model.embed_batch(
-                batch, pooling=request.pooling, normalize_embeddings=request.normalize, layer=request.layer
-            )
-            pooled_np = pooled.cpu().numpy()
-            hidden_np = hidden.cpu().numpy() if request.return_token_embeddings else None
-            for row, index in enumerate(group):
-                sentences[index] = pooled_np[row]
-                if hidden_np is not None:
-                    token_vectors[index] = hidden_np[row, : lengths[index]]
+        encodings = await asyncio.to_thread(
+            self._encode_texts, self.model.tokenizer, request.texts, None, request.truncate, "texts"
+        )
+        options = EncodeOptions(
+            n_layers=n_layers,
+            pooling=request.pooling or self.model.pooling.mode,
+            normalize=request.normalize,
+            token_vectors=request.return_token_embeddings,
+        )
+        results = await self.engine.encode(encodings, options)
 
         as_base64 = request.encoding_format == "base64"
         data = []
-        for index, encoding in enumerate(encodings):
+        for index, (encoding, result) in enumerate(zip(encodings, results)):
             item: dict[str, Any] = {
                 "index": index,
-                "embedding": base64_float32(sentences[index]) if as_base64 else sentences[index],
+                "embedding": base64_float32(result.embedding) if as_base64 else result.embedding,
             }
             if request.return_tokens:
                 item["tokens"] = token_dicts(encoding)
             if request.return_token_embeddings:
-                vectors = token_vectors[index]
+                vectors = result.token_vectors
                 item["token_embeddings"] = [base64_float32(v) for v in vectors] if as_base64 else vectors
             data.append(item)
-        n_tokens = sum(lengths)
+        n_tokens = sum(len(e.ids) for e in encodings)
         return {
             "model": self.model.name,
             "dim": self.model.config.d_model,
@@ -178,12 +163,14 @@ class EncoderService:
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
         }
 
-    def attention(self, request: AttentionRequest) -> dict[str, Any]:
+    async def attention(self, request: AttentionRequest) -> dict[str, Any]:
         config = self.model.config
         layers = resolve_indices(request.layers, config.n_layers, "layers")
         heads = resolve_indices(request.heads, config.n_heads, "heads")
-        encoding = self._encode_texts(
-            self.attention_tokenizer, [request.text], [request.text_pair], request.truncate, "text"
+        encoding = (
+            await asyncio.to_thread(
+                self._encode_texts, self.attention_tokenizer, [request.text], [request.text_pair], request.truncate, "text"
+            )
         )[0]
         T = len(encoding.ids)
         head_axis = len(heads) if request.aggregate == "none" else 1
@@ -196,17 +183,9 @@ class EncoderService:
                 "layers or heads, use aggregate 'mean', or send a shorter text",
             )
 
-        batch = self.attention_tokenizer.pad([encoding])
-        output = self.model.forward(batch, return_attentions=True, n_layers=max(layers) + 1)
-        computed = torch.stack(output.attentions)[:, 0].float()  # (L', H, T, T), L' = max(layers) + 1
-        selected = computed[:, heads]  # (L', H', T, T)
-        if request.aggregate == "none":
-            result = selected[layers]  # (L, H', T, T)
-        elif request.aggregate == "mean":
-            result = selected[layers].mean(dim=1, keepdim=True)  # (L, 1, T, T)
-        else:
-            result = attention_rollout(selected)[layers].unsqueeze(1)  # (L, 1, T, T)
-        weights = result.cpu().numpy()
+        weights = await self.engine.call(
+            lambda: self._attention_weights(encoding, layers, heads, request.aggregate)
+        )
         if request.decimals is not None:
             weights = np.round(weights, request.decimals)
         return {
@@ -219,6 +198,20 @@ class EncoderService:
             "shape": list(weights.shape),
             "attention": weights,
         }
+
+    def _attention_weights(self, encoding: Encoding, layers: list[int], heads: list[int], aggregate: str) -> np.ndarray:
+        """On the inference thread: the explicit attention path, then selection and aggregation."""
+        batch = self.attention_tokenizer.pad([encoding])
+        output = self.model.forward(batch, return_attentions=True, n_layers=max(layers) + 1)
+        computed = torch.stack(output.attentions)[:, 0].float()  # (L', H, T, T), L' = max(layers) + 1
+        selected = computed[:, heads]  # (L', H', T, T)
+        if aggregate == "none":
+            result = selected[layers]  # (L, H', T, T)
+        elif aggregate == "mean":
+            result = selected[layers].mean(dim=1, keepdim=True)  # (L, 1, T, T)
+        else:
+            result = attention_rollout(selected)[layers].unsqueeze(1)  # (L, 1, T, T)
+        return result.cpu().numpy()
 
     def tokenize(self, request: TokenizeRequest) -> dict[str, Any]:
         self._check_batch_size(request.texts)

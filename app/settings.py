@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     pe_max_d_model: int = Field(4096, ge=2, description="largest `d_model` of /positional-encoding")
     pe_max_values: int = Field(4_194_304, ge=1, description="largest length × d_model of /positional-encoding")
 
+    max_batch_tokens: int = Field(16384, ge=1, description="padded tokens (rows × longest row) in one forward pass of merged /encode work")
+    max_batch_size: int = Field(256, ge=1, description="texts in one forward pass of merged /encode work")
+    batch_wait_ms: float = Field(0.0, ge=0, le=1000, description="how long an idle engine waits for more texts before computing a batch that has room")
     max_queue: int = Field(64, ge=1, description="requests admitted to the inference queue at once; past it 429 overloaded")
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="accepted Bearer keys, comma-separated; every endpoint but /health is open when empty"

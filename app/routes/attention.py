@@ -1,25 +1,27 @@
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from app.dependencies import Service
+from app.routes import answer
 from app.schemas import ERROR_RESPONSES, AttentionRequest, AttentionResponse, PositionalEncodingResponse
-from app.serialization import json_response
 
 router = APIRouter(tags=["inspection"], responses=ERROR_RESPONSES)
 
 
 @router.post("/attention", responses={200: {"model": AttentionResponse}})
-async def attention(request: AttentionRequest, service: Service) -> Response:
+async def attention(body: AttentionRequest, request: Request, service: Service) -> Response:
     """Per-layer, per-head attention matrices for a text (or text pair), optionally averaged or rolled out."""
-    return json_response(await service.run(service.attention, request))
+    return await answer(request, service, lambda: service.attention(body), service.settings.max_attention_values)
 
 
 @router.get("/positional-encoding", responses={200: {"model": PositionalEncodingResponse}})
 async def positional_encoding(
+    request: Request,
     service: Service,
     length: Annotated[int, Query(ge=1, description="number of positions (at most pe_max_length, see /info)")] = 50,
     d_model: Annotated[int | None, Query(ge=2, description="encoding width, even; the model's hidden size when omitted")] = None,
@@ -30,4 +32,5 @@ async def positional_encoding(
     ] = "sinusoidal",
 ) -> Response:
     """Positional encodings: the sinusoid of "Attention Is All You Need", or the model's learned table."""
-    return json_response(service.positional_encoding(kind, length, d_model, base))
+    work = lambda: asyncio.to_thread(service.positional_encoding, kind, length, d_model, base)  # noqa: E731
+    return await answer(request, service, work, length * (d_model or service.model.config.d_model))

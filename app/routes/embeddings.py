@@ -1,22 +1,26 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
+import asyncio
+
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.dependencies import Service
+from app.routes import answer
 from app.schemas import ERROR_RESPONSES, EncodeRequest, EncodeResponse, TokenizeRequest, TokenizeResponse
-from app.serialization import json_response
 
 router = APIRouter(tags=["embeddings"], responses=ERROR_RESPONSES)
 
 
 @router.post("/encode", responses={200: {"model": EncodeResponse}})
-async def encode(request: EncodeRequest, service: Service) -> Response:
+async def encode(body: EncodeRequest, request: Request, service: Service) -> Response:
     """Sentence embeddings (and, on request, tokens and per-token vectors) for one or more texts."""
-    return json_response(await service.run(service.encode, request))
+    # Token vectors can be many numbers: estimate at 128 tokens a text.
+    size = len(body.texts) * service.model.config.d_model * (129 if body.return_token_embeddings else 1)
+    return await answer(request, service, lambda: service.encode(body), size)
 
 
 @router.post("/tokenize", responses={200: {"model": TokenizeResponse}})
-async def tokenize(request: TokenizeRequest, service: Service) -> Response:
+async def tokenize(body: TokenizeRequest, request: Request, service: Service) -> Response:
     """The model's tokens for one or more texts (optionally paired), with ids, character spans and segments."""
-    return json_response(await service.run(service.tokenize, request))
+    return await answer(request, service, lambda: asyncio.to_thread(service.tokenize, body))

@@ -62,7 +62,12 @@ async def test_full_queue_answers_429_with_retry_after_then_recovers(bundled_mod
     async with serve(Settings(max_queue=2), bundled_model) as client:
         service = client._transport.app.state.service  # type: ignore[attr-defined]
         release = threading.Event()
-        blockers = [asyncio.ensure_future(service.run(release.wait, 30)) for _ in range(2)]  # fill the queue
+
+        async def occupy() -> None:
+            async with service.admit():
+                await service.engine.call(lambda: release.wait(30))  # holds the inference thread too
+
+        blockers = [asyncio.ensure_future(occupy()) for _ in range(2)]  # fill the queue
         await asyncio.sleep(0.05)
         response = await client.post("/encode", json={"texts": "x"})
         assert_error(response, 429, "overloaded", None, "queue is full")

@@ -1,0 +1,335 @@
+"""The benchmark: the service over HTTP against the in-process reference libraries, in one run.
+
+    make bench            (or: .venv/bin/python -m bench.run [--quick])
+
+Starts `uvicorn app.main:app` on 127.0.0.1, drives it from this process over keep-alive connections
+(bounded request count and time), stops it, then measures sentence-transformers and transformers
+in-process on the same texts with nothing else running. Prints the figures and writes them, with the
+machine and the command, into BENCHMARKS.md (one section per device, replaced on each run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import re
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = """the of and to in is was that for it with as his on be at by had are but from or have an they which
+one you were her all she there would their we him been has when who will more no if out so said what up its
+about into than them can only other new some could time these two may then do first any my now such like our
+over man me even most made after also did many before must through back years where much your way well down
+should because each just those people how too little state good very make world still own see men work long get
+here between both life being under never day same another know while last might us great old year off come since
+against go came right used take three house city river garden music dog cat morning evening quickly slowly bright
+quiet ancient modern small large green blue heavy light storm train station market library teacher student
+window table letter story question answer paper model language machine learning network attention token vector
+""".split()
+
+
+def make_sentences(n: int = 2000, seed: int = 0) -> list[str]:
+    """n English-word sentences of 8 to 40 words, the same every run."""
+    rng = random.Random(seed)
+    sentences = []
+    for _ in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(8, 40))]
+        for i in range(3, len(words) - 2, rng.randint(6, 12)):
+            words[i] += ","
+        sentences.append((" ".join(words)).capitalize() + rng.choice(".?!"))
+    return sentences
+
+
+ATTENTION_TEXT = " ".join(make_sentences(40, seed=1))  # cut to 128 tokens below
+
+
+# ---- a small HTTP/1.1 client: keep-alive, Content-Length framing, no per-request allocations beyond bytes ----
+
+
+class Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
+        self.reader, self.writer, self.host = reader, writer, host
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> Connection:
+        reader, writer = await asyncio.open_connection(host, port)
+        return cls(reader, writer, host)
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        self.writer.write(head + body)
+        status_and_headers = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(status_and_headers[9:12])
+        match = re.search(rb"(?i)content-length: *(\d+)", status_and_headers)
+        length = int(match.group(1)) if match else 0
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@dataclass
+class Run:
+    name: str
+    sentences: int = 0
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.sentences / self.seconds if self.seconds else 0.0
+
+    def percentile(self, p: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] * 1000 if ordered else 0.0
+
+
+async def drive(
+    name: str, host: str, port: int, path: str, bodies: list[bytes], per_request: int, clients: int, limit_s: float,
+    check: bool = True,
+) -> Run:
+    """``clients`` connections take bodies from a shared list until it is empty or ``limit_s`` passes."""
+    connections = [await Connection.open(host, port) for _ in range(clients)]
+    queue = list(reversed(bodies))
+    run = Run(name)
+    deadline = time.perf_counter() + limit_s
+
+    async def client(connection: Connection) -> None:
+        while queue and time.perf_counter() < deadline:
+            body = queue.pop()
+            started = time.perf_counter()
+            status, payload = await connection.request("POST", path, body)
+            run.latencies.append(time.perf_counter() - started)
+            if status != 200 or (check and len(orjson.loads(payload)["data"]) != per_request):
+                run.errors += 1
+            else:
+                run.sentences += per_request
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in connections))
+    run.seconds = time.perf_counter() - started
+    for connection in connections:
+        connection.close()
+    return run
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_service(port: int, env: dict[str, str]) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
+         "--log-level", "warning", "--no-access-log"],
+        cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
+    )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the service exited during start-up"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                if b" 200 " in s.recv(200):
+                    return process
+        except OSError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError("the service did not become ready")
+
+
+async def http_runs(port: int, sentences: list[str], attention_text: str, quick: bool) -> dict[str, Run]:
+    host = "127.0.0.1"
+    singles = [orjson.dumps({"texts": [s]}) for s in sentences]
+    batches = [orjson.dumps({"texts": sentences[i:i + 32]}) for i in range(0, len(sentences) - 31, 32)]
+    attention = orjson.dumps({"text": attention_text})
+    limit = 60 if quick else 120
+    runs = {}
+    await drive("warm-up", host, port, "/encode", singles[:64], 1, 8, limit)
+    runs["a"] = await drive("(a) 32 clients × 1 text", host, port, "/encode", singles, 1, 32, limit)
+    runs["b"] = await drive("(b) 4 clients × 32 texts", host, port, "/encode", batches, 32, 4, limit)
+    n_attention = 10 if quick else 30
+    runs["c"] = await drive("(c) /attention, 128 tokens, all layers and heads", host, port, "/attention",
+                            [attention] * n_attention, 1, 1, limit, check=False)
+    runs["idle"] = await drive("idle: 1 client × 1 text", host, port, "/encode", singles[:200 if not quick else 60],
+                               1, 1, limit)
+    return runs
+
+
+def in_process(sentences: list[str], attention_text: str, quick: bool) -> dict[str, float]:
+    """The reference libraries in this process: sentence-transformers encode, transformers + json.dumps."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer, BertModel
+
+    from model import default_model_path
+
+    path = default_model_path()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    st = SentenceTransformer(str(path), device=device)
+    if device == "cuda":
+        st.half()  # the service runs float16 on CUDA: compare like with like
+    st.encode(sentences[:64], batch_size=32)
+    started = time.perf_counter()
+    st.encode(sentences, batch_size=32, normalize_embeddings=True)
+    st_rate = len(sentences) / (time.perf_counter() - started)
+
+    single = []
+    for text in sentences[:200 if not quick else 60]:
+        started = time.perf_counter()
+        st.encode([text], normalize_embeddings=True)
+        single.append(time.perf_counter() - started)
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    bert = BertModel.from_pretrained(path, attn_implementation="eager").eval().to(device)
+    inputs = tokenizer(attention_text, return_tensors="pt", truncation=True, max_length=128).to(device)
+    times = []
+    for _ in range(3 if quick else 10):
+        started = time.perf_counter()
+        with torch.inference_mode():
+            output = bert(**inputs, output_attentions=True)
+        json.dumps({"attention": torch.stack(output.attentions)[:, 0].tolist()})
+        times.append(time.perf_counter() - started)
+    return {
+        "st_rate": st_rate,
+        "st_single_p50_ms": statistics.median(single) * 1000,
+        "hf_attention_ms": statistics.median(times) * 1000,
+    }
+
+
+def machine() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = ""
+    try:
+        kib = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+        memory = f", {kib / 1024 / 1024:.0f} GiB RAM"
+    except (OSError, AttributeError):
+        pass
+    gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ", no GPU"
+    return f"{cpu}, {os.cpu_count()} cores{memory}{gpu}; Python {platform.python_version()}, torch {torch.__version__}"
+
+
+def report(runs: dict[str, Run], ref: dict[str, float], device: str, command: str, quick: bool) -> str:
+    a, b, c, idle = runs["a"], runs["b"], runs["c"], runs["idle"]
+    c_ms = statistics.median(c.latencies) * 1000
+    rows = [
+        "| case | sentences/s | p50 ms | p95 ms | p99 ms | errors |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for run in (a, b, idle):
+        rows.append(f"| {run.name} | {run.rate:.0f} | {run.percentile(50):.1f} | {run.percentile(95):.1f} | "
+                    f"{run.percentile(99):.1f} | {run.errors} |")
+    rows.append(f"| {c.name} | {c.sentences / c.seconds:.2f} req/s | {c.percentile(50):.1f} | {c.percentile(95):.1f} | "
+                f"{c.percentile(99):.1f} | {c.errors} |")
+    ratios = [
+        "| ratio | measured | goal |",
+        "|---|---:|---:|",
+        f"| (a) HTTP rate ÷ sentence-transformers in-process ({ref['st_rate']:.0f}/s) | {a.rate / ref['st_rate']:.2f} | ≥ 0.90 |",
+        f"| (b) HTTP rate ÷ sentence-transformers in-process | {b.rate / ref['st_rate']:.2f} | ≥ 0.95 |",
+        f"| (c) /attention p50 ÷ transformers + json.dumps in-process ({ref['hf_attention_ms']:.0f} ms) | "
+        f"{c_ms / ref['hf_attention_ms']:.2f} | ≤ 0.20 |",
+        f"| idle single-text p50 ÷ sentence-transformers encode of one text ({ref['st_single_p50_ms']:.1f} ms) | "
+        f"{idle.percentile(50) / ref['st_single_p50_ms']:.2f} | ≤ 1.5 |",
+    ]
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return "\n".join([
+        f"## {device}",
+        "",
+        f"Measured {stamp}{' (quick run)' if quick else ''} on {machine()}.",
+        f"Command: `{command}`",
+        "",
+        *rows,
+        "",
+        *ratios,
+        "",
+    ])
+
+
+def write_benchmarks(section: str, device: str) -> None:
+    path = ROOT / "BENCHMARKS.md"
+    header = (
+        "# Benchmarks\n\n"
+        "Written by `make bench` (bench/run.py): all-MiniLM-L6-v2, 2,000 generated English sentences of 8–40\n"
+        "words. The service runs as its own process on 127.0.0.1 and is driven over keep-alive HTTP from the\n"
+        "benchmark process; the in-process references run afterwards, alone. (a) 32 concurrent clients each\n"
+        "send one text per request; (b) 4 clients send 32 texts per request; (c) one client asks /attention\n"
+        "for all layers and heads of a 128-token text, against transformers' BertModel (eager,\n"
+        "output_attentions) plus json.dumps in-process; idle: one client, one text, nothing else running.\n\n"
+    )
+    sections = {}
+    if path.exists():
+        for block in re.split(r"(?m)^(?=## )", path.read_text()):
+            if block.startswith("## "):
+                sections[block.splitlines()[0][3:].strip()] = block.rstrip() + "\n"
+    sections[device] = section
+    path.write_text(header + "\n".join(sections[k] for k in sorted(sections)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer requests, for a smoke run")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    args = parser.parse_args()
+    command = "make bench" + (" BENCH_ARGS=--quick" if args.quick else "")
+
+    import torch
+
+    from model import TextEncoder
+
+    sentences = make_sentences(2000)
+    tokenizer = TextEncoder.load(device="cpu").tokenizer
+    attention_text = " ".join(tokenizer.encode([ATTENTION_TEXT])[0].tokens[1:127]).replace(" ##", "")
+    n_tokens = len(tokenizer.encode([attention_text])[0].ids)
+    assert 120 <= n_tokens <= 136, n_tokens
+
+    port = free_port()
+    service = start_service(port, {})
+    try:
+        runs = asyncio.run(http_runs(port, sentences, attention_text, args.quick))
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.wait(60)
+    reference = in_process(sentences, attention_text, args.quick)
+
+    device = "CUDA" if torch.cuda.is_available() else "CPU"
+    section = report(runs, reference, device, command, args.quick)
+    print(section)
+    if not args.no_write:
+        write_benchmarks(section, device)
+        print(f"written to {ROOT / 'BENCHMARKS.md'}")
+    if any(run.errors for run in runs.values()):
+        sys.exit(f"errors: {shlex.quote(str({k: r.errors for k, r in runs.items()}))}")
+
+
+if __name__ == "__main__":
+    main()
