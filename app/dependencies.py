@@ -13,7 +13,7 @@ from app.service import EncoderService
 from app.settings import Settings
 
 
-def get_service(request: Request) -> EncoderService:
+async def get_service(request: Request) -> EncoderService:
     """The loaded service; 503 ``not_ready`` until the model is loaded and warmed up."""
     service: EncoderService | None = getattr(request.app.state, "service", None)
     if service is None:
@@ -25,7 +25,7 @@ def get_service(request: Request) -> EncoderService:
 Service = Annotated[EncoderService, Depends(get_service)]
 
 
-def require_api_key(request: Request) -> None:
+async def require_api_key(request: Request) -> None:
     """401 ``unauthorized`` unless the request carries one of the configured keys (none configured: open)."""
     settings: Settings = request.app.state.settings
     if not settings.api_keys:

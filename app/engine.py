@@ -1,10 +1,14 @@
 """The inference engine: concurrent requests merged into batches, computed on one dedicated thread.
 
-Each text of an /encode request becomes an ``EncodeItem`` that carries its job (the request's future).
-The inference thread takes pending items in arrival order until the batch would pass the padded-token
-budget (rows × longest row) or the batch size, drops items whose client has gone, runs one forward
-pass, and hands every job exactly its own rows. Other model work (/attention, the warm-up) is a
-``CallItem`` that runs alone, in its turn.
+An /encode request arrives as an ``EncodeJob`` of raw texts. Each turn, the inference thread tokenises
+every job that arrived since the last turn in one batch call, turning each text into an ``EncodeItem``
+that carries its job (the request's future); it then takes pending items in arrival order until the
+batch would pass the padded-token budget (rows × longest row) or the batch size, drops items whose
+client has gone, runs one forward pass, and hands every job exactly its own rows. Other model work
+(/attention, the warm-up) is a ``CallItem`` that runs alone, in its turn.
+
+The encoder's fast path skips padding in everything but the attention core, so mixed lengths in one
+pass cost little, and one pass per turn beats cutting a turn's texts into passes of similar lengths.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 import torch
 from tokenizers import Encoding
 
-from model import TextEncoder
+from model import TextEncoder, TooManyTokensError
 from model.pooling import Pooling, pool
 
 logger = logging.getLogger(__name__)
@@ -36,6 +40,7 @@ class Job:
         self.future: asyncio.Future = loop.create_future()
         self.results: list[Any] = [None] * n_items
         self.remaining = n_items
+        self.encodings: list[Encoding] = []  # an encode job's texts, tokenised on the inference thread
 
     def gone(self) -> bool:
         """The request was cancelled (its client disconnected) or already failed."""
@@ -81,6 +86,14 @@ class EncodeItem:
 
 
 @dataclass(eq=False)
+class EncodeJob:
+    job: Job
+    texts: Sequence[str]
+    truncate: bool
+    options: EncodeOptions
+
+
+@dataclass(eq=False)
 class CallItem:
     job: Job
     function: Callable[[], Any]
@@ -104,25 +117,6 @@ class EncodeResult:
     token_vectors: np.ndarray | None  # (T, D) float32, real tokens only
 
 
-def split_by_length(
-    items: Sequence[EncodeItem], tolerance: float = 0.25, min_rows: int = 4
-) -> list[list[EncodeItem]]:
-    """Longest first, cut into forward passes whose rows are within ``tolerance`` of their longest row.
-
-    Compute grows with padded tokens, so a merged batch of mixed lengths runs faster as a few passes of
-    similar lengths (on all-MiniLM-L6-v2 on a CPU: 209 texts/s instead of 132 for groups of 128 random
-    sentences). ``min_rows`` keeps passes from getting too small to be efficient.
-    """
-    ordered = sorted(items, key=lambda item: -item.length)
-    groups: list[list[EncodeItem]] = []
-    for item in ordered:
-        if groups and (item.length >= groups[-1][0].length * (1 - tolerance) or len(groups[-1]) < min_rows):
-            groups[-1].append(item)
-        else:
-            groups.append([item])
-    return groups
-
-
 class Engine:
     """A queue of model work and the one thread that does it."""
 
@@ -134,6 +128,7 @@ class Engine:
         self.max_batch_size = max_batch_size
         self.max_wait = max_wait
         self.stats = EngineStats()
+        self._arrived: list[EncodeJob] = []  # encode jobs not tokenised yet
         self._pending: deque[EncodeItem | CallItem] = deque()
         self._condition = threading.Condition()
         self._stopping = False
@@ -142,14 +137,21 @@ class Engine:
 
     # ---- the event loop's side ----
 
-    async def encode(self, encodings: Sequence[Encoding], options: EncodeOptions) -> list[EncodeResult]:
-        """Sentence (and optionally token) vectors for a request's texts, in the request's order."""
-        job = Job(asyncio.get_running_loop(), len(encodings))
-        # Queued shortest first: a request's texts of similar length end up in the same batch.
-        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
-        items = [EncodeItem(job, i, encodings[i], len(encodings[i].ids), options) for i in order]
-        self._submit(items)
-        return await job.future
+    async def encode(
+        self, texts: Sequence[str], options: EncodeOptions, truncate: bool = True
+    ) -> tuple[list[Encoding], list[EncodeResult]]:
+        """Tokens and sentence (optionally token) vectors for a request's texts, in the request's order.
+
+        Raises TooManyTokensError for a text that is too long when ``truncate`` is false.
+        """
+        job = Job(asyncio.get_running_loop(), len(texts))
+        with self._condition:
+            if self._stopping:
+                raise RuntimeError("the engine is stopped")
+            self._arrived.append(EncodeJob(job, texts, truncate, options))
+            self._condition.notify()
+        results = await job.future
+        return job.encodings, results
 
     async def call(self, function: Callable[[], Any]) -> Any:
         """Run ``function()`` on the inference thread, alone, in its turn."""
@@ -165,8 +167,8 @@ class Engine:
             self._condition.notify()
 
     def pending(self) -> int:
-        """Items waiting for the inference thread."""
-        return len(self._pending)
+        """Texts and calls waiting for the inference thread."""
+        return len(self._pending) + sum(len(j.texts) for j in self._arrived)
 
     def stop(self, timeout: float | None = 30.0) -> None:
         """Finish what is queued, then end the thread."""
@@ -174,6 +176,14 @@ class Engine:
             self._stopping = True
             self._condition.notify()
         self._thread.join(timeout)
+        stats = self.stats
+        if stats.batches:
+            logger.info(
+                "engine stopped: %d texts in %d forward passes (%.1f a pass), %.0f%% of computed tokens were "
+                "padding, %d texts dropped for clients gone",
+                stats.batched_texts, stats.batches, stats.batched_texts / stats.batches,
+                100 * (1 - stats.real_tokens / max(stats.padded_tokens, 1)), stats.dropped_texts,
+            )
 
     # ---- the inference thread's side ----
 
@@ -181,13 +191,25 @@ class Engine:
         torch.set_grad_enabled(False)
         while True:
             with self._condition:
-                while not self._pending and not self._stopping:
+                while not self._pending and not self._arrived and not self._stopping:
                     self._condition.wait()
-                if not self._pending:
+                if not self._pending and not self._arrived:
                     return
                 if self.max_wait > 0:
                     self._linger()
-                work = self._take()
+                arrived, self._arrived = self._arrived, []
+            if arrived:
+                try:
+                    items = self._tokenize(arrived)
+                except BaseException as error:  # the thread must outlive any one request
+                    logger.exception("tokenising %d requests failed", len(arrived))
+                    for job in arrived:
+                        job.job.fail(error)
+                    items = []
+                with self._condition:
+                    self._pending.extend(items)
+            with self._condition:
+                work = self._take() if self._pending else []
             if not work:
                 continue
             if isinstance(work[0], CallItem):
@@ -198,11 +220,45 @@ class Engine:
     def _linger(self) -> None:
         """Wait up to ``max_wait`` for more texts while the batch has room (condition held)."""
         deadline = time.monotonic() + self.max_wait
-        while len(self._pending) < self.max_batch_size and not self._stopping:
+        while self.pending() < self.max_batch_size and not self._stopping:
             left = deadline - time.monotonic()
-            if left <= 0 or isinstance(self._pending[0], CallItem):
+            if left <= 0 or (self._pending and isinstance(self._pending[0], CallItem)):
                 return
             self._condition.wait(left)
+
+    def _tokenize(self, jobs: list[EncodeJob]) -> list[EncodeItem]:
+        """Every newly arrived text in one batch call per truncation mode; items in arrival order."""
+        tokenizer = self.model.tokenizer
+        live = [j for j in jobs if not j.job.gone()]
+        self.stats.dropped_texts += sum(len(j.texts) for j in jobs if j.job.gone())
+        items: list[EncodeItem] = []
+        for truncate in (True, False):
+            group = [j for j in live if j.truncate is truncate]
+            if not group:
+                continue
+            texts = [text for j in group for text in j.texts]
+            try:
+                encodings = tokenizer.encode(texts, truncate=truncate)
+            except TooManyTokensError:
+                encodings = None  # find which job it was: each one alone
+            start = 0
+            for j in group:
+                if encodings is not None:
+                    j.job.encodings = encodings[start:start + len(j.texts)]
+                    start += len(j.texts)
+                else:
+                    try:
+                        j.job.encodings = tokenizer.encode(j.texts, truncate=truncate)
+                    except TooManyTokensError as error:
+                        j.job.fail(error)
+                        continue
+                items.extend(
+                    EncodeItem(j.job, i, e, len(e.ids), j.options) for i, e in enumerate(j.job.encodings)
+                )
+        # arrival order across jobs, as the jobs came
+        order = {id(j.job): n for n, j in enumerate(jobs)}
+        items.sort(key=lambda item: order[id(item.job)])
+        return items
 
     def _take(self) -> list[EncodeItem | CallItem]:
         """The next unit of work (condition held): one call, or encode items up to the batch limits."""
@@ -234,16 +290,15 @@ class Engine:
             item.job.fail(error)
 
     def _run_encode(self, items: list[EncodeItem]) -> None:
-        for group in split_by_length(items):
-            try:
-                results = self._compute(group)
-            except BaseException as error:
-                logger.exception("a batch of %d texts failed", len(group))
-                for job in {id(item.job): item.job for item in group}.values():
-                    job.fail(error)
-                continue
-            for item, result in zip(group, results):
-                item.job.set(item.index, result)
+        try:
+            results = self._compute(items)
+        except BaseException as error:
+            logger.exception("a batch of %d texts failed", len(items))
+            for job in {id(item.job): item.job for item in items}.values():
+                job.fail(error)
+            return
+        for item, result in zip(items, results):
+            item.job.set(item.index, result)
 
     def _compute(self, items: list[EncodeItem]) -> list[EncodeResult]:
         model = self.model

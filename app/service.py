@@ -114,10 +114,14 @@ class EncoderService:
         try:
             return tokenizer.encode(texts, pairs, truncate=truncate)
         except TooManyTokensError as error:
-            name = f"{param}[{error.index}]" if param == "texts" else param
-            raise InvalidRequest(
-                name, f"has {error.n_tokens} tokens, more than the maximum of {error.max_tokens} (send truncate: true to cut it)"
-            ) from error
+            raise self._too_long(param, error) from error
+
+    @staticmethod
+    def _too_long(param: str, error: TooManyTokensError) -> InvalidRequest:
+        name = f"{param}[{error.index}]" if param == "texts" else param
+        return InvalidRequest(
+            name, f"has {error.n_tokens} tokens, more than the maximum of {error.max_tokens} (send truncate: true to cut it)"
+        )
 
     def _check_batch_size(self, texts: Sequence[str]) -> None:
         if len(texts) > self.settings.max_batch_texts:
@@ -131,16 +135,16 @@ class EncoderService:
             n_layers = self.model.resolve_layer(request.layer)
         except ValueError as error:
             raise InvalidRequest("layer", str(error).removeprefix("layer ")) from error
-        encodings = await asyncio.to_thread(
-            self._encode_texts, self.model.tokenizer, request.texts, None, request.truncate, "texts"
-        )
         options = EncodeOptions(
             n_layers=n_layers,
             pooling=request.pooling or self.model.pooling.mode,
             normalize=request.normalize,
             token_vectors=request.return_token_embeddings,
         )
-        results = await self.engine.encode(encodings, options)
+        try:
+            encodings, results = await self.engine.encode(request.texts, options, request.truncate)
+        except TooManyTokensError as error:
+            raise self._too_long("texts", error) from error
 
         as_base64 = request.encoding_format == "base64"
         data = []

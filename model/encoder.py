@@ -60,6 +60,35 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     return AttentionResult(attention @ v, attention)  # (B, H, T, Dh), (B, H, T, T)
 
 
+@dataclass(frozen=True)
+class Packing:
+    """Where the real tokens of a padded (B, T) batch sit, so that per-token work skips the padding.
+
+    Everything in a layer but the attention core acts on each token alone, so the fast path runs it on
+    the (N, D) real tokens only, N = number of real tokens, and scatters into the (B, T) layout just
+    around the attention core.
+    """
+
+    index: Tensor  # (N,) flat positions b·T + t of the real tokens
+    batch: int  # B
+    length: int  # T
+
+    @classmethod
+    def from_mask(cls, attention_mask: Tensor) -> Packing:
+        B, T = attention_mask.shape
+        return cls(attention_mask.flatten().nonzero().squeeze(1), B, T)
+
+    def pack(self, x: Tensor) -> Tensor:
+        """(B, T, ...) → (N, ...)"""
+        return x.flatten(0, 1).index_select(0, self.index)
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """(N, ...) → (B, T, ...), zeros where the padding is."""
+        out = x.new_zeros(self.batch * self.length, *x.shape[1:])
+        out.index_copy_(0, self.index, x)
+        return out.view(self.batch, self.length, *x.shape[1:])
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention with one fused QKV projection.
 
@@ -77,9 +106,15 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False) -> AttentionResult:
-        B, T, D = x.shape
-        q, k, v = self.qkv(x).split(D, dim=-1)  # 3 × (B, T, D)
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False, packing: Packing | None = None
+    ) -> AttentionResult:
+        """x is (B, T, D), or with ``packing`` the (N, D) real tokens alone (and so is the result)."""
+        qkv = self.qkv(x)  # (B, T, 3D) or (N, 3D)
+        if packing is not None:
+            qkv = packing.unpack(qkv)  # (B, T, 3D)
+        B, T, D = qkv.size(0), qkv.size(1), self.d_model
+        q, k, v = qkv.split(D, dim=-1)  # 3 × (B, T, D)
         q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
         k = k.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
         v = v.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
@@ -89,7 +124,9 @@ class MultiHeadAttention(nn.Module):
             # The fused kernel: same arithmetic, no (T, T) matrix kept.
             values, attention = F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None  # (B, H, T, Dh)
         values = values.transpose(1, 2).reshape(B, T, D)  # (B, T, D): heads concatenated
-        return AttentionResult(self.out(values), attention)  # (B, T, D)
+        if packing is not None:
+            values = packing.pack(values)  # (N, D)
+        return AttentionResult(self.out(values), attention)  # (B, T, D) or (N, D)
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -122,8 +159,10 @@ class EncoderLayer(nn.Module):
         self.feed_forward = PositionwiseFeedForward(config.d_model, config.d_ff, config.activation)
         self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False) -> AttentionResult:
-        attended, attention = self.attention(x, mask, need_weights)  # (B, T, D), (B, H, T, T) | None
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False, packing: Packing | None = None
+    ) -> AttentionResult:
+        attended, attention = self.attention(x, mask, need_weights, packing)  # like x, (B, H, T, T) | None
         x = self.attention_norm(x + attended)  # (B, T, D)
         x = self.feed_forward_norm(x + self.feed_forward(x))  # (B, T, D)
         return AttentionResult(x, attention)
@@ -196,12 +235,17 @@ class Encoder(nn.Module):
 
         mask = padding_mask(attention_mask, causal)  # (B, 1, 1|T, T)
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
-        hidden_states = [x] if return_hidden_states else None
+        # Fast path with padding: per-token work on the real tokens only (padded rows come back as zeros).
+        packing = None if return_attentions or bool(attention_mask.all()) else Packing.from_mask(attention_mask)
+        if packing is not None:
+            x = packing.pack(x)  # (N, D)
+        unpack = packing.unpack if packing is not None else (lambda t: t)
+        hidden_states = [unpack(x)] if return_hidden_states else None
         attentions: list[Tensor] | None = [] if return_attentions else None
         for layer in self.layers[:n_layers]:
-            x, attention = layer(x, mask, need_weights=return_attentions)  # (B, T, D), (B, H, T, T) | None
+            x, attention = layer(x, mask, return_attentions, packing)  # (B, T, D) | (N, D), (B, H, T, T) | None
             if hidden_states is not None:
-                hidden_states.append(x)
+                hidden_states.append(unpack(x))
             if attentions is not None:
                 attentions.append(attention)
-        return EncoderOutput(last_hidden_state=x, hidden_states=hidden_states, attentions=attentions)
+        return EncoderOutput(last_hidden_state=unpack(x), hidden_states=hidden_states, attentions=attentions)

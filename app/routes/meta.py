@@ -20,5 +20,5 @@ async def info(service: Service) -> Response:
 @health_router.get("/health", responses={200: {"model": HealthResponse}})
 async def health(request: Request) -> Response:
     """200 once the model is loaded and has run a warm-up pass; 503 not_ready before."""
-    get_service(request)
+    await get_service(request)
     return json_response({"status": "ok"})

@@ -77,6 +77,24 @@ def test_padded_pair_batch_equals_transformers_bert(target, hf_bert, batch) -> N
             assert mine[row, :, :, n:].abs().sum() == 0  # no weight on padding keys
 
 
+def test_fast_path_hidden_states_equal_transformers_bert(target, hf_bert, batch) -> None:
+    """Without attention probabilities the padded batch takes the packed fast path (padding skipped)."""
+    model, hidden_tol, _, _ = target
+    output = model.forward(batch, return_hidden_states=True)
+    assert output.attentions is None
+    with torch.inference_mode():
+        theirs = hf_bert(
+            input_ids=torch.from_numpy(batch.input_ids),
+            attention_mask=torch.from_numpy(batch.attention_mask),
+            token_type_ids=torch.from_numpy(batch.token_type_ids),
+            output_hidden_states=True,
+        )
+    real = torch.from_numpy(batch.attention_mask).bool()
+    for mine, reference in zip(output.hidden_states, theirs.hidden_states, strict=True):
+        torch.testing.assert_close(mine.float().cpu()[real], reference[real], atol=hidden_tol, rtol=0)
+    assert output.last_hidden_state.float().cpu()[~real].abs().sum() == 0  # padded rows are never computed
+
+
 def test_sentence_embeddings_equal_sentence_transformers(target, sentence_transformer) -> None:
     model, _, _, min_cosine = target
     texts = [*TEXTS, "word " * 400]  # the last one is cut at the model's 256 tokens by both
