@@ -9,10 +9,13 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The browser tests drive Debian's chromium (Playwright's own browser download is not used).
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test bench install clean
+.PHONY: serve test bench screenshots install clean
 
 install: $(VENV)/.installed
 
@@ -26,11 +29,18 @@ $(VENV)/.installed: pyproject.toml
 serve: install
 	$(BIN)/uvicorn app.main:app --host $(HOST) --port $(PORT)
 
-test: install
-	$(BIN)/python -m pytest
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core
+
+test: install $(CHROMIUM)
+	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest
 
 bench: install
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+screenshots: install $(CHROMIUM)
+	CHROMIUM=$(CHROMIUM) $(BIN)/python docs/make_screenshots.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 
 from app import __version__
 from app.dependencies import ApiKey
 from app.errors import install_error_handlers
 from app.middleware import BodySizeLimit
-from app.routes import attention, embeddings, meta
+from app.routes import attention, embeddings, meta, viewer
 from app.service import EncoderService
 from app.settings import Settings, get_settings
 from model import TextEncoder
@@ -81,6 +82,8 @@ def create_app(settings: Settings | None = None, model: TextEncoder | None = Non
         app.include_router(router, dependencies=[ApiKey])
     app.include_router(meta.info_router, dependencies=[ApiKey])
     app.include_router(meta.health_router)  # open: load balancers and orchestrators probe it without a key
+    app.include_router(viewer.router)  # the page is static and open; its API calls carry the key
+    app.mount("/static", StaticFiles(directory=viewer.STATIC_DIR), name="static")
     return app
 
 

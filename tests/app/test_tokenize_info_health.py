@@ -85,3 +85,13 @@ async def test_openapi_schema_shows_limits_and_examples(client: httpx.AsyncClien
     assert components["EncodeRequest"]["properties"]["texts"]["anyOf"][1]["minItems"] == 1
     assert components["EncodeRequest"]["examples"]
     assert "422" in schema["paths"]["/encode"]["post"]["responses"]
+
+
+async def test_root_serves_the_viewer_page_and_its_assets(client: httpx.AsyncClient) -> None:
+    page = await client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "<title>Encoder inspector</title>" in page.text
+    script = await client.get("/static/viewer.js")
+    assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+    assert "http://" not in script.text and "https://" not in script.text  # nothing from the network
+    assert_error(await client.get("/static/missing.js"), 404, "not_found")

@@ -1,0 +1,257 @@
+"""The attention viewer at /, in headless Chromium (Debian's package) driven by Playwright."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.app.servers import running_server
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+TEXT = "The animal didn't cross the street because it was too tired."
+
+# Reads whether a canvas has anything drawn on it: any pixel not fully transparent and not white.
+CANVAS_INK = """(canvas) => {
+  const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  let ink = 0;
+  for (let k = 0; k < data.length; k += 4) {
+    if (data[k + 3] > 0 && (data[k] < 250 || data[k + 1] < 250 || data[k + 2] < 250)) ink++;
+  }
+  return ink;
+}"""
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with running_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+class Watched:
+    """A page with its console errors and every URL it requested."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("request", lambda r: self.requests.append(r.url))
+
+
+@pytest.fixture
+def viewer(browser: Browser, server: str) -> Iterator[Watched]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    watched = Watched(context.new_page())
+    watched.page.goto(server + "/")
+    watched.page.wait_for_selector("#head-left .token")  # the page draws its example text on load
+    yield watched
+    context.close()
+
+
+def n_tokens(server: str, text: str, pair: str | None = None) -> int:
+    body = httpx.post(f"{server}/tokenize", json={"texts": text, "text_pair": pair}).json()
+    return len(body["data"][0]["tokens"])
+
+
+def submit(page: Page, text: str, pair: str = "") -> None:
+    page.fill("#text", text)
+    page.fill("#text-pair", pair)
+    page.click("#submit")
+    idle(page)
+
+
+def idle(page: Page) -> None:
+    """Wait until the page has no request to the API in flight."""
+    page.wait_for_function("() => !document.body.hasAttribute('aria-busy')")
+
+
+def open_tab(page: Page, tab: str) -> None:
+    page.click(f"#tab-{tab}")
+    idle(page)
+
+
+def ink(page: Page, selector: str) -> int:
+    return page.eval_on_selector(selector, CANVAS_INK)
+
+
+def test_page_loads_without_console_errors_or_outside_requests(viewer: Watched, server: str) -> None:
+    assert viewer.page.title() == "Encoder inspector"
+    assert "all-MiniLM-L6-v2" in viewer.page.inner_text("#model-info")
+    submit(viewer.page, TEXT)
+    for tab in ("model", "heatmap", "pe", "similarity", "head"):
+        open_tab(viewer.page, tab)
+    assert viewer.errors == []
+    outside = [url for url in viewer.requests if not url.startswith(server) and not url.startswith(("data:", "blob:"))]
+    assert outside == [], outside
+    assert any(url.endswith("/attention") for url in viewer.requests)  # it uses the public API
+
+
+def test_head_view_draws_one_label_per_token_and_lines(viewer: Watched, server: str) -> None:
+    pair = "It was very tired."
+    submit(viewer.page, TEXT, pair)
+    expected = n_tokens(server, TEXT, pair)
+    assert viewer.page.locator("#head-left .token").count() == expected
+    assert viewer.page.locator("#head-right .token").count() == expected
+    assert viewer.page.locator("#head-left .token").first.inner_text() == "[CLS]"
+    assert ink(viewer.page, "#head-canvas") > 100
+    assert viewer.page.locator("#head-toggles button").count() == 12
+
+
+def test_changing_layer_or_head_changes_the_head_view(viewer: Watched) -> None:
+    page = viewer.page
+    canvas = lambda: page.eval_on_selector("#head-canvas", "c => c.toDataURL()")  # noqa: E731
+    before = canvas()
+    page.select_option("#head-layer", "0")
+    idle(page)
+    after_layer = canvas()
+    assert after_layer != before
+    page.click("#head-toggles button[data-head='3']")  # hide one head
+    assert page.get_attribute("#head-toggles button[data-head='3']", "aria-pressed") == "false"
+    assert canvas() != after_layer
+    page.click("#heads-none")
+    assert ink(page, "#head-canvas") == 0  # no head selected, no lines
+
+
+def test_hovering_a_token_focuses_its_lines(viewer: Watched) -> None:
+    page = viewer.page
+    everything = ink(page, "#head-canvas")
+    page.hover("#head-left .token >> nth=3")
+    assert page.locator("#head-left .token.active").count() == 1
+    focused = ink(page, "#head-canvas")
+    assert 0 < focused < everything
+
+
+def test_model_view_draws_every_layer_and_head_and_enlarges_one(viewer: Watched) -> None:
+    page = viewer.page
+    open_tab(page, "model")
+    cells = page.locator("#model-grid button")
+    assert cells.count() == 6 * 12
+    assert ink(page, "#model-grid button >> nth=0 >> canvas") > 0
+    cells.nth(12 * 2 + 5).click()  # layer 3, head 6
+    idle(page)
+    assert page.get_attribute("#tab-heatmap", "aria-selected") == "true"
+    assert page.input_value("#heat-layer") == "2" and page.input_value("#heat-head") == "5"
+    assert ink(page, "#heat-canvas") > 0
+
+
+def test_heatmap_shows_values_on_hover_and_draws_mean_and_rollout(viewer: Watched) -> None:
+    page = viewer.page
+    open_tab(page, "heatmap")
+    head = page.eval_on_selector("#heat-canvas", "c => c.toDataURL()")
+    assert ink(page, "#heat-canvas") > 0
+    box = page.locator("#heat-canvas").bounding_box()
+    margin, cell = (float(page.get_attribute("#heat-canvas", a)) for a in ("data-margin", "data-cell"))
+    page.mouse.move(box["x"] + margin + cell / 2, box["y"] + margin + 22 + cell / 2)
+    assert page.inner_text("#heat-readout").startswith("“[CLS]” → “[CLS]”: 0.")
+    drawings = {head}
+    for choice in ("mean", "rollout"):
+        page.select_option("#heat-head", choice)
+        idle(page)
+        drawings.add(page.eval_on_selector("#heat-canvas", "c => c.toDataURL()"))
+    assert len(drawings) == 3
+    assert any(url.endswith("/attention") for url in viewer.requests)
+
+
+def test_positional_encoding_draws_and_follows_length_and_kind(viewer: Watched) -> None:
+    page = viewer.page
+    open_tab(page, "pe")
+    assert ink(page, "#pe-canvas") > 0
+    height = page.eval_on_selector("#pe-canvas", "c => c.height")
+    page.fill("#pe-length", "16")
+    page.click("#pe-form button[type=submit]")
+    page.wait_for_function(f"() => document.querySelector('#pe-canvas').height < {height}")
+    page.select_option("#pe-kind", "learned")
+    page.click("#pe-form button[type=submit]")
+    idle(page)
+    assert ink(page, "#pe-canvas") > 0
+    assert any("kind=learned" in url for url in viewer.requests)
+
+
+def test_similarity_matrix_has_one_row_per_text(viewer: Watched) -> None:
+    page = viewer.page
+    open_tab(page, "similarity")
+    page.fill("#sim-texts", "A cat sits on the mat.\nA kitten rests on a rug.\nInterest rates rose again.\n\n")
+    page.click("#sim-form button[type=submit]")
+    page.wait_for_function("() => document.querySelectorAll('#sim-table tbody tr').length === 3")
+    rows = page.locator("#sim-table tbody tr")
+    assert rows.count() == 3
+    assert [rows.nth(i).locator("td").nth(i).inner_text() for i in range(3)] == ["1.00"] * 3
+    cat_kitten = float(rows.nth(0).locator("td").nth(1).inner_text())
+    cat_rates = float(rows.nth(0).locator("td").nth(2).inner_text())
+    assert cat_kitten > cat_rates
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("", "must not be empty"),  # an empty text
+        ("word " * 300, None),  # too long is cut (truncate), so no error: the page still draws
+    ],
+)
+def test_api_errors_are_shown_in_words(viewer: Watched, text: str, words: str | None) -> None:
+    submit(viewer.page, text)
+    if words is None:
+        assert viewer.page.is_hidden("#error")
+        assert viewer.page.locator("#head-left .token").count() == 256  # 128+ tokens: still drawn
+        return
+    assert viewer.page.is_visible("#error")
+    assert words in viewer.page.inner_text("#error")
+    assert "did not accept" in viewer.page.inner_text("#error")
+
+
+def test_an_empty_similarity_request_is_explained(viewer: Watched) -> None:
+    open_tab(viewer.page, "similarity")
+    viewer.page.fill("#sim-texts", "   \n")
+    viewer.page.click("#sim-form button[type=submit]")
+    viewer.page.wait_for_selector("#error:not([hidden])")
+    assert "texts" in viewer.page.inner_text("#error")
+
+
+@pytest.mark.parametrize("tab", ["head", "model", "heatmap", "pe", "similarity"])
+def test_each_view_downloads_as_png_and_json(viewer: Watched, tab: str) -> None:
+    page = viewer.page
+    open_tab(page, tab)
+    with page.expect_download() as png:
+        page.click("#download-png")
+    assert png.value.suggested_filename == f"{tab}.png"
+    assert open(png.value.path(), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    with page.expect_download() as data:
+        page.click("#download-json")
+    assert data.value.suggested_filename == f"{tab}.json"
+    assert json.loads(open(data.value.path(), encoding="utf-8").read())
+
+
+def test_keyboard_moves_between_tabs(viewer: Watched) -> None:
+    page = viewer.page
+    page.focus("#tab-head")
+    page.keyboard.press("ArrowRight")
+    assert page.get_attribute("#tab-model", "aria-selected") == "true"
+    assert page.evaluate("document.activeElement.id") == "tab-model"
+
+
+def test_phone_width_has_no_page_level_horizontal_scroll(browser: Browser, server: str) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    page = context.new_page()
+    page.goto(server + "/")
+    page.wait_for_selector("#head-left .token")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 391
+    assert page.is_visible("#submit")
+    context.close()
