@@ -32,15 +32,31 @@ from model.pooling import Pooling, pool
 logger = logging.getLogger(__name__)
 
 
+@dataclass
+class Timing:
+    """Where one request's time went: waiting for the inference thread, then computing."""
+
+    queue_s: float = 0.0
+    inference_s: float = 0.0
+
+
 class Job:
     """One request's share of the work: its future, resolved on the event loop once every item is done."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, n_items: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, n_items: int, timing: Timing | None = None) -> None:
         self.loop = loop
         self.future: asyncio.Future = loop.create_future()
         self.results: list[Any] = [None] * n_items
         self.remaining = n_items
         self.encodings: list[Encoding] = []  # an encode job's texts, tokenised on the inference thread
+        self.timing = timing
+        self.submitted = time.perf_counter()
+        self.started: float | None = None  # when its first text began computing
+
+    def start(self, now: float) -> None:
+        """Called on the inference thread when work of this job begins."""
+        if self.started is None:
+            self.started = now
 
     def gone(self) -> bool:
         """The request was cancelled (its client disconnected) or already failed."""
@@ -51,6 +67,9 @@ class Job:
         self.results[index] = value
         self.remaining -= 1
         if self.remaining == 0:
+            if self.timing is not None and self.started is not None:
+                self.timing.queue_s = self.started - self.submitted
+                self.timing.inference_s = time.perf_counter() - self.started
             self.loop.call_soon_threadsafe(_resolve, self.future, self.results)
 
     def fail(self, error: BaseException) -> None:
@@ -108,6 +127,7 @@ class EngineStats:
     dropped_texts: int = 0  # texts dropped because their client had gone
     largest_batch: int = 0
     largest_padded_tokens: int = 0
+    compute_seconds: float = 0.0  # time spent in forward passes of /encode work
     batch_sizes: list[int] = field(default_factory=list)  # the most recent batch sizes (for tests and metrics)
 
 
@@ -121,9 +141,17 @@ class Engine:
     """A queue of model work and the one thread that does it."""
 
     def __init__(
-        self, model: TextEncoder, max_batch_tokens: int = 16384, max_batch_size: int = 256, max_wait: float = 0.0
+        self,
+        model: TextEncoder,
+        max_batch_tokens: int = 16384,
+        max_batch_size: int = 256,
+        max_wait: float = 0.0,
+        on_batch: Callable[[int, int, float], None] | None = None,  # (texts, real tokens, seconds) per pass
+        on_drop: Callable[[int], None] | None = None,  # (texts) dropped because their request was gone
     ) -> None:
         self.model = model
+        self.on_batch = on_batch
+        self.on_drop = on_drop
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
         self.max_wait = max_wait
@@ -138,13 +166,13 @@ class Engine:
     # ---- the event loop's side ----
 
     async def encode(
-        self, texts: Sequence[str], options: EncodeOptions, truncate: bool = True
+        self, texts: Sequence[str], options: EncodeOptions, truncate: bool = True, timing: Timing | None = None
     ) -> tuple[list[Encoding], list[EncodeResult]]:
         """Tokens and sentence (optionally token) vectors for a request's texts, in the request's order.
 
         Raises TooManyTokensError for a text that is too long when ``truncate`` is false.
         """
-        job = Job(asyncio.get_running_loop(), len(texts))
+        job = Job(asyncio.get_running_loop(), len(texts), timing)
         with self._condition:
             if self._stopping:
                 raise RuntimeError("the engine is stopped")
@@ -153,9 +181,9 @@ class Engine:
         results = await job.future
         return job.encodings, results
 
-    async def call(self, function: Callable[[], Any]) -> Any:
+    async def call(self, function: Callable[[], Any], timing: Timing | None = None) -> Any:
         """Run ``function()`` on the inference thread, alone, in its turn."""
-        job = Job(asyncio.get_running_loop(), 1)
+        job = Job(asyncio.get_running_loop(), 1, timing)
         self._submit([CallItem(job, function)])
         return (await job.future)[0]
 
@@ -230,7 +258,7 @@ class Engine:
         """Every newly arrived text in one batch call per truncation mode; items in arrival order."""
         tokenizer = self.model.tokenizer
         live = [j for j in jobs if not j.job.gone()]
-        self.stats.dropped_texts += sum(len(j.texts) for j in jobs if j.job.gone())
+        self._dropped(sum(len(j.texts) for j in jobs if j.job.gone()))
         items: list[EncodeItem] = []
         for truncate in (True, False):
             group = [j for j in live if j.truncate is truncate]
@@ -272,7 +300,7 @@ class Engine:
                 break
             if item.job.gone():
                 self._pending.popleft()
-                self.stats.dropped_texts += 1
+                self._dropped(1)
                 continue
             longest_with = max(longest, item.length)
             if batch and longest_with * (len(batch) + 1) > self.max_batch_tokens:
@@ -281,15 +309,25 @@ class Engine:
             longest = longest_with
         return batch
 
+    def _dropped(self, n: int) -> None:
+        if n:
+            self.stats.dropped_texts += n
+            if self.on_drop is not None:
+                self.on_drop(n)
+
     def _run_call(self, item: CallItem) -> None:
         if item.job.gone():
             return
+        item.job.start(time.perf_counter())
         try:
             item.job.set(0, item.function())
         except BaseException as error:  # handed to the request that asked
             item.job.fail(error)
 
     def _run_encode(self, items: list[EncodeItem]) -> None:
+        started = time.perf_counter()
+        for item in items:
+            item.job.start(started)
         try:
             results = self._compute(items)
         except BaseException as error:
@@ -297,6 +335,10 @@ class Engine:
             for job in {id(item.job): item.job for item in items}.values():
                 job.fail(error)
             return
+        seconds = time.perf_counter() - started
+        self.stats.compute_seconds += seconds
+        if self.on_batch is not None:
+            self.on_batch(len(items), sum(item.length for item in items), seconds)
         for item, result in zip(items, results):
             item.job.set(item.index, result)
 

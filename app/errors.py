@@ -28,6 +28,10 @@ STATUS_TYPES = {
 }
 
 
+# What FastAPI raises (as a 400) when it cannot read a body as JSON at all; API.md makes that a 422.
+FASTAPI_BODY_ERROR = "There was an error parsing the body"
+
+
 class ApiError(Exception):
     """An error the client should see, with its status, type and the request field it concerns."""
 
@@ -104,15 +108,19 @@ def validation_message(error: dict[str, Any]) -> tuple[str, str | None]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
+        logger.info("%d %s: %s", exc.status_code, exc.type, exc.message)
         return error_response(exc.status_code, exc.type, exc.message, exc.param, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def request_validation_error(request: Request, exc: RequestValidationError) -> Response:
         message, param = validation_message(exc.errors()[0])
+        logger.info("422 validation_error: %s", message)  # the problem, never the body
         return error_response(422, "validation_error", message, param)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 400 and exc.detail == FASTAPI_BODY_ERROR:  # e.g. a body that is not UTF-8
+            return error_response(422, "validation_error", "malformed JSON body: it could not be decoded as UTF-8 JSON")
         type_ = STATUS_TYPES.get(exc.status_code, "http_error")
         if exc.status_code == 404:
             message = f"no route {request.url.path}"

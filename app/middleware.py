@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+import re
+import time
+import uuid
+
+from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import error_response
+from app.logs import request_id
+from app.metrics import Metrics
+
+access = logging.getLogger("app.access")
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")  # an incoming id is echoed only if it is this tame
 
 
 class BodySizeLimit:
@@ -67,3 +78,47 @@ class BodySizeLimit:
             413, "payload_too_large", f"request body is {what}; the limit is {self.max_bytes:,} bytes"
         )
         await response(scope, receive, send)
+
+
+class RequestLog:
+    """Per request: an id (X-Request-ID honoured and echoed), one log line, and the request metrics.
+
+    No bodies are logged. The route stores its phase timings in the request state; they are logged
+    and observed here.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        rid = incoming if REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
+        token = request_id.set(rid)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                MutableHeaders(scope=message)["X-Request-ID"] = rid
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            seconds = time.perf_counter() - started
+            route = scope.get("route")
+            label = getattr(route, "path", None) or "unmatched"  # never the raw path: bounded label values
+            self.metrics.requests.labels(label, scope["method"], str(status)).inc()
+            self.metrics.latency.labels(label, "total").observe(seconds)
+            timing = scope.get("state", {}).get("timing")
+            extra = {"method": scope["method"], "path": scope["path"], "status": status, "ms": round(seconds * 1000, 2)}
+            if timing is not None:
+                extra |= {"queue_ms": round(timing.queue_s * 1000, 2), "inference_ms": round(timing.inference_s * 1000, 2)}
+            access.info("%s %s %d %.1f ms", scope["method"], scope["path"], status, seconds * 1000, extra=extra)
+            request_id.reset(token)

@@ -188,7 +188,8 @@ class Limits(BaseModel):
     pe_max_length: int
     pe_max_d_model: int
     pe_max_values: int
-    max_queue: int
+    max_queue_texts: int
+    request_timeout_s: float
 
 
 class InfoResponse(BaseModel):

@@ -18,8 +18,9 @@ import torch
 from tokenizers import Encoding
 
 from app import __version__
-from app.engine import EncodeOptions, Engine
+from app.engine import EncodeOptions, Engine, Timing
 from app.errors import InvalidRequest, Overloaded
+from app.metrics import Metrics
 from app.schemas import AttentionRequest, EncodeRequest, TokenizeRequest
 from app.serialization import base64_float32
 from app.settings import Settings
@@ -65,9 +66,10 @@ def attention_rollout(attention: torch.Tensor) -> torch.Tensor:
 class EncoderService:
     """The model behind the endpoints, with the limits in force."""
 
-    def __init__(self, model: TextEncoder, settings: Settings) -> None:
+    def __init__(self, model: TextEncoder, settings: Settings, metrics: Metrics | None = None) -> None:
         self.model = model
         self.settings = settings
+        self.metrics = metrics or Metrics()
         self.max_attention_tokens = min(settings.max_attention_tokens or model.max_tokens, model.max_tokens)
         self.attention_tokenizer = (
             model.tokenizer
@@ -79,22 +81,45 @@ class EncoderService:
             max_batch_tokens=settings.max_batch_tokens,
             max_batch_size=settings.max_batch_size,
             max_wait=settings.batch_wait_ms / 1000,
+            on_batch=self.metrics.observe_batch,
+            on_drop=self.metrics.dropped_texts.inc,
         )
-        self._admitted = 0  # requests admitted and not yet answered
+        self.admitted = 0  # texts admitted and not yet answered
+        self.metrics.queue_texts.set_function(self.engine.pending)
+        self.metrics.admitted_texts.set_function(lambda: self.admitted)
+        config = model.config
+        self.metrics.model.info({
+            "name": model.name, "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
+            "layers": str(config.n_layers), "heads": str(config.n_heads), "hidden_size": str(config.d_model),
+            "max_tokens": str(model.max_tokens),
+        })
 
     @asynccontextmanager
-    async def admit(self) -> AsyncIterator[None]:
-        """Count a request in; 429 when ``max_queue`` requests are already in."""
-        if self._admitted >= self.settings.max_queue:
+    async def admit(self, n_texts: int) -> AsyncIterator[None]:
+        """Count a request's texts in; an immediate 429 when they would pass ``max_queue_texts``.
+
+        A single request larger than the whole queue is still admitted when nothing else is in, so that
+        a limit below max_batch_texts cannot make a valid request impossible.
+        """
+        limit = self.settings.max_queue_texts
+        if self.admitted and self.admitted + n_texts > limit:
             raise Overloaded(
-                f"the work queue is full ({self._admitted} requests); retry after the Retry-After seconds",
-                headers={"Retry-After": "1"},
+                f"the work queue is full ({self.admitted} texts in, at most {limit}); retry after the Retry-After seconds",
+                headers={"Retry-After": str(self.retry_after())},
             )
-        self._admitted += 1
+        self.admitted += n_texts
         try:
             yield
         finally:
-            self._admitted -= 1
+            self.admitted -= n_texts
+
+    def retry_after(self) -> int:
+        """Seconds until the queue has likely drained, from the recent pass rate (at least 1)."""
+        stats = self.engine.stats
+        if not stats.batches:
+            return 1
+        seconds_per_text = stats.compute_seconds / max(stats.batched_texts, 1)
+        return max(1, min(60, round(self.admitted * seconds_per_text)))
 
     def close(self) -> None:
         """Finish the queued work and stop the inference thread."""
@@ -129,7 +154,7 @@ class EncoderService:
 
     # ---- endpoints ----
 
-    async def encode(self, request: EncodeRequest) -> dict[str, Any]:
+    async def encode(self, request: EncodeRequest, timing: Timing | None = None) -> dict[str, Any]:
         self._check_batch_size(request.texts)
         try:
             n_layers = self.model.resolve_layer(request.layer)
@@ -142,7 +167,7 @@ class EncoderService:
             token_vectors=request.return_token_embeddings,
         )
         try:
-            encodings, results = await self.engine.encode(request.texts, options, request.truncate)
+            encodings, results = await self.engine.encode(request.texts, options, request.truncate, timing)
         except TooManyTokensError as error:
             raise self._too_long("texts", error) from error
 
@@ -167,7 +192,7 @@ class EncoderService:
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
         }
 
-    async def attention(self, request: AttentionRequest) -> dict[str, Any]:
+    async def attention(self, request: AttentionRequest, timing: Timing | None = None) -> dict[str, Any]:
         config = self.model.config
         layers = resolve_indices(request.layers, config.n_layers, "layers")
         heads = resolve_indices(request.heads, config.n_heads, "heads")
@@ -188,7 +213,7 @@ class EncoderService:
             )
 
         weights = await self.engine.call(
-            lambda: self._attention_weights(encoding, layers, heads, request.aggregate)
+            lambda: self._attention_weights(encoding, layers, heads, request.aggregate), timing
         )
         if request.decimals is not None:
             weights = np.round(weights, request.decimals)
@@ -285,7 +310,8 @@ class EncoderService:
                 "pe_max_length": settings.pe_max_length,
                 "pe_max_d_model": settings.pe_max_d_model,
                 "pe_max_values": settings.pe_max_values,
-                "max_queue": settings.max_queue,
+                "max_queue_texts": settings.max_queue_texts,
+                "request_timeout_s": settings.request_timeout_s,
             },
             "auth": bool(settings.api_keys),
             "version": __version__,

@@ -30,13 +30,22 @@ class Settings(BaseSettings):
     max_batch_tokens: int = Field(16384, ge=1, description="padded tokens (rows × longest row) in one forward pass of merged /encode work")
     max_batch_size: int = Field(256, ge=1, description="texts in one forward pass of merged /encode work")
     batch_wait_ms: float = Field(0.0, ge=0, le=1000, description="how long an idle engine waits for more texts before computing a batch that has room")
-    max_queue: int = Field(64, ge=1, description="requests admitted to the inference queue at once; past it 429 overloaded")
+    max_queue_texts: int = Field(
+        1024, ge=1, description="texts admitted at once (queued or computing; an /attention request counts as one); past it an immediate 429 overloaded"
+    )
+    request_timeout_s: float = Field(
+        60.0, gt=0, description="a request not answered by then is dropped from the queue and answered 503 timeout"
+    )
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="accepted Bearer keys, comma-separated; every endpoint but /health is open when empty"
     )
     log_level: str = Field("info", description="logging level of the service")
+    log_format: Literal["text", "json"] = Field("text", description="text, or one JSON object a line")
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="origins allowed to call the API from a browser, comma-separated (* for any); none by default"
+    )
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "cors_origins", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import Request
 from starlette.responses import Response
 
+from app.engine import Timing
+from app.errors import ApiError
 from app.serialization import dumps
 from app.service import EncoderService
 
@@ -17,6 +20,11 @@ logger = logging.getLogger(__name__)
 
 # Responses with more numbers than this are serialised in a worker thread, not on the event loop.
 RENDER_IN_THREAD_VALUES = 100_000
+
+
+class Timeout(ApiError):
+    status_code = 503
+    type = "timeout"
 
 
 async def until_disconnected(request: Request, work: Awaitable[Any]) -> Any:
@@ -47,14 +55,41 @@ class ClientGone(Exception):
 
 
 async def answer(
-    request: Request, service: EncoderService, work: Callable[[], Awaitable[Any]], n_values: int = 0
+    request: Request,
+    service: EncoderService,
+    work: Callable[[Timing], Awaitable[Any]],
+    n_values: int = 0,
+    n_texts: int = 1,
 ) -> Response:
-    """Admit the request (429 when the queue is full), await its work, serialise the result."""
-    async with service.admit():
+    """Admit the request (429 past the queue limit), await its work within the deadline, serialise it.
+
+    The response carries the time spent queued, computing and serialising, in milliseconds.
+    """
+    timing = Timing()
+    request.state.timing = timing
+    route = request.scope["route"].path
+    async with service.admit(n_texts):
         try:
-            content = await until_disconnected(request, work())
+            content = await asyncio.wait_for(until_disconnected(request, work(timing)), service.settings.request_timeout_s)
         except ClientGone:
-            logger.debug("client gone: %s %s dropped", request.method, request.url.path)
+            logger.info("client gone: %s %s dropped", request.method, request.url.path)
             return Response(status_code=499)
+        except TimeoutError:
+            service.metrics.timeouts.inc()
+            raise Timeout(
+                f"the request was not answered within {service.settings.request_timeout_s:g} s and was dropped; "
+                "the service is overloaded: retry later or send fewer texts",
+                headers={"Retry-After": str(service.retry_after())},
+            ) from None
+    started = time.perf_counter()
     body = await asyncio.to_thread(dumps, content) if n_values > RENDER_IN_THREAD_VALUES else dumps(content)
-    return Response(body, media_type="application/json")
+    serialization_s = time.perf_counter() - started
+    metrics = service.metrics
+    metrics.latency.labels(route, "queue").observe(timing.queue_s)
+    metrics.latency.labels(route, "inference").observe(timing.inference_s)
+    metrics.latency.labels(route, "serialization").observe(serialization_s)
+    return Response(body, media_type="application/json", headers={
+        "X-Queue-Time": f"{timing.queue_s * 1000:.2f}",
+        "X-Inference-Time": f"{timing.inference_s * 1000:.2f}",
+        "X-Serialization-Time": f"{serialization_s * 1000:.2f}",
+    })

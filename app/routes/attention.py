@@ -16,7 +16,7 @@ router = APIRouter(tags=["inspection"], responses=ERROR_RESPONSES)
 @router.post("/attention", responses={200: {"model": AttentionResponse}})
 async def attention(body: AttentionRequest, request: Request, service: Service) -> Response:
     """Per-layer, per-head attention matrices for a text (or text pair), optionally averaged or rolled out."""
-    return await answer(request, service, lambda: service.attention(body), service.settings.max_attention_values)
+    return await answer(request, service, lambda timing: service.attention(body, timing), service.settings.max_attention_values)
 
 
 @router.get("/positional-encoding", responses={200: {"model": PositionalEncodingResponse}})
@@ -32,5 +32,5 @@ async def positional_encoding(
     ] = "sinusoidal",
 ) -> Response:
     """Positional encodings: the sinusoid of "Attention Is All You Need", or the model's learned table."""
-    work = lambda: asyncio.to_thread(service.positional_encoding, kind, length, d_model, base)  # noqa: E731
+    work = lambda _: asyncio.to_thread(service.positional_encoding, kind, length, d_model, base)  # noqa: E731
     return await answer(request, service, work, length * (d_model or service.model.config.d_model))

@@ -59,12 +59,12 @@ async def test_health_and_docs_stay_open(guarded: httpx.AsyncClient) -> None:
 
 
 async def test_full_queue_answers_429_with_retry_after_then_recovers(bundled_model: TextEncoder) -> None:
-    async with serve(Settings(max_queue=2), bundled_model) as client:
+    async with serve(Settings(max_queue_texts=2), bundled_model) as client:
         service = client._transport.app.state.service  # type: ignore[attr-defined]
         release = threading.Event()
 
         async def occupy() -> None:
-            async with service.admit():
+            async with service.admit(1):
                 await service.engine.call(lambda: release.wait(30))  # holds the inference thread too
 
         blockers = [asyncio.ensure_future(occupy()) for _ in range(2)]  # fill the queue

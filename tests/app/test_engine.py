@@ -37,11 +37,23 @@ async def wait_until(condition, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.005)
 
 
+async def hold(engine) -> tuple[threading.Event, asyncio.Future]:
+    """Occupy the inference thread until the returned event is set; returns once it is occupied."""
+    running, release = threading.Event(), threading.Event()
+
+    def block() -> None:
+        running.set()
+        release.wait(30)
+
+    blocker = asyncio.ensure_future(engine.call(block))
+    assert await asyncio.to_thread(running.wait, 30), "the inference thread did not take the blocker"
+    return release, blocker
+
+
 @asynccontextmanager
 async def held(service) -> AsyncIterator[threading.Event]:
     """Hold the inference thread busy until the block ends, so that requests pile up behind it."""
-    release = threading.Event()
-    blocker = asyncio.ensure_future(service.engine.call(lambda: release.wait(30)))
+    release, blocker = await hold(service.engine)
     try:
         yield release
     finally:
@@ -131,7 +143,7 @@ async def test_batches_keep_to_their_size_and_token_limits(
     engine = Engine(tiny_model, max_batch_tokens=max_batch_tokens, max_batch_size=max_batch_size)
     release = threading.Event()
     try:
-        blocker = asyncio.ensure_future(engine.call(lambda: release.wait(30)))
+        release, blocker = await hold(engine)
         texts = [" ".join(["the quick brown fox"] * n) for n in (1, 5, 2, 8, 1, 3, 3, 1, 6, 2, 4, 1)]
         options = EncodeOptions(n_layers=2, pooling="mean", normalize=True, token_vectors=False)
         jobs = [asyncio.ensure_future(engine.encode([t], options)) for t in texts]

@@ -106,6 +106,7 @@ async def test_tokenize_rejects_mismatched_pairs(limited: httpx.AsyncClient) -> 
         (b"not json at all", "malformed JSON"),
         (b"", "request body is required"),  # no body
         (b"[1, 2]", "valid dictionary"),  # JSON, but not an object
+        (b'{"texts": "\xff\xfe"}', "malformed JSON"),  # not UTF-8
     ],
 )
 async def test_malformed_bodies_are_422(limited: httpx.AsyncClient, content: bytes, words: str) -> None:

@@ -49,9 +49,9 @@ async def test_health_is_503_until_the_model_is_warm(monkeypatch: pytest.MonkeyP
     release = threading.Event()
     real_load = app.main.load_service
 
-    def slow_load(settings, model=None):
+    def slow_load(settings, model=None, metrics=None):
         assert release.wait(30)
-        return real_load(settings, model)
+        return real_load(settings, model, metrics)
 
     monkeypatch.setattr(app.main, "load_service", slow_load)
     async with serve(Settings(), bundled_model, ready=False) as client:

@@ -1,0 +1,45 @@
+"""Prometheus metrics, one registry per application (so that tests can build as many apps as they like)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+BATCH_TEXT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+BATCH_TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "encoder_requests", "HTTP requests by route, method and status", ["route", "method", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "encoder_request_seconds",
+            "Request time by route and phase: queue (waiting for the model), inference, serialisation, total",
+            ["route", "phase"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.batch_texts = Histogram("encoder_batch_texts", "Texts in each forward pass", buckets=BATCH_TEXT_BUCKETS, registry=r)
+        self.batch_tokens = Histogram(
+            "encoder_batch_tokens", "Tokens in each forward pass, real (not padding)", buckets=BATCH_TOKEN_BUCKETS, registry=r
+        )
+        self.batch_seconds = Histogram("encoder_batch_seconds", "Time of each forward pass", buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_texts = Gauge("encoder_queue_texts", "Texts waiting for the inference thread", registry=r)
+        self.admitted_texts = Gauge("encoder_admitted_texts", "Texts admitted and not yet answered", registry=r)
+        self.dropped_texts = Counter("encoder_dropped_texts", "Texts dropped before computing: client gone or deadline passed", registry=r)
+        self.timeouts = Counter("encoder_timeouts", "Requests answered 503 timeout", registry=r)
+        self.model = Info("encoder_model", "The model being served", registry=r)
+
+    def observe_batch(self, texts: int, tokens: int, seconds: float) -> None:
+        """Called on the inference thread after each forward pass (prometheus_client is thread-safe)."""
+        self.batch_texts.observe(texts)
+        self.batch_tokens.observe(tokens)
+        self.batch_seconds.observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

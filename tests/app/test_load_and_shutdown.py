@@ -1,0 +1,105 @@
+"""The service as its own process under overload and on SIGTERM (127.0.0.1 only, bounded in count and time)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import httpx
+import numpy as np
+
+from model import TextEncoder
+from tests.app.servers import rss_mib, server_log, start_server
+
+TEXTS = [f"request {i}: " + " ".join(["overload", "test", "sentence"][i % 3:] * (1 + i % 7)) for i in range(100)]
+
+
+async def overload(url: str, requests: int, clients: int, limit_s: float) -> list[tuple[int, int, dict | None]]:
+    """``clients`` concurrent connections send ``requests`` single-text requests in all: (text, status, body)."""
+    queue = list(range(requests))
+    results: list[tuple[int, int, dict | None]] = []
+    deadline = time.monotonic() + limit_s
+
+    async def client(http: httpx.AsyncClient) -> None:
+        while queue and time.monotonic() < deadline:
+            n = queue.pop()
+            text = n % len(TEXTS)
+            response = await http.post("/encode", json={"texts": TEXTS[text]})
+            results.append((text, response.status_code, response.json()))
+
+    # Idle connections are dropped by the client after 2 s, before the server's 5 s keep-alive timeout
+    # closes them: otherwise a request can race the server's close (a ReadError no server can prevent).
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients, keepalive_expiry=2.0)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+    return results
+
+
+def test_twice_capacity_gets_only_200s_and_429s_with_right_answers_and_bounded_memory(bundled_model: TextEncoder) -> None:
+    expected = bundled_model.embed(TEXTS).numpy()
+    # A short queue and 64 clients: about twice what this machine computes at once, so some are shed.
+    process, url = start_server({"ENCODER_MAX_QUEUE_TEXTS": "24"})
+    try:
+        asyncio.run(overload(url, 64, 8, 60))  # warm-up
+        baseline = rss_mib(process)
+        rounds = []
+        for _ in range(2):
+            results = asyncio.run(overload(url, 600, 64, 90))
+            rounds.append(rss_mib(process))
+            statuses = {status for _, status, _ in results}
+            assert statuses <= {200, 429}, statuses
+            assert sum(status == 429 for _, status, _ in results) > 0, "the load did not reach the queue bound"
+            answered = [(text, body) for text, status, body in results if status == 200]
+            assert len(answered) > 100
+            for text, body in answered:  # every 200 carries the answer for its own text
+                np.testing.assert_allclose(body["data"][0]["embedding"], expected[text], atol=1e-4)
+            for _, status, body in results:
+                if status == 429:
+                    assert body["error"]["type"] == "overloaded"
+        assert process.poll() is None, "the service died under load"
+        assert httpx.get(f"{url}/health").status_code == 200
+        # Memory is bounded: a second round of the same load leaves resident memory where the first did.
+        assert rounds[1] - rounds[0] < 40, (baseline, rounds)
+        assert rounds[0] - baseline < 300, (baseline, rounds)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_sigterm_answers_every_request_in_flight_then_exits() -> None:
+    process, url = start_server()
+    heavy = {"texts": [f"{i} " + "shutdown " * 200 for i in range(16)]}
+
+    async def scenario() -> tuple[list[httpx.Response], bool]:
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            requests = [asyncio.ensure_future(http.post("/encode", json=heavy)) for _ in range(8)]
+            for _ in range(600):  # until all eight are admitted
+                metrics = (await http.get("/metrics")).text
+                if "encoder_admitted_texts 128.0" in metrics:
+                    break
+                await asyncio.sleep(0.05)
+            assert "encoder_admitted_texts 128.0" in metrics
+            process.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.5)
+            refused = False
+            try:  # the listening socket is closed at once
+                async with httpx.AsyncClient(base_url=url, timeout=5) as fresh:
+                    await fresh.get("/health")
+            except httpx.TransportError:
+                refused = True
+            return list(await asyncio.gather(*requests)), refused
+
+    try:
+        responses, refused = asyncio.run(scenario())
+        assert [r.status_code for r in responses] == [200] * 8
+        assert all(len(r.json()["data"]) == 16 for r in responses)
+        assert refused, "new connections should be refused once shutdown has begun"
+        # uvicorn re-raises the SIGTERM it handled once shutdown is complete, so the status says so;
+        # the lifespan's last line proves the queue was finished and the engine stopped first.
+        assert process.wait(timeout=60) in (0, -signal.SIGTERM)
+        log = server_log(process)
+        assert log.index("engine stopped: 128 texts") < log.index("Application shutdown complete")
+    finally:
+        if process.poll() is None:
+            process.kill()

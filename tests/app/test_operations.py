@@ -1,0 +1,151 @@
+"""What operators rely on: metrics, request ids and timing headers, logs, CORS, deadlines, the queue bound."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+
+import httpx
+import pytest
+
+from app.logs import JsonFormatter, RequestIdFilter, request_id
+from app.settings import Settings
+from model import TextEncoder
+from tests.app.conftest import assert_error, serve
+from tests.app.test_engine import hold
+
+
+def metric(text: str, name: str, default: float | None = None, /, **labels: str) -> float:
+    """The value of one sample in a Prometheus exposition (``default`` when it is absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        match = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
+        if match and ",".join(sorted((match.group(1) or "").split(","))) == want:
+            return float(match.group(2))
+    if default is not None:
+        return default
+    raise AssertionError(f"no sample {name}{{{want}}}")
+
+
+async def test_metrics_count_requests_and_split_latency_by_phase(client: httpx.AsyncClient) -> None:
+    before = (await client.get("/metrics")).text
+    n_before = metric(before, "encoder_requests_total", 0, route="/encode", method="POST", status="200")
+    for texts in (["one"], ["two", "three"]):
+        assert (await client.post("/encode", json={"texts": texts})).status_code == 200
+    assert (await client.post("/encode", json={"texts": ""})).status_code == 422
+    assert (await client.get("/no-such-route")).status_code == 404
+    response = await client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert metric(text, "encoder_requests_total", route="/encode", method="POST", status="200") == n_before + 2
+    assert metric(text, "encoder_requests_total", route="/encode", method="POST", status="422") >= 1
+    assert metric(text, "encoder_requests_total", route="unmatched", method="GET", status="404") >= 1  # no raw paths
+    for phase in ("queue", "inference", "serialization", "total"):
+        assert metric(text, "encoder_request_seconds_count", route="/encode", phase=phase) >= 2
+    assert metric(text, "encoder_batch_texts_count") >= 2 and metric(text, "encoder_batch_tokens_sum") > 0
+    assert metric(text, "encoder_queue_texts") == 0 and metric(text, "encoder_admitted_texts") == 0
+    assert metric(text, "encoder_model_info", name="all-MiniLM-L6-v2", device="cpu", dtype="float32", layers="6",
+                  heads="12", hidden_size="384", max_tokens="256") == 1
+
+
+async def test_metrics_stay_open_when_api_keys_are_set(bundled_model: TextEncoder) -> None:
+    async with serve(Settings(api_keys="secret-key"), bundled_model) as guarded:
+        assert (await guarded.get("/metrics")).status_code == 200
+        assert (await guarded.post("/encode", json={"texts": "x"})).status_code == 401
+
+
+async def test_responses_carry_a_request_id_and_their_timings(client: httpx.AsyncClient) -> None:
+    response = await client.post("/encode", json={"texts": "timed"})
+    assert re.fullmatch(r"[0-9a-f]{32}", response.headers["x-request-id"])
+    for header in ("x-queue-time", "x-inference-time", "x-serialization-time"):
+        assert float(response.headers[header]) >= 0
+    assert float(response.headers["x-inference-time"]) > 0
+    echoed = await client.post("/encode", json={"texts": "x"}, headers={"X-Request-ID": "trace-42.a:b"})
+    assert echoed.headers["x-request-id"] == "trace-42.a:b"
+    hostile = await client.get("/health", headers={"X-Request-ID": "bad id\twith spaces" + "x" * 200})
+    assert re.fullmatch(r"[0-9a-f]{32}", hostile.headers["x-request-id"])  # replaced, not echoed
+    error = await client.post("/encode", json={"texts": ""}, headers={"X-Request-ID": "on-errors-too"})
+    assert error.headers["x-request-id"] == "on-errors-too"
+
+
+async def test_one_log_line_per_request_with_its_id_and_never_its_body(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "confidential-text-do-not-log"
+    caplog.handler.addFilter(RequestIdFilter())  # as the service's own handler does
+    with caplog.at_level(logging.INFO):
+        await client.post("/encode", json={"texts": secret}, headers={"X-Request-ID": "log-check"})
+    lines = [r for r in caplog.records if r.name == "app.access"]
+    assert len(lines) == 1
+    assert lines[0].getMessage().startswith("POST /encode 200")
+    assert lines[0].status == 200 and lines[0].inference_ms > 0
+    everything = " ".join(f"{r.getMessage()} {vars(r)}" for r in caplog.records)
+    assert secret not in everything
+    assert lines[0].request_id == "log-check"
+
+
+def test_json_log_lines_carry_the_request_id_and_extra_fields() -> None:
+    record = logging.LogRecord("app.access", logging.INFO, __file__, 1, "POST /encode %d", (200,), None)
+    record.status = 200
+    token = request_id.set("abc123")
+    try:
+        RequestIdFilter().filter(record)
+    finally:
+        request_id.reset(token)
+    entry = json.loads(JsonFormatter().format(record))
+    assert entry["message"] == "POST /encode 200" and entry["request_id"] == "abc123"
+    assert entry["status"] == 200 and entry["level"] == "info" and entry["logger"] == "app.access"
+
+
+async def test_cors_is_closed_by_default_and_opens_for_configured_origins(bundled_model: TextEncoder) -> None:
+    origin = {"Origin": "https://notebook.example"}
+    async with serve(Settings(), bundled_model) as closed:
+        response = await closed.get("/info", headers=origin)
+        assert "access-control-allow-origin" not in response.headers
+    async with serve(Settings(cors_origins="https://notebook.example"), bundled_model) as open_:
+        response = await open_.get("/info", headers=origin)
+        assert response.headers["access-control-allow-origin"] == "https://notebook.example"
+        preflight = await open_.options("/encode", headers={**origin, "Access-Control-Request-Method": "POST",
+                                                             "Access-Control-Request-Headers": "authorization"})
+        assert preflight.status_code == 200
+        other = await open_.get("/info", headers={"Origin": "https://elsewhere.example"})
+        assert "access-control-allow-origin" not in other.headers
+
+
+async def test_a_request_past_its_deadline_is_dropped_and_answered_503(bundled_model: TextEncoder) -> None:
+    async with serve(Settings(request_timeout_s=0.3), bundled_model) as client:
+        service = client._transport.app.state.service  # type: ignore[attr-defined]
+        release, blocker = await hold(service.engine)
+        try:
+            response = await client.post("/encode", json={"texts": ["late one", "late two"]})
+            error = assert_error(response, 503, "timeout", None, "not answered within 0.3 s")
+            assert int(response.headers["retry-after"]) >= 1 and "overloaded" in error["message"]
+        finally:
+            release.set()
+            await blocker
+        assert (await client.post("/encode", json={"texts": "on time"})).status_code == 200
+        assert service.engine.stats.dropped_texts == 2  # the late texts were never computed
+        assert metric((await client.get("/metrics")).text, "encoder_timeouts_total") == 1
+
+
+async def test_the_queue_is_bounded_in_texts(bundled_model: TextEncoder) -> None:
+    async with serve(Settings(max_queue_texts=4), bundled_model) as client:
+        service = client._transport.app.state.service  # type: ignore[attr-defined]
+        release, blocker = await hold(service.engine)
+        try:
+            waiting = asyncio.ensure_future(client.post("/encode", json={"texts": ["a", "b", "c"]}))
+            fits = asyncio.ensure_future(client.post("/encode", json={"texts": ["f"]}))  # 3 + 1 ≤ 4: admitted
+            for _ in range(1000):
+                if service.admitted == 4:
+                    break
+                await asyncio.sleep(0.01)
+            assert service.admitted == 4
+            assert_error(await client.post("/encode", json={"texts": ["d"]}), 429, "overloaded", None, "4 texts in")
+        finally:
+            release.set()
+            await blocker
+        assert (await waiting).status_code == 200 and (await fits).status_code == 200
+        # alone, a request larger than the whole bound is still served rather than refused forever
+        assert (await client.post("/encode", json={"texts": [str(i) for i in range(10)]})).status_code == 200
