@@ -100,6 +100,17 @@ def hf_bert(bundled_path: Path):
     return BertModel.from_pretrained(bundled_path, attn_implementation="eager").eval()
 
 
+def hf_forward(bert, batch, **outputs: bool):
+    """transformers' BertModel on one of our padded batches (numpy arrays), without gradients."""
+    with torch.inference_mode():
+        return bert(
+            input_ids=torch.from_numpy(batch.input_ids),
+            attention_mask=torch.from_numpy(batch.attention_mask),
+            token_type_ids=torch.from_numpy(batch.token_type_ids),
+            **outputs,
+        )
+
+
 @pytest.fixture(scope="session")
 def hf_tokenizer(bundled_path: Path):
     from transformers import AutoTokenizer

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from model import TextEncoder
+from tests.conftest import hf_forward
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -56,14 +57,7 @@ def test_padded_pair_batch_equals_transformers_bert(target, hf_bert, batch) -> N
         hidden_states=[h.float().cpu() for h in output.hidden_states],
         attentions=[a.float().cpu() for a in output.attentions],
     )
-    with torch.inference_mode():
-        theirs = hf_bert(
-            input_ids=torch.from_numpy(batch.input_ids),
-            attention_mask=torch.from_numpy(batch.attention_mask),
-            token_type_ids=torch.from_numpy(batch.token_type_ids),
-            output_attentions=True,
-            output_hidden_states=True,
-        )
+    theirs = hf_forward(hf_bert, batch, output_attentions=True, output_hidden_states=True)
     real = torch.from_numpy(batch.attention_mask).bool()  # compare real tokens; padded rows are don't-care
     torch.testing.assert_close(ours.last_hidden_state[real], theirs.last_hidden_state[real], atol=hidden_tol, rtol=0)
     assert len(ours.hidden_states) == len(theirs.hidden_states) == 7
@@ -82,13 +76,7 @@ def test_fast_path_hidden_states_equal_transformers_bert(target, hf_bert, batch)
     model, hidden_tol, _, _ = target
     output = model.forward(batch, return_hidden_states=True)
     assert output.attentions is None
-    with torch.inference_mode():
-        theirs = hf_bert(
-            input_ids=torch.from_numpy(batch.input_ids),
-            attention_mask=torch.from_numpy(batch.attention_mask),
-            token_type_ids=torch.from_numpy(batch.token_type_ids),
-            output_hidden_states=True,
-        )
+    theirs = hf_forward(hf_bert, batch, output_hidden_states=True)
     real = torch.from_numpy(batch.attention_mask).bool()
     for mine, reference in zip(output.hidden_states, theirs.hidden_states, strict=True):
         torch.testing.assert_close(mine.float().cpu()[real], reference[real], atol=hidden_tol, rtol=0)

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from model import TextEncoder
+from tests.conftest import hf_forward
 from tests.conftest import write_tiny_model
 
 
@@ -33,14 +34,7 @@ def test_tiny_random_model_equals_transformers(tiny_model: TextEncoder, tiny_mod
         tiny_model.tokenizer.encode(["the quick brown fox jumps", "hello"], ["over the lazy dog", None])
     )
     ours = tiny_model.forward(batch, return_hidden_states=True, return_attentions=True)
-    with torch.inference_mode():
-        theirs = reference(
-            input_ids=torch.from_numpy(batch.input_ids),
-            attention_mask=torch.from_numpy(batch.attention_mask),
-            token_type_ids=torch.from_numpy(batch.token_type_ids),
-            output_attentions=True,
-            output_hidden_states=True,
-        )
+    theirs = hf_forward(reference, batch, output_attentions=True, output_hidden_states=True)
     real = torch.from_numpy(batch.attention_mask).bool()
     for mine, reference_state in zip(ours.hidden_states, theirs.hidden_states, strict=True):
         torch.testing.assert_close(mine[real], reference_state[real], atol=1e-5, rtol=1e-5)
