@@ -14,6 +14,7 @@ pass cost little, and one pass per turn beats cutting a turn's texts into passes
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import threading
 import time
@@ -30,6 +31,21 @@ from model import TextEncoder, TooManyTokensError
 from model.pooling import Pooling, pool
 
 logger = logging.getLogger(__name__)
+
+
+def _malloc_trim() -> Callable[[], None] | None:
+    """glibc's malloc_trim(0), which hands freed heap memory back to the system; None elsewhere."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+MALLOC_TRIM = _malloc_trim()
+TRIM_INTERVAL_S = 2.0  # at most this often, and only when the queue has just emptied
 
 
 @dataclass
@@ -217,15 +233,32 @@ class Engine:
 
     def _work(self) -> None:
         torch.set_grad_enabled(False)
+        worked, last_trim = False, 0.0  # work done since memory was last handed back, and when that was
         while True:
+            trim = False
             with self._condition:
                 while not self._pending and not self._arrived and not self._stopping:
-                    self._condition.wait()
-                if not self._pending and not self._arrived:
-                    return
-                if self.max_wait > 0:
-                    self._linger()
-                arrived, self._arrived = self._arrived, []
+                    if worked and MALLOC_TRIM is not None:
+                        left = last_trim + TRIM_INTERVAL_S - time.monotonic()
+                        if left <= 0:
+                            trim = True
+                            break
+                        self._condition.wait(left)
+                    else:
+                        self._condition.wait()
+                if not trim:
+                    if not self._pending and not self._arrived:
+                        return  # stopping, and nothing is left
+                    if self.max_wait > 0:
+                        self._linger()
+                    arrived, self._arrived = self._arrived, []
+            if trim:
+                # The queue has emptied: hand the memory its batches took back to the system, so that
+                # resident memory returns towards its baseline after load instead of staying at the peak.
+                MALLOC_TRIM()
+                worked, last_trim = False, time.monotonic()
+                continue
+            worked = True
             if arrived:
                 try:
                     items = self._tokenize(arrived)

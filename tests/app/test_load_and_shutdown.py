@@ -42,10 +42,12 @@ def test_twice_capacity_gets_only_200s_and_429s_with_right_answers_and_bounded_m
     process, url = start_server({"ENCODER_MAX_QUEUE_TEXTS": "24"})
     try:
         asyncio.run(overload(url, 64, 8, 60))  # warm-up
+        time.sleep(3)
         baseline = rss_mib(process)
         rounds = []
         for _ in range(2):
             results = asyncio.run(overload(url, 600, 64, 90))
+            time.sleep(3)  # idle: the engine hands the memory of its batches back
             rounds.append(rss_mib(process))
             statuses = {status for _, status, _ in results}
             assert statuses <= {200, 429}, statuses
@@ -59,9 +61,8 @@ def test_twice_capacity_gets_only_200s_and_429s_with_right_answers_and_bounded_m
                     assert body["error"]["type"] == "overloaded"
         assert process.poll() is None, "the service died under load"
         assert httpx.get(f"{url}/health").status_code == 200
-        # Memory is bounded: a second round of the same load leaves resident memory where the first did.
-        assert rounds[1] - rounds[0] < 40, (baseline, rounds)
-        assert rounds[0] - baseline < 300, (baseline, rounds)
+        # Memory comes back down: after each round and a short idle, resident memory is near its baseline.
+        assert max(rounds) - baseline < 40, (baseline, rounds)
     finally:
         process.terminate()
         process.wait(timeout=30)
