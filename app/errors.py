@@ -68,6 +68,13 @@ class Overloaded(ApiError):
     type = "overloaded"
 
 
+class Timeout(ApiError):
+    """The request waited past its deadline and was dropped before it was computed."""
+
+    status_code = 503
+    type = "timeout"
+
+
 class NotReady(ApiError):
     status_code = 503
     type = "not_ready"

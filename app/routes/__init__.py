@@ -12,7 +12,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from app.engine import Timing
-from app.errors import ApiError
+from app.errors import Timeout
 from app.serialization import dumps
 from app.service import EncoderService
 
@@ -20,11 +20,6 @@ logger = logging.getLogger(__name__)
 
 # Responses with more numbers than this are serialised in a worker thread, not on the event loop.
 RENDER_IN_THREAD_VALUES = 100_000
-
-
-class Timeout(ApiError):
-    status_code = 503
-    type = "timeout"
 
 
 async def until_disconnected(request: Request, work: Awaitable[Any]) -> Any:

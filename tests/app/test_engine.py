@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -67,8 +68,8 @@ def assert_same_response(merged: dict, alone: dict) -> None:
         assert a.keys() == b.keys() and a.get("tokens") == b.get("tokens")
         if isinstance(a["embedding"], str):  # base64: compare the decoded floats
             assert a["embedding"] == b["embedding"] or np.allclose(
-                np.frombuffer(__import__("base64").b64decode(a["embedding"]), "<f4"),
-                np.frombuffer(__import__("base64").b64decode(b["embedding"]), "<f4"), atol=1e-5)
+                np.frombuffer(base64.b64decode(a["embedding"]), "<f4"),
+                np.frombuffer(base64.b64decode(b["embedding"]), "<f4"), atol=1e-5)
         else:
             np.testing.assert_allclose(a["embedding"], b["embedding"], atol=1e-5)
             if "token_embeddings" in a:
