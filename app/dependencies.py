@@ -1,28 +1,56 @@
-"""Objects the routes are given through ``Depends``."""
+"""What routes are given through ``Depends``, as ``Annotated`` aliases."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import hmac
+from typing import Annotated
 
 from fastapi import Depends, Request
 
 from app.errors import NotReady, Unauthorized
-from app.service import EncoderService
+from app.registry import ModelRegistry, ServedModel
+from app.responding import Responder
+from app.services.embeddings import Embeddings
+from app.services.inspection import Inspection
 from app.settings import Settings
 
 
-async def get_service(request: Request) -> EncoderService:
-    """The loaded service; 503 ``not_ready`` until the model is loaded and warmed up."""
-    service: EncoderService | None = getattr(request.app.state, "service", None)
-    if service is None:
-        reason = getattr(request.app.state, "load_error", None)
+async def get_registry(request: Request) -> ModelRegistry:
+    """The loaded models; 503 ``not_ready`` until every one is loaded and warmed up."""
+    registry: ModelRegistry | None = request.app.state.registry
+    if registry is None:
+        reason = request.app.state.load_error
         raise NotReady(f"the model failed to load: {reason}" if reason else "the model is still loading")
-    return service
+    return registry
 
 
-Service = Annotated[EncoderService, Depends(get_service)]
+async def get_model(registry: Annotated[ModelRegistry, Depends(get_registry)]) -> ServedModel:
+    """The model a request is for (the default one)."""
+    return registry.default
+
+
+async def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+async def get_responder(request: Request) -> Responder:
+    return request.app.state.responder
+
+
+async def get_embeddings(request: Request) -> Embeddings:
+    return request.app.state.embeddings
+
+
+async def get_inspection(request: Request) -> Inspection:
+    return request.app.state.inspection
+
+
+Registry = Annotated[ModelRegistry, Depends(get_registry)]
+Model = Annotated[ServedModel, Depends(get_model)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+ResponderDep = Annotated[Responder, Depends(get_responder)]
+EmbeddingsDep = Annotated[Embeddings, Depends(get_embeddings)]
+InspectionDep = Annotated[Inspection, Depends(get_inspection)]
 
 
 async def require_api_key(request: Request) -> None:
@@ -32,8 +60,10 @@ async def require_api_key(request: Request) -> None:
         return
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token:
-        raise Unauthorized("an API key is required: send the header 'Authorization: Bearer <key>'",
-                           headers={"WWW-Authenticate": "Bearer"})
+        raise Unauthorized(
+            "an API key is required: send the header 'Authorization: Bearer <key>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     presented = token.strip().encode()
     # Compare with every key, in constant time, so timing tells nothing about which or how much matched.
     matches = [hmac.compare_digest(presented, key.get_secret_value().encode()) for key in settings.api_keys]

@@ -75,6 +75,13 @@ class Timeout(ApiError):
     type = "timeout"
 
 
+class InferenceFailed(ApiError):
+    """The model raised while computing this request (alone, after its pass was retried request by request)."""
+
+    status_code = 503
+    type = "inference_failed"
+
+
 class NotReady(ApiError):
     status_code = 503
     type = "not_ready"
@@ -84,7 +91,9 @@ def error_body(type_: str, message: str, param: str | None = None) -> dict[str, 
     return {"error": {"type": type_, "message": message, "param": param}}
 
 
-def error_response(status: int, type_: str, message: str, param: str | None = None, headers: dict | None = None) -> Response:
+def error_response(
+    status: int, type_: str, message: str, param: str | None = None, headers: dict | None = None
+) -> Response:
     return json_response(error_body(type_, message, param), status_code=status, headers=headers)
 
 

@@ -1,69 +1,86 @@
-"""The service's entry point: ``uvicorn app.main:app`` (settings from ENCODER_* variables)."""
+"""The application factory: ``uvicorn --factory app.main:create_app`` (settings from ENCODER_* variables).
+
+Importing this module does nothing; ``create_app()`` builds the application. Models load in the
+background once the server runs: /health answers 503 ``not_ready`` until every one is loaded and warm.
+A model that cannot load stops the process with exit status 1 and one log line naming the model, its
+directory and the problem, so that an orchestrator shows a crash loop instead of a pod that never
+becomes ready.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncIterator
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
-from starlette.responses import Response
 
 from app import __version__
+from app.admission import Admission
 from app.dependencies import ApiKey
 from app.errors import install_error_handlers
 from app.logs import configure_logging
 from app.metrics import Metrics
 from app.middleware import BodySizeLimit, RequestLog
-from app.routes import attention, embeddings, meta, viewer
-from app.service import EncoderService
+from app.registry import ModelRegistry, load_registry
+from app.responding import Responder
+from app.routes import attention, embeddings, positional_encoding, service, tokenize, viewer
+from app.services.embeddings import Embeddings
+from app.services.inspection import Inspection
 from app.settings import Settings, get_settings
 from model import TextEncoder
 
 logger = logging.getLogger("app")
 TIMING_HEADERS = ["X-Request-ID", "X-Queue-Time", "X-Inference-Time", "X-Serialization-Time"]
+EXIT_LOAD_FAILED = 1
 
 
-def load_service(settings: Settings, model: TextEncoder | None = None, metrics: Metrics | None = None) -> EncoderService:
-    """Load the model (unless given), wrap it in the service and run the warm-up pass."""
-    started = time.perf_counter()
-    if model is None:
-        model = TextEncoder.load(
-            settings.model_dir,
-            device=settings.device,
-            dtype=settings.dtype,
-            name=settings.model_name,
-            max_tokens=settings.max_tokens_per_text,
-        )
-    service = EncoderService(model, settings, metrics)
-    service.warm_up()
-    logger.info(
-        "ready: %s on %s (%s), loaded and warmed up in %.2f s",
-        model.name, model.device, str(model.dtype).removeprefix("torch."), time.perf_counter() - started,
-    )
-    return service
+def exit_process(message: str) -> None:
+    """What a server process does when its model cannot load: log one line and exit non-zero."""
+    logger.error(message)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_LOAD_FAILED)  # uvicorn would otherwise keep serving 503s for ever
 
 
-def create_app(settings: Settings | None = None, model: TextEncoder | None = None) -> FastAPI:
-    """The application. The model loads in the background: /health answers 503 until it is ready."""
-    settings = settings or get_settings()
+def create_app(
+    settings: Settings | None = None,
+    models: Mapping[str, TextEncoder] | None = None,
+    on_load_failure: Callable[[str], None] | None = None,
+) -> FastAPI:
+    """The application.
+
+    Called with no arguments (as ``uvicorn --factory`` does) it reads the settings from the environment,
+    configures logging and exits the process if a model cannot load. Tests pass their own settings,
+    already-loaded ``models``, and ``on_load_failure`` (by default, for them, /health then reports the
+    reason as 503 ``not_ready``).
+    """
+    if settings is None:
+        settings = get_settings()
+        configure_logging(settings.log_level, settings.log_format)
+        on_load_failure = on_load_failure or exit_process
     metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.service = None
-        app.state.load_error = None
-
         async def load() -> None:
             try:
-                app.state.service = await asyncio.to_thread(load_service, settings, model, metrics)
-            except Exception as error:  # reported by /health and every endpoint as not_ready
-                logger.exception("the model failed to load")
-                app.state.load_error = str(error)
+                registry = await asyncio.to_thread(load_registry, settings, metrics, models)
+            except Exception as error:
+                message = str(error)
+                if on_load_failure is not None:
+                    on_load_failure(message)
+                else:
+                    logger.error(message)
+                app.state.load_error = message
+                return
+            app.state.registry = registry
 
         loading = asyncio.create_task(load())
         try:
@@ -72,8 +89,8 @@ def create_app(settings: Settings | None = None, model: TextEncoder | None = Non
             # Reached after the server has stopped accepting and answered what was in flight.
             if not loading.done():
                 loading.cancel()
-            if app.state.service is not None:
-                await asyncio.to_thread(app.state.service.close)
+            if app.state.registry is not None:
+                await asyncio.to_thread(app.state.registry.close)
             logger.info("stopped")
 
     app = FastAPI(
@@ -85,6 +102,27 @@ def create_app(settings: Settings | None = None, model: TextEncoder | None = Non
     )
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.registry = None  # the loaded models, once every one is loaded and warm
+    app.state.load_error = None
+
+    def registry() -> ModelRegistry | None:
+        loaded: ModelRegistry | None = app.state.registry
+        return loaded
+
+    def seconds_per_text() -> float | None:
+        loaded = registry()
+        return loaded.seconds_per_text() if loaded is not None else None
+
+    def queued() -> int:
+        loaded = registry()
+        return loaded.queued() if loaded is not None else 0
+
+    admission = Admission(settings.max_queue_texts, seconds_per_text, metrics)
+    metrics.queue_texts.set_function(queued)
+    app.state.responder = Responder(admission, metrics, settings.request_timeout_s)
+    app.state.embeddings = Embeddings(settings)
+    app.state.inspection = Inspection(settings)
+
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:
@@ -96,20 +134,10 @@ def create_app(settings: Settings | None = None, model: TextEncoder | None = Non
             expose_headers=TIMING_HEADERS,
         )
     app.add_middleware(RequestLog, metrics=metrics)  # outermost: sees every request and its final status
-    for router in (embeddings.router, attention.router):
-        app.include_router(router, dependencies=[ApiKey])
-    app.include_router(meta.info_router, dependencies=[ApiKey])
-    app.include_router(meta.health_router)  # open: load balancers and orchestrators probe it without a key
+    for module in (embeddings, tokenize, attention, positional_encoding):
+        app.include_router(module.router, dependencies=[ApiKey])
+    app.include_router(service.info_router, dependencies=[ApiKey])
+    app.include_router(service.open_router)  # /health and /metrics: probes and scrapers come without a key
     app.include_router(viewer.router)  # the page is static and open; its API calls carry the key
     app.mount("/static", StaticFiles(directory=viewer.STATIC_DIR), name="static")
-
-    @app.get("/metrics", include_in_schema=False)
-    async def prometheus_metrics() -> Response:
-        """Prometheus metrics (open, like /health)."""
-        return Response(metrics.exposition(), media_type=metrics.content_type)
-
     return app
-
-
-configure_logging(get_settings().log_level, get_settings().log_format)
-app = create_app()

@@ -22,16 +22,27 @@ class Metrics:
         self.latency = Histogram(
             "encoder_request_seconds",
             "Request time by route and phase: queue (waiting for the model), inference, serialisation, total",
-            ["route", "phase"], buckets=LATENCY_BUCKETS, registry=r,
+            ["route", "phase"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
-        self.batch_texts = Histogram("encoder_batch_texts", "Texts in each forward pass", buckets=BATCH_TEXT_BUCKETS, registry=r)
+        self.batch_texts = Histogram(
+            "encoder_batch_texts", "Texts in each forward pass", buckets=BATCH_TEXT_BUCKETS, registry=r
+        )
         self.batch_tokens = Histogram(
-            "encoder_batch_tokens", "Tokens in each forward pass, real (not padding)", buckets=BATCH_TOKEN_BUCKETS, registry=r
+            "encoder_batch_tokens",
+            "Tokens in each forward pass, real (not padding)",
+            buckets=BATCH_TOKEN_BUCKETS,
+            registry=r,
         )
-        self.batch_seconds = Histogram("encoder_batch_seconds", "Time of each forward pass", buckets=LATENCY_BUCKETS, registry=r)
+        self.batch_seconds = Histogram(
+            "encoder_batch_seconds", "Time of each forward pass", buckets=LATENCY_BUCKETS, registry=r
+        )
         self.queue_texts = Gauge("encoder_queue_texts", "Texts waiting for the inference thread", registry=r)
         self.admitted_texts = Gauge("encoder_admitted_texts", "Texts admitted and not yet answered", registry=r)
-        self.dropped_texts = Counter("encoder_dropped_texts", "Texts dropped before computing: client gone or deadline passed", registry=r)
+        self.dropped_texts = Counter(
+            "encoder_dropped_texts", "Texts dropped before computing: client gone or deadline passed", registry=r
+        )
         self.timeouts = Counter("encoder_timeouts", "Requests answered 503 timeout", registry=r)
         self.model = Info("encoder_model", "The model being served", registry=r)
 

@@ -119,6 +119,9 @@ class RequestLog:
             timing = scope.get("state", {}).get("timing")
             extra = {"method": scope["method"], "path": scope["path"], "status": status, "ms": round(seconds * 1000, 2)}
             if timing is not None:
-                extra |= {"queue_ms": round(timing.queue_s * 1000, 2), "inference_ms": round(timing.inference_s * 1000, 2)}
+                extra |= {
+                    "queue_ms": round(timing.queue_s * 1000, 2),
+                    "inference_ms": round(timing.inference_s * 1000, 2),
+                }
             access.info("%s %s %d %.1f ms", scope["method"], scope["path"], status, seconds * 1000, extra=extra)
             request_id.reset(token)

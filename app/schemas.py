@@ -7,9 +7,19 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 
-def _non_empty(text: str) -> str:
+def _text(text: str) -> str:
+    """A text the tokenizer can take: not empty, and valid Unicode (JSON's \\ud800 escapes allow lone
+    surrogates, which no UTF-8 tokenizer accepts)."""
     if not text:
         raise ValueError("must not be empty")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(
+                f"is not valid Unicode: character {error.start} is a lone surrogate "
+                f"(U+{ord(text[error.start]):04X}); send well-formed text"
+            ) from None
     return text
 
 
@@ -21,7 +31,7 @@ def _one_or_many(value: Any) -> Any:
     return value
 
 
-Text = Annotated[str, AfterValidator(_non_empty)]
+Text = Annotated[str, AfterValidator(_text)]
 Texts = Annotated[
     list[Text],
     BeforeValidator(_one_or_many),

@@ -3,17 +3,39 @@
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
+from pydantic import BaseModel
 from starlette.responses import Response
 
 ORJSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
+def _fields(value: Any) -> dict[str, Any]:
+    """A response model's fields that were set, in declaration order (optional ones not set are left out).
+
+    Responses are built with ``model_construct``, which keeps numpy arrays as they are; orjson then
+    writes them natively, with no Python lists of floats in between.
+    """
+    if isinstance(value, BaseModel):
+        set_fields = value.model_fields_set
+        return {name: field for name, field in value.__dict__.items() if name in set_fields}
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def construct(schema: type[M], /, **fields: Any) -> M:
+    """A response model built without validation, so that numpy arrays stay arrays where the schema says
+    lists (orjson writes them natively); fields left out are left out of the JSON too."""
+    return schema.model_construct(**fields)
+
+
 def dumps(content: Any) -> bytes:
-    return orjson.dumps(content, option=ORJSON_OPTIONS)
+    return orjson.dumps(content, default=_fields, option=ORJSON_OPTIONS)
 
 
 class ORJSONResponse(Response):

@@ -13,36 +13,61 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ENCODER_", env_file=None, extra="ignore")
 
-    model_dir: Path | None = Field(None, description="Hugging Face-layout model directory; the bundled all-MiniLM-L6-v2 when unset")
+    model_dir: Path | None = Field(
+        None, description="Hugging Face-layout model directory; the bundled all-MiniLM-L6-v2 when unset"
+    )
     model_name: str | None = Field(None, description="name reported in responses; the directory's name when unset")
     device: str = Field("auto", description="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, …")
-    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field("auto", description="auto = float16 on CUDA, float32 on CPU")
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        "auto", description="auto = float16 on CUDA, float32 on CPU"
+    )
 
     max_batch_texts: int = Field(256, ge=1, description="texts per /encode or /tokenize request")
-    max_tokens_per_text: int | None = Field(None, ge=2, description="tokens per text, special tokens included; the model's own maximum when unset (256 for all-MiniLM-L6-v2)")
-    max_attention_tokens: int | None = Field(None, ge=2, description="tokens of the text (and pair) given to /attention; max_tokens_per_text when unset")
-    max_attention_values: int = Field(2_000_000, ge=1, description="attention weights in one /attention response (selected layers × heads × tokens²)")
+    max_tokens_per_text: int | None = Field(
+        None,
+        ge=2,
+        description="tokens per text, special tokens included; the model's own maximum when unset "
+        "(256 for all-MiniLM-L6-v2)",
+    )
+    max_attention_tokens: int | None = Field(
+        None, ge=2, description="tokens of the text (and pair) given to /attention; max_tokens_per_text when unset"
+    )
+    max_attention_values: int = Field(
+        2_000_000, ge=1, description="attention weights in one /attention response (selected layers × heads × tokens²)"
+    )
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="request body size, checked before parsing")
     pe_max_length: int = Field(8192, ge=1, description="largest `length` of /positional-encoding")
     pe_max_d_model: int = Field(4096, ge=2, description="largest `d_model` of /positional-encoding")
     pe_max_values: int = Field(4_194_304, ge=1, description="largest length × d_model of /positional-encoding")
 
-    max_batch_tokens: int = Field(16384, ge=1, description="padded tokens (rows × longest row) in one forward pass of merged /encode work")
+    max_batch_tokens: int = Field(
+        16384, ge=1, description="padded tokens (rows × longest row) in one forward pass of merged /encode work"
+    )
     max_batch_size: int = Field(256, ge=1, description="texts in one forward pass of merged /encode work")
-    batch_wait_ms: float = Field(0.0, ge=0, le=1000, description="how long an idle engine waits for more texts before computing a batch that has room")
+    batch_wait_ms: float = Field(
+        0.0,
+        ge=0,
+        le=1000,
+        description="how long an idle engine waits for more texts before computing a batch that has room",
+    )
     max_queue_texts: int = Field(
-        1024, ge=1, description="texts admitted at once (queued or computing; an /attention request counts as one); past it an immediate 429 overloaded"
+        1024,
+        ge=1,
+        description="texts admitted at once (queued or computing; an /attention request counts as one); past it an "
+        "immediate 429 overloaded",
     )
     request_timeout_s: float = Field(
         60.0, gt=0, description="a request not answered by then is dropped from the queue and answered 503 timeout"
     )
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
-        default_factory=list, description="accepted Bearer keys, comma-separated; every endpoint but /health is open when empty"
+        default_factory=list,
+        description="accepted Bearer keys, comma-separated; every endpoint but /health is open when empty",
     )
     log_level: str = Field("info", description="logging level of the service")
     log_format: Literal["text", "json"] = Field("text", description="text, or one JSON object a line")
     cors_origins: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="origins allowed to call the API from a browser, comma-separated (* for any); none by default"
+        default_factory=list,
+        description="origins allowed to call the API from a browser, comma-separated (* for any); none by default",
     )
 
     @field_validator("api_keys", "cors_origins", mode="before")

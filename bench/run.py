@@ -2,7 +2,7 @@
 
     make bench            (or: .venv/bin/python -m bench.run [--quick])
 
-Starts `uvicorn app.main:app` on 127.0.0.1, drives it from this process over keep-alive connections
+Starts `uvicorn --factory app.main:create_app` on 127.0.0.1, drives it from this process over keep-alive connections
 (bounded request count and time), stops it, then measures sentence-transformers and transformers
 in-process on the same texts with nothing else running. Prints the figures and writes them, with the
 machine and the command, into BENCHMARKS.md (one section per device, replaced on each run).
@@ -104,7 +104,14 @@ class Run:
 
 
 async def drive(
-    name: str, host: str, port: int, path: str, bodies: list[bytes], per_request: int, clients: int, limit_s: float,
+    name: str,
+    host: str,
+    port: int,
+    path: str,
+    bodies: list[bytes],
+    per_request: int,
+    clients: int,
+    limit_s: float,
     check: bool = True,
 ) -> Run:
     """``clients`` connections take bodies from a shared list until it is empty or ``limit_s`` passes."""
@@ -140,9 +147,22 @@ def free_port() -> int:
 
 def start_service(port: int, env: dict[str, str]) -> subprocess.Popen:
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
-         "--log-level", "warning", "--no-access-log"],
-        cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "app.main:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
     )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -162,7 +182,7 @@ def start_service(port: int, env: dict[str, str]) -> subprocess.Popen:
 async def http_runs(port: int, sentences: list[str], attention_text: str, quick: bool) -> dict[str, Run]:
     host = "127.0.0.1"
     singles = [orjson.dumps({"texts": [s]}) for s in sentences]
-    batches = [orjson.dumps({"texts": sentences[i:i + 32]}) for i in range(0, len(sentences) - 31, 32)]
+    batches = [orjson.dumps({"texts": sentences[i : i + 32]}) for i in range(0, len(sentences) - 31, 32)]
     attention = orjson.dumps({"text": attention_text})
     limit = 60 if quick else 120
     runs = {}
@@ -170,10 +190,20 @@ async def http_runs(port: int, sentences: list[str], attention_text: str, quick:
     runs["a"] = await drive("(a) 32 clients × 1 text", host, port, "/encode", singles, 1, 32, limit)
     runs["b"] = await drive("(b) 4 clients × 32 texts", host, port, "/encode", batches, 32, 4, limit)
     n_attention = 10 if quick else 30
-    runs["c"] = await drive("(c) /attention, 128 tokens, all layers and heads", host, port, "/attention",
-                            [attention] * n_attention, 1, 1, limit, check=False)
-    runs["idle"] = await drive("idle: 1 client × 1 text", host, port, "/encode", singles[:200 if not quick else 60],
-                               1, 1, limit)
+    runs["c"] = await drive(
+        "(c) /attention, 128 tokens, all layers and heads",
+        host,
+        port,
+        "/attention",
+        [attention] * n_attention,
+        1,
+        1,
+        limit,
+        check=False,
+    )
+    runs["idle"] = await drive(
+        "idle: 1 client × 1 text", host, port, "/encode", singles[: 200 if not quick else 60], 1, 1, limit
+    )
     return runs
 
 
@@ -196,7 +226,7 @@ def in_process(sentences: list[str], attention_text: str, quick: bool) -> dict[s
     st_rate = len(sentences) / (time.perf_counter() - started)
 
     single = []
-    for text in sentences[:200 if not quick else 60]:
+    for text in sentences[: 200 if not quick else 60]:
         started = time.perf_counter()
         st.encode([text], normalize_embeddings=True)
         single.append(time.perf_counter() - started)
@@ -231,7 +261,8 @@ def machine() -> str:
         pass
     memory = ""
     try:
-        kib = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+        found = re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text())
+        kib = int(found.group(1)) if found else 0
         memory = f", {kib / 1024 / 1024:.0f} GiB RAM"
     except (OSError, AttributeError):
         pass
@@ -247,14 +278,19 @@ def report(runs: dict[str, Run], ref: dict[str, float], device: str, command: st
         "|---|---:|---:|---:|---:|---:|",
     ]
     for run in (a, b, idle):
-        rows.append(f"| {run.name} | {run.rate:.0f} | {run.percentile(50):.1f} | {run.percentile(95):.1f} | "
-                    f"{run.percentile(99):.1f} | {run.errors} |")
-    rows.append(f"| {c.name} | {c.sentences / c.seconds:.2f} req/s | {c.percentile(50):.1f} | {c.percentile(95):.1f} | "
-                f"{c.percentile(99):.1f} | {c.errors} |")
+        rows.append(
+            f"| {run.name} | {run.rate:.0f} | {run.percentile(50):.1f} | {run.percentile(95):.1f} | "
+            f"{run.percentile(99):.1f} | {run.errors} |"
+        )
+    rows.append(
+        f"| {c.name} | {c.sentences / c.seconds:.2f} req/s | {c.percentile(50):.1f} | {c.percentile(95):.1f} | "
+        f"{c.percentile(99):.1f} | {c.errors} |"
+    )
     ratios = [
         "| ratio | measured | goal |",
         "|---|---:|---:|",
-        f"| (a) HTTP rate ÷ sentence-transformers in-process ({ref['st_rate']:.0f}/s) | {a.rate / ref['st_rate']:.2f} | ≥ 0.90 |",
+        f"| (a) HTTP rate ÷ sentence-transformers in-process ({ref['st_rate']:.0f}/s) | "
+        f"{a.rate / ref['st_rate']:.2f} | ≥ 0.90 |",
         f"| (b) HTTP rate ÷ sentence-transformers in-process | {b.rate / ref['st_rate']:.2f} | ≥ 0.95 |",
         f"| (c) /attention p50 ÷ transformers + json.dumps in-process ({ref['hf_attention_ms']:.0f} ms) | "
         f"{c_ms / ref['hf_attention_ms']:.2f} | ≤ 0.20 |",
@@ -262,17 +298,19 @@ def report(runs: dict[str, Run], ref: dict[str, float], device: str, command: st
         f"{idle.percentile(50) / ref['st_single_p50_ms']:.2f} | ≤ 1.5 |",
     ]
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return "\n".join([
-        f"## {device}",
-        "",
-        f"Measured {stamp}{' (quick run)' if quick else ''} on {machine()}.",
-        f"Command: `{command}`",
-        "",
-        *rows,
-        "",
-        *ratios,
-        "",
-    ])
+    return "\n".join(
+        [
+            f"## {device}",
+            "",
+            f"Measured {stamp}{' (quick run)' if quick else ''} on {machine()}.",
+            f"Command: `{command}`",
+            "",
+            *rows,
+            "",
+            *ratios,
+            "",
+        ]
+    )
 
 
 def write_benchmarks(section: str, device: str) -> None:

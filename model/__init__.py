@@ -10,12 +10,21 @@ from model.encoder import (
     scaled_dot_product_attention,
     sinusoidal_positional_encoding,
 )
-from model.loader import DEFAULT_MODEL_NAME, TextEncoder, default_model_path
-from model.pooling import PoolingConfig, normalize, pool
+from model.inspection import AttentionSelection, IndexOutOfRange, attention_rollout, resolve_indices, select_attention
+from model.loader import DEFAULT_MODEL_NAME, EmbeddingSpec, TextEmbedding, TextEncoder, default_model_path
+from model.pooling import PoolingConfig, normalize, pool, sentence_embeddings
 from model.tokenizer import Batch, TextTokenizer, Token, TooManyTokensError
 from model.weights import load_weights
 
 __all__ = [
+    "AttentionSelection",
+    "EmbeddingSpec",
+    "IndexOutOfRange",
+    "TextEmbedding",
+    "attention_rollout",
+    "resolve_indices",
+    "select_attention",
+    "sentence_embeddings",
     "DEFAULT_MODEL_NAME",
     "Batch",
     "Encoder",

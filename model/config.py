@@ -42,9 +42,7 @@ class EncoderConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"config field {name!r} must be a positive integer, got {value!r}")
         if self.d_model % self.n_heads != 0:
-            raise ValueError(
-                f"config field 'd_model' ({self.d_model}) must be divisible by 'n_heads' ({self.n_heads})"
-            )
+            raise ValueError(f"config field 'd_model' ({self.d_model}) must be divisible by 'n_heads' ({self.n_heads})")
         if self.position_embedding not in ("learned", "sinusoidal"):
             raise ValueError(
                 f"config field 'position_embedding' must be 'learned' or 'sinusoidal', got {self.position_embedding!r}"

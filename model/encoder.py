@@ -171,6 +171,8 @@ class EncoderLayer(nn.Module):
 class Embeddings(nn.Module):
     """Token + position + segment embeddings, then LayerNorm: the input of the first layer."""
 
+    sinusoid: Tensor  # (max_positions, D), a buffer, when the positions are the fixed sinusoid
+
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
         self.config = config
@@ -191,7 +193,7 @@ class Embeddings(nn.Module):
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
         T = input_ids.size(1)
-        if T > self.config.max_positions:
+        if self.config.max_positions < T:
             raise ValueError(f"sequence of {T} tokens is longer than the model's {self.config.max_positions} positions")
         x = self.token(input_ids) + self.segment(token_type_ids)  # (B, T, D)
         x = x + self.position_table()[:T].to(x.dtype)  # (B, T, D) + (T, D)

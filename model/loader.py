@@ -9,12 +9,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
+from tokenizers import Encoding
 from torch import Tensor
 
 from model.config import EncoderConfig
 from model.encoder import Encoder, EncoderOutput
-from model.pooling import Pooling, PoolingConfig, normalize, pool
+from model.inspection import AttentionSelection, select_attention
+from model.pooling import Pooling, PoolingConfig, sentence_embeddings
 from model.tokenizer import Batch, TextTokenizer
 from model.weights import load_weights
 
@@ -65,9 +68,27 @@ def read_max_tokens(model_dir: Path, config: EncoderConfig) -> int:
             value = json.loads(path.read_text(encoding="utf-8")).get(field)
         except (json.JSONDecodeError, AttributeError) as error:
             raise ValueError(f"{path} is not a valid JSON object: {error}") from error
-        if isinstance(value, int) and 2 <= value:
+        if isinstance(value, int) and value >= 2:
             return min(value, limit)
     return limit
+
+
+@dataclass(frozen=True)
+class EmbeddingSpec:
+    """What one text asks of a forward pass."""
+
+    layer: int  # the hidden state, made absolute by TextEncoder.resolve_layer: 0 = embeddings, N = last layer
+    pooling: Pooling  # how its token vectors become one sentence vector
+    normalize: bool  # L2-normalise the sentence vector
+    token_vectors: bool = False  # also return the text's token vectors
+
+
+@dataclass(frozen=True)
+class TextEmbedding:
+    """One text's result: its sentence vector and, when asked for, its token vectors."""
+
+    sentence: np.ndarray  # (D,) float32
+    tokens: np.ndarray | None = None  # (T, D) float32, the text's own tokens only (no padding)
 
 
 @dataclass
@@ -134,7 +155,11 @@ class TextEncoder:
         )
         logger.info(
             "loaded %s from %s on %s (%s) in %.2f s",
-            name, model_dir, torch_device, str(torch_dtype).removeprefix("torch."), time.perf_counter() - started,
+            name,
+            model_dir,
+            torch_device,
+            str(torch_dtype).removeprefix("torch."),
+            time.perf_counter() - started,
         )
         return model
 
@@ -147,14 +172,22 @@ class TextEncoder:
 
     @torch.inference_mode()
     def forward(
-        self, batch: Batch, *, return_hidden_states: bool = False, return_attentions: bool = False,
+        self,
+        batch: Batch,
+        *,
+        return_hidden_states: bool = False,
+        return_attentions: bool = False,
         n_layers: int | None = None,
     ) -> EncoderOutput:
         """Run the encoder on a padded batch."""
         input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
         return self.encoder(
-            input_ids, attention_mask, token_type_ids,
-            return_hidden_states=return_hidden_states, return_attentions=return_attentions, n_layers=n_layers,
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            return_hidden_states=return_hidden_states,
+            return_attentions=return_attentions,
+            n_layers=n_layers,
         )
 
     def resolve_layer(self, layer: int) -> int:
@@ -177,8 +210,8 @@ class TextEncoder:
         hidden = self.encoder(
             input_ids, attention_mask, token_type_ids, n_layers=self.resolve_layer(layer)
         ).last_hidden_state.float()  # (B, T, D)
-        sentences = pool(hidden, attention_mask, pooling or self.pooling.mode)  # (B, D)
-        return (normalize(sentences) if normalize_embeddings else sentences), hidden
+        sentences = sentence_embeddings(hidden, attention_mask, pooling or self.pooling.mode, normalize_embeddings)
+        return sentences, hidden  # (B, D), (B, T, D)
 
     def embed(
         self,
@@ -193,3 +226,61 @@ class TextEncoder:
         self.resolve_layer(layer)
         batch = self.tokenizer.pad(self.tokenizer.encode(texts, truncate=truncate))
         return self.embed_batch(batch, pooling=pooling, normalize_embeddings=normalize_embeddings, layer=layer)[0]
+
+    @torch.inference_mode()
+    def embed_encodings(self, encodings: Sequence[Encoding], specs: Sequence[EmbeddingSpec]) -> list[TextEmbedding]:
+        """One forward pass over tokenised texts, each with its own layer, pooling and normalisation.
+
+        Layers above the deepest one asked for are not computed; each distinct (layer, pooling,
+        normalisation) is pooled once for all the rows that share it.
+        """
+        assert len(encodings) == len(specs) > 0, "one spec per encoding, at least one"
+        batch = self.tokenizer.pad(encodings)
+        input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
+        deepest = max(spec.layer for spec in specs)
+        mixed_layers = any(spec.layer != deepest for spec in specs)
+        output = self.encoder(
+            input_ids, attention_mask, token_type_ids, return_hidden_states=mixed_layers, n_layers=deepest
+        )
+
+        def hidden(layer: int) -> Tensor:
+            states = output.hidden_states[layer] if output.hidden_states is not None else output.last_hidden_state
+            return states.float()  # (B, T, D)
+
+        rows_by_kind: dict[tuple[int, Pooling, bool], list[int]] = {}
+        for row, spec in enumerate(specs):
+            rows_by_kind.setdefault((spec.layer, spec.pooling, spec.normalize), []).append(row)
+        sentences = np.empty((len(specs), self.config.d_model), dtype=np.float32)  # (B, D)
+        for (layer, pooling, normalize_rows), rows in rows_by_kind.items():
+            states, mask = hidden(layer), attention_mask
+            if len(rows) < len(specs):
+                index = torch.tensor(rows, device=states.device)
+                states, mask = states.index_select(0, index), mask.index_select(0, index)  # (b, T, D), (b, T)
+            sentences[rows] = sentence_embeddings(states, mask, pooling, normalize_rows).cpu().numpy()  # (b, D)
+
+        token_layers = {spec.layer for spec in specs if spec.token_vectors}
+        token_vectors = {layer: hidden(layer).cpu().numpy() for layer in token_layers}  # layer → (B, T, D)
+        return [
+            TextEmbedding(
+                sentences[row],
+                token_vectors[spec.layer][row, : len(encoding.ids)] if spec.token_vectors else None,
+            )
+            for row, (encoding, spec) in enumerate(zip(encodings, specs))
+        ]
+
+    @torch.inference_mode()
+    def attention(self, encoding: Encoding, selection: AttentionSelection) -> np.ndarray:
+        """The selected attention maps of one tokenised text, float32, (L, H', T, T); see select_attention.
+
+        Runs the explicit attention path up to the deepest selected layer.
+        """
+        output = self.forward(self.tokenizer.pad([encoding]), return_attentions=True, n_layers=selection.deepest)
+        assert output.attentions is not None
+        computed = torch.stack(output.attentions)[:, 0].float()  # (L', H, T, T)
+        return select_attention(computed, selection).cpu().numpy()
+
+    def warm_up(self) -> None:
+        """One forward pass on each attention path, so that the first request pays no start-up cost."""
+        encodings = self.tokenizer.encode(["warm up"])
+        self.embed_encodings(encodings, [EmbeddingSpec(self.config.n_layers, self.pooling.mode, True)])
+        self.attention(encodings[0], AttentionSelection((self.config.n_layers - 1,), (0,)))

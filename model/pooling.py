@@ -63,3 +63,12 @@ def pool(hidden: Tensor, attention_mask: Tensor, mode: Pooling) -> Tensor:
 def normalize(x: Tensor) -> Tensor:
     """L2-normalise each row."""
     return F.normalize(x, p=2, dim=-1)
+
+
+def sentence_embeddings(hidden: Tensor, attention_mask: Tensor, mode: Pooling, normalize_embeddings: bool) -> Tensor:
+    """The one path from token vectors (B, T, D) to sentence vectors (B, D): pool, then L2-normalise if asked.
+
+    Everything that serves or checks sentence embeddings goes through here.
+    """
+    sentences = pool(hidden, attention_mask, mode)  # (B, D)
+    return normalize(sentences) if normalize_embeddings else sentences

@@ -88,19 +88,27 @@ class TextTokenizer:
         With ``truncate`` texts are cut to ``max_tokens`` (longest segment first for pairs); without it a
         text that is too long raises TooManyTokensError naming it.
         """
+        encodings = self.encode_unchecked(texts, pairs, truncate)
+        if not truncate:
+            self.check_lengths(encodings)
+        return encodings
+
+    def encode_unchecked(
+        self, texts: Sequence[str], pairs: Sequence[str | None] | None = None, truncate: bool = True
+    ) -> list[Encoding]:
+        """As ``encode``, but a too-long text (``truncate`` false) is returned whole: see ``check_lengths``."""
         tokenizer = self._truncating if truncate else self._complete
         if pairs is None:
-            encodings = tokenizer.encode_batch(list(texts))
-        else:
-            if len(pairs) != len(texts):
-                raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
-            inputs = [text if pair is None else (text, pair) for text, pair in zip(texts, pairs)]
-            encodings = tokenizer.encode_batch(inputs)
-        if not truncate:
-            for index, encoding in enumerate(encodings):
-                if len(encoding.ids) > self.max_tokens:
-                    raise TooManyTokensError(index, len(encoding.ids), self.max_tokens)
-        return encodings
+            return tokenizer.encode_batch(list(texts))
+        if len(pairs) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
+        return tokenizer.encode_batch([text if pair is None else (text, pair) for text, pair in zip(texts, pairs)])
+
+    def check_lengths(self, encodings: Sequence[Encoding]) -> None:
+        """TooManyTokensError for the first encoding longer than ``max_tokens``."""
+        for index, encoding in enumerate(encodings):
+            if len(encoding.ids) > self.max_tokens:
+                raise TooManyTokensError(index, len(encoding.ids), self.max_tokens)
 
     def pad(self, encodings: Sequence[Encoding]) -> Batch:
         """Stack encodings into (B, T) arrays, padding on the right to the longest."""

@@ -99,7 +99,11 @@ def load_weights(encoder: Encoder, path: Path) -> None:
             expected = tuple(ours[name].shape)
             part_shape = (expected[0] // len(keys), *expected[1:])
             loaded = [checkpoint.get_tensor(key) for key in keys]
-            bad = [f"{key} {tuple(t.shape)} (expected {part_shape})" for key, t in zip(keys, loaded) if tuple(t.shape) != part_shape]
+            bad = [
+                f"{key} {tuple(t.shape)} (expected {part_shape})"
+                for key, t in zip(keys, loaded)
+                if tuple(t.shape) != part_shape
+            ]
             if bad:
                 wrong_shape.extend(bad)
                 continue

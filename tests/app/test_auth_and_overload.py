@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import httpx
 import pytest
 
 from app.settings import Settings
 from model import TextEncoder
-from tests.app.conftest import assert_error, serve
+from tests.helpers import assert_error, serve, serving, wait_until
 
 KEYS = "first-key, second-key"
 
@@ -39,8 +38,12 @@ def test_keys_are_read_comma_separated_from_the_environment(monkeypatch: pytest.
     ],
 )
 async def test_requests_without_a_right_key_are_401(guarded: httpx.AsyncClient, headers: dict, words: str) -> None:
-    for method, path, body in [("POST", "/encode", {"texts": "x"}), ("POST", "/attention", {"text": "x"}),
-                               ("GET", "/info", None), ("GET", "/positional-encoding", None)]:
+    for method, path, body in [
+        ("POST", "/encode", {"texts": "x"}),
+        ("POST", "/attention", {"text": "x"}),
+        ("GET", "/info", None),
+        ("GET", "/positional-encoding", None),
+    ]:
         response = await guarded.request(method, path, json=body, headers=headers)
         assert_error(response, 401, "unauthorized", None, words)
         assert response.headers["www-authenticate"] == "Bearer"
@@ -59,20 +62,14 @@ async def test_health_and_docs_stay_open(guarded: httpx.AsyncClient) -> None:
 
 
 async def test_full_queue_answers_429_with_retry_after_then_recovers(bundled_model: TextEncoder) -> None:
-    async with serve(Settings(max_queue_texts=2), bundled_model) as client:
-        service = client._transport.app.state.service  # type: ignore[attr-defined]
-        release = threading.Event()
-
-        async def occupy() -> None:
-            async with service.admit(1):
-                await service.engine.call(lambda: release.wait(30))  # holds the inference thread too
-
-        blockers = [asyncio.ensure_future(occupy()) for _ in range(2)]  # fill the queue
-        await asyncio.sleep(0.05)
-        response = await client.post("/encode", json={"texts": "x"})
-        assert_error(response, 429, "overloaded", None, "queue is full")
-        assert int(response.headers["retry-after"]) >= 1
-        assert (await client.get("/health")).status_code == 200  # the loop still answers
-        release.set()
-        await asyncio.gather(*blockers)
+    async with serving(Settings(max_queue_texts=2), bundled_model) as service:
+        client = service.client
+        with service.model.queue.paused():
+            blockers = [asyncio.ensure_future(client.post("/encode", json={"texts": t})) for t in "ab"]  # fill it
+            await wait_until(lambda: service.admission.admitted == 2)
+            response = await client.post("/encode", json={"texts": "x"})
+            assert_error(response, 429, "overloaded", None, "queue is full")
+            assert int(response.headers["retry-after"]) >= 1
+            assert (await client.get("/health")).status_code == 200  # the loop still answers
+        assert [r.status_code for r in await asyncio.gather(*blockers)] == [200, 200]
         assert (await client.post("/encode", json={"texts": "x"})).status_code == 200

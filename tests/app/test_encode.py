@@ -70,14 +70,18 @@ async def test_each_pooling_and_layer_equals_transformers_hidden_states(
     body = (await client.post("/encode", json=request)).json()
     for text, item in zip(texts, body["data"], strict=True):
         with torch.inference_mode():
-            hidden = hf_bert(**hf_tokenizer(text, return_tensors="pt"), output_hidden_states=True).hidden_states[layer][0]
+            hidden = hf_bert(**hf_tokenizer(text, return_tensors="pt"), output_hidden_states=True).hidden_states[layer][
+                0
+            ]
         expected = {"mean": hidden.mean(0), "cls": hidden[0], "max": hidden.max(0).values}[pooling]
         np.testing.assert_allclose(item["embedding"], expected.numpy(), atol=2e-5)
         np.testing.assert_allclose(item["token_embeddings"], hidden.numpy(), atol=2e-5)  # no padding rows
 
 
 async def test_normalize_false_gives_the_unnormalised_mean(client: httpx.AsyncClient) -> None:
-    raw = np.array((await client.post("/encode", json={"texts": TEXTS[0], "normalize": False})).json()["data"][0]["embedding"])
+    raw = np.array(
+        (await client.post("/encode", json={"texts": TEXTS[0], "normalize": False})).json()["data"][0]["embedding"]
+    )
     unit = np.array((await client.post("/encode", json={"texts": TEXTS[0]})).json()["data"][0]["embedding"])
     assert abs(np.linalg.norm(unit) - 1) < 1e-5 and abs(np.linalg.norm(raw) - 1) > 1e-2
     np.testing.assert_allclose(raw / np.linalg.norm(raw), unit, atol=1e-6)

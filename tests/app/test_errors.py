@@ -9,7 +9,7 @@ import pytest
 
 from app.settings import Settings
 from model import TextEncoder
-from tests.app.conftest import assert_error, serve
+from tests.helpers import assert_error, serve
 
 LIMITS = Settings(max_batch_texts=3, max_body_bytes=4096, max_attention_values=6 * 12 * 20 * 20)
 
@@ -90,7 +90,9 @@ PE_422 = [
 
 
 @pytest.mark.parametrize(("params", "param", "words"), PE_422)
-async def test_positional_encoding_rejects_bad_query_parameters(limited: httpx.AsyncClient, params, param, words) -> None:
+async def test_positional_encoding_rejects_bad_query_parameters(
+    limited: httpx.AsyncClient, params, param, words
+) -> None:
     assert_error(await limited.get("/positional-encoding", params=params), 422, "validation_error", param, words)
 
 

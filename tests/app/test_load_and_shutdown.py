@@ -8,11 +8,14 @@ import time
 
 import httpx
 import numpy as np
+import pytest
 
 from model import TextEncoder
-from tests.app.servers import rss_mib, server_log, start_server
+from tests.helpers import rss_mib, server_log, start_server
 
-TEXTS = [f"request {i}: " + " ".join(["overload", "test", "sentence"][i % 3:] * (1 + i % 7)) for i in range(100)]
+pytestmark = pytest.mark.slow  # starts the service as its own process
+
+TEXTS = [f"request {i}: " + " ".join(["overload", "test", "sentence"][i % 3 :] * (1 + i % 7)) for i in range(100)]
 
 
 async def overload(url: str, requests: int, clients: int, limit_s: float) -> list[tuple[int, int, dict | None]]:
@@ -36,7 +39,9 @@ async def overload(url: str, requests: int, clients: int, limit_s: float) -> lis
     return results
 
 
-def test_twice_capacity_gets_only_200s_and_429s_with_right_answers_and_bounded_memory(bundled_model: TextEncoder) -> None:
+def test_twice_capacity_gets_only_200s_and_429s_with_right_answers_and_bounded_memory(
+    bundled_model: TextEncoder,
+) -> None:
     expected = bundled_model.embed(TEXTS).numpy()
     # A short queue and 64 clients: about twice what this machine computes at once, so some are shed.
     process, url = start_server({"ENCODER_MAX_QUEUE_TEXTS": "24"})
@@ -55,10 +60,11 @@ def test_twice_capacity_gets_only_200s_and_429s_with_right_answers_and_bounded_m
             answered = [(text, body) for text, status, body in results if status == 200]
             assert len(answered) > 100
             for text, body in answered:  # every 200 carries the answer for its own text
+                assert body is not None
                 np.testing.assert_allclose(body["data"][0]["embedding"], expected[text], atol=1e-4)
             for _, status, body in results:
                 if status == 429:
-                    assert body["error"]["type"] == "overloaded"
+                    assert body is not None and body["error"]["type"] == "overloaded"
         assert process.poll() is None, "the service died under load"
         assert httpx.get(f"{url}/health").status_code == 200
         # Memory comes back down: after each round and a short idle, resident memory is near its baseline.
@@ -97,10 +103,10 @@ def test_sigterm_answers_every_request_in_flight_then_exits() -> None:
         assert all(len(r.json()["data"]) == 16 for r in responses)
         assert refused, "new connections should be refused once shutdown has begun"
         # uvicorn re-raises the SIGTERM it handled once shutdown is complete, so the status says so;
-        # the lifespan's last line proves the queue was finished and the engine stopped first.
+        # the lifespan's last line proves the queue was finished and the worker stopped first.
         assert process.wait(timeout=60) in (0, -signal.SIGTERM)
         log = server_log(process)
-        assert log.index("engine stopped: 128 texts") < log.index("Application shutdown complete")
+        assert log.index("worker stopped: 128 texts") < log.index("Application shutdown complete")
     finally:
         if process.poll() is None:
             process.kill()

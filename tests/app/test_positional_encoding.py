@@ -14,7 +14,10 @@ async def test_sinusoidal_10_by_6_equals_the_seed_notebook(client: httpx.AsyncCl
     assert response.status_code == 200
     body = response.json()
     assert {k: body[k] for k in ("kind", "length", "d_model", "base")} == {
-        "kind": "sinusoidal", "length": 10, "d_model": 6, "base": 10000,
+        "kind": "sinusoidal",
+        "length": 10,
+        "d_model": 6,
+        "base": 10000,
     }
     np.testing.assert_allclose(body["encoding"], SEED_PE_10x6, atol=5e-5 + 1e-6)
 

@@ -16,7 +16,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.app.servers import running_server
+from tests.helpers import running_server
+
+pytestmark = pytest.mark.slow  # starts the service as its own process
 
 CHECKS = [
     not_a_server_error,  # no 5xx but the documented 503s
@@ -30,8 +32,13 @@ CHECKS = [
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
     # Small limits so that generated inputs cross them too (and the run stays fast on a CPU).
-    env = {"ENCODER_MAX_BATCH_TEXTS": "8", "ENCODER_MAX_TOKENS_PER_TEXT": "64", "ENCODER_PE_MAX_LENGTH": "256",
-           "ENCODER_PE_MAX_D_MODEL": "256", "ENCODER_MAX_BODY_BYTES": "65536"}
+    env = {
+        "ENCODER_MAX_BATCH_TEXTS": "8",
+        "ENCODER_MAX_TOKENS_PER_TEXT": "64",
+        "ENCODER_PE_MAX_LENGTH": "256",
+        "ENCODER_PE_MAX_D_MODEL": "256",
+        "ENCODER_MAX_BODY_BYTES": "65536",
+    }
     with running_server(env) as url:
         yield url
 
@@ -45,7 +52,14 @@ def api_schema(server: str):
 def test_every_endpoint_conforms_to_its_schema(api_schema, server: str, mode: GenerationMode) -> None:
     """Valid and invalid generated requests to every operation: documented statuses and bodies only."""
     operations = [result.ok() for result in api_schema.get_all_operations()]
-    assert {op.path for op in operations} >= {"/encode", "/attention", "/positional-encoding", "/tokenize", "/info", "/health"}
+    assert {op.path for op in operations} >= {
+        "/encode",
+        "/attention",
+        "/positional-encoding",
+        "/tokenize",
+        "/info",
+        "/health",
+    }
     for operation in operations:
         if mode is GenerationMode.NEGATIVE and not (len(operation.body) or len(operation.query)):
             continue  # /info, /health: no input to make invalid

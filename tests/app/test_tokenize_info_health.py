@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 
 import httpx
@@ -10,7 +13,7 @@ import pytest
 
 import app.main
 from app.settings import Settings
-from tests.app.conftest import assert_error, serve
+from tests.helpers import assert_error, free_port, serve, serving, wait_until
 
 
 async def test_tokenize_equals_the_tokenizer(client: httpx.AsyncClient, hf_tokenizer) -> None:
@@ -35,8 +38,15 @@ async def test_info_describes_model_device_and_limits(client: httpx.AsyncClient,
     body = (await client.get("/info")).json()
     assert body["model"] == "all-MiniLM-L6-v2" and body["path"] == str(bundled_path)
     assert body["architecture"] == {
-        "layers": 6, "heads": 12, "hidden_size": 384, "intermediate_size": 1536, "vocab_size": 30522,
-        "max_positions": 512, "position_embedding": "learned", "activation": "gelu", "pooling": "mean",
+        "layers": 6,
+        "heads": 12,
+        "hidden_size": 384,
+        "intermediate_size": 1536,
+        "vocab_size": 30522,
+        "max_positions": 512,
+        "position_embedding": "learned",
+        "activation": "gelu",
+        "pooling": "mean",
         "normalize": True,
     }
     assert (body["device"], body["dtype"]) == ("cpu", "float32")
@@ -47,13 +57,13 @@ async def test_info_describes_model_device_and_limits(client: httpx.AsyncClient,
 
 async def test_health_is_503_until_the_model_is_warm(monkeypatch: pytest.MonkeyPatch, bundled_model) -> None:
     release = threading.Event()
-    real_load = app.main.load_service
+    real_load = app.main.load_registry
 
-    def slow_load(settings, model=None, metrics=None):
+    def slow_load(*args, **kwargs):
         assert release.wait(30)
-        return real_load(settings, model, metrics)
+        return real_load(*args, **kwargs)
 
-    monkeypatch.setattr(app.main, "load_service", slow_load)
+    monkeypatch.setattr(app.main, "load_registry", slow_load)
     async with serve(Settings(), bundled_model, ready=False) as client:
         assert_error(await client.get("/health"), 503, "not_ready", contains="loading")
         assert_error(await client.post("/encode", json={"texts": "x"}), 503, "not_ready")
@@ -66,15 +76,33 @@ async def test_health_is_503_until_the_model_is_warm(monkeypatch: pytest.MonkeyP
         assert response.status_code == 200 and response.json() == {"status": "ok"}
 
 
-async def test_a_model_that_fails_to_load_is_reported_not_ready(tmp_path) -> None:
-    async with serve(Settings(model_dir=tmp_path / "missing"), ready=False) as client:
-        for _ in range(200):
-            body = (await client.get("/health")).json()
-            if "failed" in body["error"]["message"]:
-                break
-            await asyncio.sleep(0.02)
-        error = assert_error(await client.get("/health"), 503, "not_ready", contains="failed to load")
-        assert "does not exist" in error["message"]
+async def test_a_model_that_fails_to_load_is_reported_to_the_failure_hook_in_one_line(tmp_path) -> None:
+    failures: list[str] = []
+    missing = tmp_path / "missing"
+    async with serving(Settings(model_dir=missing), ready=False, on_load_failure=failures.append) as service:
+        await wait_until(lambda: bool(failures))
+        error = assert_error(await service.client.get("/health"), 503, "not_ready", contains="failed to load")
+    assert failures == [f"cannot serve model 'missing' from {missing}: model directory {missing} does not exist"]
+    assert "does not exist" in error["message"]
+
+
+@pytest.mark.slow
+def test_a_server_whose_model_cannot_load_exits_non_zero_naming_directory_and_problem(tmp_path) -> None:
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "gpt2"}')
+    process = subprocess.run(
+        [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--port", str(free_port())],
+        env={**os.environ, "ENCODER_MODEL_DIR": str(broken)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert process.returncode == 1, process.stderr
+    lines = [line for line in process.stderr.splitlines() if "cannot serve model" in line]
+    assert len(lines) == 1, process.stderr
+    assert str(broken) in lines[0] and "unsupported config field 'model_type': 'gpt2'" in lines[0]
+    assert "ERROR" in lines[0] and "Traceback" not in process.stderr
 
 
 async def test_openapi_schema_shows_limits_and_examples(client: httpx.AsyncClient) -> None:

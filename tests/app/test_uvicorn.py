@@ -1,4 +1,4 @@
-"""The real server: `uvicorn app.main:app` in its own process on 127.0.0.1, over real sockets."""
+"""The real server: `uvicorn --factory app.main:create_app` in its own process on 127.0.0.1, over real sockets."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.app.conftest import assert_error
-from tests.app.servers import running_server
+from tests.helpers import assert_error, running_server
+
+pytestmark = pytest.mark.slow  # starts the service as its own process
+
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:

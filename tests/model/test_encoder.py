@@ -17,6 +17,7 @@ from model import (
     scaled_dot_product_attention,
     sinusoidal_positional_encoding,
 )
+from model.config import Activation, PositionEmbedding
 from model.encoder import padding_mask
 
 # Printed in seeds/multi_head_attention_positional_encoding_layernorm.txt for sequence_length=10, d_model=6.
@@ -78,7 +79,7 @@ def numpy_self_attention(X, mask, W_KQV, W_out, n_heads):
     dh = d // n_heads
     heads, attns = [], []
     for h in range(n_heads):
-        q, k, v = (M[:, h * dh:(h + 1) * dh] for M in (Q, K, V))
+        q, k, v = (M[:, h * dh : (h + 1) * dh] for M in (Q, K, V))
         Z = q @ k.T / np.sqrt(dh) + mask
         Z = np.exp(Z - Z.max(axis=-1, keepdims=True))
         attn = Z / Z.sum(axis=-1, keepdims=True)
@@ -135,6 +136,7 @@ def test_scaled_dot_product_attention_rows_sum_to_one_and_skip_masked_keys() -> 
     q, k, v = torch.randn(3, 2, 2, 5, 8).unbind(0)
     mask = torch.tensor([True, True, True, False, False])[None, None, None, :]
     values, attention = scaled_dot_product_attention(q, k, v, mask)
+    assert attention is not None
     torch.testing.assert_close(attention.sum(-1), torch.ones(2, 2, 5))
     assert attention[..., 3:].abs().max() == 0
     torch.testing.assert_close(values, attention @ v)
@@ -152,7 +154,9 @@ def random_batch(vocab: int, lengths: list[int], seed: int = 0):
 @pytest.mark.parametrize("position_embedding", ["learned", "sinusoidal"])
 @pytest.mark.parametrize("activation", ["gelu", "relu"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_fast_and_explicit_paths_agree(position_embedding: str, activation: str, causal: bool) -> None:
+def test_fast_and_explicit_paths_agree(
+    position_embedding: PositionEmbedding, activation: Activation, causal: bool
+) -> None:
     torch.manual_seed(3)
     config = replace(TINY, position_embedding=position_embedding, activation=activation)
     encoder = Encoder(config).eval()
@@ -189,6 +193,7 @@ def test_text_outputs_do_not_change_when_batched_with_longer_texts(bundled_model
     assert together.input_ids.shape[1] > n
     a = bundled_model.forward(alone, return_hidden_states=True, return_attentions=True)
     b = bundled_model.forward(together, return_hidden_states=True, return_attentions=True)
+    assert a.hidden_states and b.hidden_states and a.attentions and b.attentions
     for x, y in zip(a.hidden_states, b.hidden_states):
         torch.testing.assert_close(x[0], y[0, :n], atol=1e-5, rtol=1e-5)
     for x, y in zip(a.attentions, b.attentions):
@@ -199,6 +204,7 @@ def test_text_outputs_do_not_change_when_batched_with_longer_texts(bundled_model
 def test_stopping_early_equals_the_hidden_state_of_that_layer(tiny_model: TextEncoder) -> None:
     batch = tiny_model.tokenizer.pad(tiny_model.tokenizer.encode(["the quick brown fox", "hello"]))
     full = tiny_model.forward(batch, return_hidden_states=True)
+    assert full.hidden_states is not None
     for n in range(tiny_model.config.n_layers + 1):
         partial = tiny_model.forward(batch, n_layers=n)
         torch.testing.assert_close(partial.last_hidden_state, full.hidden_states[n])

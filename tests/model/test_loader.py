@@ -11,8 +11,17 @@ from model.loader import resolve_device, resolve_dtype
 
 def test_bundled_config_is_read_from_config_json(bundled_model: TextEncoder) -> None:
     assert bundled_model.config == EncoderConfig(
-        vocab_size=30522, d_model=384, n_heads=12, n_layers=6, d_ff=1536, max_positions=512,
-        type_vocab_size=2, position_embedding="learned", activation="gelu", layer_norm_eps=1e-12, pad_token_id=0,
+        vocab_size=30522,
+        d_model=384,
+        n_heads=12,
+        n_layers=6,
+        d_ff=1536,
+        max_positions=512,
+        type_vocab_size=2,
+        position_embedding="learned",
+        activation="gelu",
+        layer_norm_eps=1e-12,
+        pad_token_id=0,
     )
     assert bundled_model.name == "all-MiniLM-L6-v2"
 

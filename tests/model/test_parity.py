@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from model import TextEncoder
-from tests.conftest import hf_forward
+from model import AttentionSelection, EmbeddingSpec, TextEncoder
+from tests.helpers import hf_forward
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -95,3 +95,33 @@ def test_sentence_embeddings_equal_sentence_transformers(target, sentence_transf
 
 def test_max_tokens_follows_sentence_transformers_config(bundled_model: TextEncoder, sentence_transformer) -> None:
     assert bundled_model.max_tokens == sentence_transformer.max_seq_length == 256
+
+
+def test_the_service_path_equals_sentence_transformers_in_a_mixed_batch(target, sentence_transformer) -> None:
+    """embed_encodings is what requests run: rows with the defaults equal sentence-transformers even when
+    rows of other layers and poolings share their pass."""
+    model, _, _, min_cosine = target
+    encodings = model.tokenizer.encode(TEXTS)
+    default = EmbeddingSpec(layer=model.config.n_layers, pooling="mean", normalize=True)
+    other = EmbeddingSpec(layer=3, pooling="cls", normalize=False, token_vectors=True)
+    specs = [default, other, default, other]
+    results = model.embed_encodings(encodings, specs)
+    theirs = sentence_transformer.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
+    for row in (0, 2):
+        ours = results[row].sentence
+        cosine = float(ours @ theirs[row] / (np.linalg.norm(ours) * np.linalg.norm(theirs[row])))
+        assert cosine >= min_cosine, (row, cosine)
+    for row in (1, 3):  # layer 3's [CLS] vector, as transformers computes it
+        alone = model.embed([TEXTS[row]], pooling="cls", normalize_embeddings=False, layer=3)[0]
+        np.testing.assert_allclose(results[row].sentence, alone.float().cpu().numpy(), atol=1e-4)
+        assert results[row].tokens is not None and results[row].tokens.shape == (len(encodings[row].ids), 384)
+
+
+def test_selected_attention_equals_transformers(bundled_model: TextEncoder, hf_bert) -> None:
+    encoding = bundled_model.tokenizer.encode([TEXTS[0]], [PAIRS[1]])[0]
+    theirs = hf_forward(hf_bert, bundled_model.tokenizer.pad([encoding]), output_attentions=True).attentions
+    full = torch.stack(theirs)[:, 0].numpy()  # (L, H, T, T)
+    picked = bundled_model.attention(encoding, AttentionSelection(layers=(5, 0), heads=(3, 1)))
+    np.testing.assert_allclose(picked, full[[5, 0]][:, [3, 1]], atol=1e-5)
+    mean = bundled_model.attention(encoding, AttentionSelection(layers=(2,), heads=(0, 7, 11), aggregate="mean"))
+    np.testing.assert_allclose(mean, full[[2]][:, [0, 7, 11]].mean(axis=1, keepdims=True), atol=1e-5)

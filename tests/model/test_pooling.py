@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from model import PoolingConfig, TextEncoder, normalize, pool
+from model.pooling import Pooling
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ def test_bundled_model_pools_by_mean(bundled_model: TextEncoder) -> None:
 
 
 @pytest.mark.parametrize("mode", ["mean", "cls", "max"])
-def test_embed_with_each_pooling_equals_pooling_the_hidden_states(bundled_model: TextEncoder, mode: str) -> None:
+def test_embed_with_each_pooling_equals_pooling_the_hidden_states(bundled_model: TextEncoder, mode: Pooling) -> None:
     texts = ["pooling one", "and pooling a second, longer text"]
     batch = bundled_model.tokenizer.pad(bundled_model.tokenizer.encode(texts))
     hidden = bundled_model.forward(batch).last_hidden_state

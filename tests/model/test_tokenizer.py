@@ -29,7 +29,7 @@ def test_token_details_carry_text_spans_and_segments(bundled_model: TextEncoder)
     for token in tokens:
         if not token.special:
             source = text if token.segment == 0 else pair
-            assert source[token.start:token.end].lower() == token.text
+            assert source[token.start : token.end].lower() == token.text
 
 
 def test_truncation_cuts_to_max_tokens_like_transformers(bundled_model: TextEncoder, hf_tokenizer) -> None:

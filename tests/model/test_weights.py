@@ -10,9 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model import TextEncoder
-from tests.conftest import hf_forward
-from tests.conftest import write_tiny_model
+from model import EncoderLayer, TextEncoder
+from tests.helpers import hf_forward, write_tiny_model
 
 
 def copy_model(source: Path, target: Path) -> Path:
@@ -36,6 +35,7 @@ def test_tiny_random_model_equals_transformers(tiny_model: TextEncoder, tiny_mod
     ours = tiny_model.forward(batch, return_hidden_states=True, return_attentions=True)
     theirs = hf_forward(reference, batch, output_attentions=True, output_hidden_states=True)
     real = torch.from_numpy(batch.attention_mask).bool()
+    assert ours.hidden_states is not None and ours.attentions is not None
     for mine, reference_state in zip(ours.hidden_states, theirs.hidden_states, strict=True):
         torch.testing.assert_close(mine[real], reference_state[real], atol=1e-5, rtol=1e-5)
     for mine, reference_attention in zip(ours.attentions, theirs.attentions, strict=True):
@@ -46,10 +46,14 @@ def test_tiny_random_model_equals_transformers(tiny_model: TextEncoder, tiny_mod
 def test_fused_qkv_is_query_key_value_stacked(tiny_model: TextEncoder, tiny_model_dir: Path) -> None:
     tensors = load_file(tiny_model_dir / "model.safetensors")
     expected = torch.cat([tensors[f"encoder.layer.1.attention.self.{n}.weight"] for n in ("query", "key", "value")])
-    torch.testing.assert_close(tiny_model.encoder.layers[1].attention.qkv.weight, expected, atol=0, rtol=0)
+    layer = tiny_model.encoder.layers[1]
+    assert isinstance(layer, EncoderLayer)
+    torch.testing.assert_close(layer.attention.qkv.weight, expected, atol=0, rtol=0)
 
 
-def test_task_model_prefix_and_ignored_heads_load(tiny_model_dir: Path, tiny_model: TextEncoder, tmp_path: Path) -> None:
+def test_task_model_prefix_and_ignored_heads_load(
+    tiny_model_dir: Path, tiny_model: TextEncoder, tmp_path: Path
+) -> None:
     directory = copy_model(tiny_model_dir, tmp_path / "masked-lm")
 
     def as_masked_lm(tensors: dict) -> None:
@@ -72,8 +76,13 @@ def test_missing_tensor_is_named(tiny_model_dir: Path, tmp_path: Path) -> None:
 
 def test_wrong_shape_is_named_with_both_shapes(tiny_model_dir: Path, tmp_path: Path) -> None:
     directory = copy_model(tiny_model_dir, tmp_path / "wrong-shape")
-    rewrite_checkpoint(directory, lambda t: t.update({"encoder.layer.0.intermediate.dense.weight": torch.zeros(31, 16)}))
-    with pytest.raises(ValueError, match=r"wrong shapes: encoder\.layer\.0\.intermediate\.dense\.weight \(31, 16\) \(expected \(32, 16\)\)"):
+    rewrite_checkpoint(
+        directory, lambda t: t.update({"encoder.layer.0.intermediate.dense.weight": torch.zeros(31, 16)})
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"wrong shapes: encoder\.layer\.0\.intermediate\.dense\.weight \(31, 16\) \(expected \(32, 16\)\)",
+    ):
         TextEncoder.load(directory, device="cpu")
 
 

@@ -1,0 +1,47 @@
+"""Admission: how many texts the service holds at once (queued or computing), for the whole process.
+
+Past the bound a request is answered at once with 429 ``overloaded`` and a Retry-After estimated from
+the measured compute rate, instead of waiting behind work it would time out on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from app.errors import Overloaded
+from app.metrics import Metrics
+
+
+class Admission:
+    def __init__(self, limit: int, seconds_per_text: Callable[[], float | None], metrics: Metrics) -> None:
+        self.limit = limit
+        self.seconds_per_text = seconds_per_text  # the recent compute cost of a text, None before any
+        self.admitted = 0  # texts admitted and not yet answered
+        metrics.admitted_texts.set_function(lambda: self.admitted)
+
+    @contextmanager
+    def admit(self, n_texts: int) -> Iterator[None]:
+        """Count a request's texts in for the duration of the block; 429 when they would pass the limit.
+
+        A single request larger than the whole limit is still admitted when nothing else is in, so that a
+        limit below max_batch_texts cannot make a valid request impossible.
+        """
+        if self.admitted and self.admitted + n_texts > self.limit:
+            raise Overloaded(
+                f"the work queue is full ({self.admitted} texts in, at most {self.limit}); retry after the "
+                "Retry-After seconds",
+                headers={"Retry-After": str(self.retry_after())},
+            )
+        self.admitted += n_texts
+        try:
+            yield
+        finally:
+            self.admitted -= n_texts
+
+    def retry_after(self) -> int:
+        """Seconds until what is admitted has likely been computed (1 to 60)."""
+        seconds_per_text = self.seconds_per_text()
+        if seconds_per_text is None:
+            return 1
+        return max(1, min(60, round(self.admitted * seconds_per_text)))

@@ -1,0 +1,170 @@
+"""The models the service holds, by name, each with its own tokenisation, queue and inference thread.
+
+Today the registry holds one model, from ``ENCODER_MODEL_DIR`` (or the bundled one); every request goes
+to its default. Serving several is adding entries here: the routes already ask the registry.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.metrics import Metrics
+from app.settings import Settings
+from app.tokenization import Tokenization
+from app.work_queue import WorkQueue
+from app.worker import Worker
+from model import DEFAULT_MODEL_NAME, TextEncoder, default_model_path
+
+logger = logging.getLogger(__name__)
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded: its name, its directory and the problem, in one line."""
+
+    def __init__(self, name: str, directory: Path, problem: BaseException) -> None:
+        super().__init__(f"cannot serve model {name!r} from {directory}: {problem}")
+        self.name = name
+        self.directory = directory
+
+
+@dataclass
+class ServedModel:
+    """One loaded model and everything that serves it."""
+
+    name: str
+    model: TextEncoder
+    tokens: Tokenization  # for /encode and /tokenize: up to the model's maximum tokens
+    attention_tokens: Tokenization  # for /attention: up to max_attention_tokens
+    queue: WorkQueue
+    worker: Worker
+
+    @classmethod
+    def start(
+        cls, model: TextEncoder, settings: Settings, metrics: Metrics, executor: ThreadPoolExecutor
+    ) -> ServedModel:
+        """Wrap a loaded model: its tokenisation stages, its queue, and its inference thread (started)."""
+        limit = min(settings.max_attention_tokens or model.max_tokens, model.max_tokens)
+        attention_tokenizer = model.tokenizer if limit == model.max_tokens else model.tokenizer.with_max_tokens(limit)
+        queue = WorkQueue(
+            max_batch_tokens=settings.max_batch_tokens,
+            max_batch_size=settings.max_batch_size,
+            max_wait=settings.batch_wait_ms / 1000,
+            on_drop=metrics.dropped_texts.inc,
+        )
+        return cls(
+            name=model.name,
+            model=model,
+            tokens=Tokenization(model.tokenizer, executor),
+            attention_tokens=Tokenization(attention_tokenizer, executor),
+            queue=queue,
+            worker=Worker(queue, model, on_pass=metrics.observe_batch, name=f"inference-{model.name}"),
+        )
+
+    @property
+    def max_attention_tokens(self) -> int:
+        return self.attention_tokens.max_tokens
+
+    def close(self) -> None:
+        """Finish the queued work and stop the inference thread."""
+        self.worker.stop()
+
+
+class ModelRegistry:
+    """Served models by name; the first is the default."""
+
+    def __init__(self, models: list[ServedModel], executor: ThreadPoolExecutor) -> None:
+        if not models:
+            raise ValueError("a registry needs at least one model")
+        self._models = {served.name: served for served in models}
+        self.default = models[0]
+        self._executor = executor
+
+    def get(self, name: str | None = None) -> ServedModel:
+        """The model of that name; the default for None."""
+        if name is None:
+            return self.default
+        return self._models[name]
+
+    def __iter__(self) -> Iterator[ServedModel]:
+        return iter(self._models.values())
+
+    def queued(self) -> int:
+        """Entries waiting in every model's queue."""
+        return sum(served.queue.pending() for served in self)
+
+    def seconds_per_text(self) -> float | None:
+        """The recent compute cost of one text, over every model (None before any was computed)."""
+        texts = sum(served.worker.stats.texts for served in self)
+        seconds = sum(served.worker.stats.compute_seconds for served in self)
+        return seconds / texts if texts else None
+
+    def close(self) -> None:
+        for served in self:
+            served.close()
+        self._executor.shutdown(wait=True)
+
+
+def model_sources(settings: Settings) -> list[tuple[str, Path]]:
+    """(name, directory) of every model to serve, from the settings."""
+    if settings.model_dir is None:
+        return [(settings.model_name or DEFAULT_MODEL_NAME, default_model_path())]
+    return [(settings.model_name or settings.model_dir.resolve().name, settings.model_dir)]
+
+
+def load_registry(
+    settings: Settings, metrics: Metrics, models: Mapping[str, TextEncoder] | None = None
+) -> ModelRegistry:
+    """Load every model (unless given), warm each up and start its inference thread.
+
+    Raises ModelLoadError naming the model, its directory and the problem.
+    """
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
+    served: list[ServedModel] = []
+    try:
+        if models is not None:
+            loaded = list(models.values())
+        else:
+            loaded = [_load(name, directory, settings) for name, directory in model_sources(settings)]
+        for model in loaded:
+            started = time.perf_counter()
+            model.warm_up()
+            served.append(ServedModel.start(model, settings, metrics, executor))
+            logger.info(
+                "ready: %s on %s (%s), warmed up in %.2f s",
+                model.name,
+                model.device,
+                str(model.dtype).removeprefix("torch."),
+                time.perf_counter() - started,
+            )
+    except BaseException:
+        for model_served in served:
+            model_served.close()
+        executor.shutdown(wait=False)
+        raise
+    first = served[0].model
+    metrics.model.info(
+        {
+            "name": first.name,
+            "device": str(first.device),
+            "dtype": str(first.dtype).removeprefix("torch."),
+            "layers": str(first.config.n_layers),
+            "heads": str(first.config.n_heads),
+            "hidden_size": str(first.config.d_model),
+            "max_tokens": str(first.max_tokens),
+        }
+    )
+    return ModelRegistry(served, executor)
+
+
+def _load(name: str, directory: Path, settings: Settings) -> TextEncoder:
+    try:
+        return TextEncoder.load(
+            directory, device=settings.device, dtype=settings.dtype, name=name, max_tokens=settings.max_tokens_per_text
+        )
+    except Exception as error:
+        raise ModelLoadError(name, directory, error) from error

@@ -1,0 +1,110 @@
+"""How a route's work becomes an answer: admission, the deadline, a client that leaves, serialisation.
+
+Routes hand over a coroutine function that takes the request's ``Timing`` and returns a ``Reply``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+from pydantic import BaseModel
+from starlette.responses import Response
+
+from app.admission import Admission
+from app.errors import Timeout
+from app.metrics import Metrics
+from app.serialization import dumps
+from app.work_queue import Timing
+
+logger = logging.getLogger(__name__)
+
+# Responses with more numbers than this are serialised in a worker thread, not on the event loop.
+RENDER_IN_THREAD_VALUES = 100_000
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A typed response and how many numbers it holds (large ones are serialised off the event loop)."""
+
+    body: BaseModel
+    n_values: int = 0
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+async def until_disconnected(request: Request, work: Awaitable[Any]) -> Any:
+    """Await ``work``; if the client goes away first, cancel it (its queued texts are then never computed)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(disconnected(request))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if task not in done:
+        task.cancel()
+        raise ClientGone
+    return task.result()
+
+
+async def disconnected(request: Request) -> None:
+    """Returns once the client has gone (a body not yet read is read and discarded first)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class Responder:
+    def __init__(self, admission: Admission, metrics: Metrics, request_timeout_s: float) -> None:
+        self.admission = admission
+        self.metrics = metrics
+        self.request_timeout_s = request_timeout_s
+
+    async def answer(self, request: Request, work: Callable[[Timing], Awaitable[Reply]], n_texts: int = 1) -> Response:
+        """Admit the request (429 past the limit), await its work within the deadline, serialise it.
+
+        The response carries the time spent queued, computing and serialising, in milliseconds.
+        """
+        timing = Timing()
+        request.state.timing = timing
+        with self.admission.admit(n_texts):
+            try:
+                reply: Reply = await asyncio.wait_for(until_disconnected(request, work(timing)), self.request_timeout_s)
+            except ClientGone:
+                logger.info("client gone: %s %s dropped", request.method, request.url.path)
+                return Response(status_code=499)
+            except TimeoutError:
+                self.metrics.timeouts.inc()
+                raise Timeout(
+                    f"the request was not answered within {self.request_timeout_s:g} s and was dropped; the service "
+                    "is overloaded: retry later or send fewer texts",
+                    headers={"Retry-After": str(self.admission.retry_after())},
+                ) from None
+        started = time.perf_counter()
+        if reply.n_values > RENDER_IN_THREAD_VALUES:
+            body = await asyncio.to_thread(dumps, reply.body)
+        else:
+            body = dumps(reply.body)
+        serialization_s = time.perf_counter() - started
+        route = request.scope["route"].path
+        self.metrics.latency.labels(route, "queue").observe(timing.queue_s)
+        self.metrics.latency.labels(route, "inference").observe(timing.inference_s)
+        self.metrics.latency.labels(route, "serialization").observe(serialization_s)
+        return Response(
+            body,
+            media_type="application/json",
+            headers={
+                "X-Queue-Time": f"{timing.queue_s * 1000:.2f}",
+                "X-Inference-Time": f"{timing.inference_s * 1000:.2f}",
+                "X-Serialization-Time": f"{serialization_s * 1000:.2f}",
+            },
+        )

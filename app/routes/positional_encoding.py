@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+from app.dependencies import InspectionDep, Model, ResponderDep
+from app.schemas import ERROR_RESPONSES, PositionalEncodingResponse
+
+router = APIRouter(tags=["inspection"], responses=ERROR_RESPONSES)
+
+
+@router.get("/positional-encoding", response_model=PositionalEncodingResponse)
+async def positional_encoding(
+    request: Request,
+    model: Model,
+    inspection: InspectionDep,
+    responder: ResponderDep,
+    length: Annotated[int, Query(ge=1, description="number of positions (at most pe_max_length, see /info)")] = 50,
+    d_model: Annotated[
+        int | None, Query(ge=2, description="encoding width, even; the model's hidden size when omitted")
+    ] = None,
+    base: Annotated[float, Query(description="wavelength base, a finite number > 1")] = 10000.0,
+    kind: Annotated[
+        Literal["sinusoidal", "learned"],
+        Query(description="sinusoidal: the formula of the paper; learned: the model's own position table"),
+    ] = "sinusoidal",
+) -> Response:
+    """Positional encodings: the sinusoid of "Attention Is All You Need", or the model's learned table."""
+    return await responder.answer(request, lambda _: inspection.positional_encoding(model, kind, length, d_model, base))

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.dependencies import Model, SettingsDep, get_registry
+from app.schemas import ERROR_RESPONSES, HealthResponse, InfoResponse
+from app.serialization import json_response
+from app.services.info import info as describe
+
+info_router = APIRouter(tags=["service"], responses=ERROR_RESPONSES)
+open_router = APIRouter(tags=["service"], responses={503: ERROR_RESPONSES[503]})
+
+
+@info_router.get("/info", response_model=InfoResponse)
+async def info(model: Model, settings: SettingsDep) -> Response:
+    """The model, its architecture, device and dtype, the limits in force and the version."""
+    return json_response(describe(model, settings))
+
+
+@open_router.get("/health", response_model=HealthResponse)
+async def health(request: Request) -> Response:
+    """200 once the model is loaded and has run a warm-up pass; 503 not_ready before."""
+    await get_registry(request)
+    return json_response({"status": "ok"})
+
+
+@open_router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics (open, like /health)."""
+    registry = request.app.state.metrics
+    return Response(registry.exposition(), media_type=registry.content_type)

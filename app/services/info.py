@@ -1,0 +1,42 @@
+"""/info: the model, its architecture, device and dtype, and the limits in force."""
+
+from __future__ import annotations
+
+from app import __version__
+from app.registry import ServedModel
+from app.schemas import Architecture, InfoResponse, Limits
+from app.settings import Settings
+
+
+def limits(served: ServedModel, settings: Settings) -> Limits:
+    """The settings' limits, by their own names, plus the two that depend on the model."""
+    from_settings = {name: getattr(settings, name) for name in Limits.model_fields if hasattr(settings, name)}
+    return Limits(
+        **from_settings
+        | {"max_tokens_per_text": served.model.max_tokens, "max_attention_tokens": served.max_attention_tokens}
+    )
+
+
+def info(served: ServedModel, settings: Settings) -> InfoResponse:
+    model, config = served.model, served.model.config
+    return InfoResponse(
+        model=served.name,
+        path=str(model.path),
+        architecture=Architecture(
+            layers=config.n_layers,
+            heads=config.n_heads,
+            hidden_size=config.d_model,
+            intermediate_size=config.d_ff,
+            vocab_size=config.vocab_size,
+            max_positions=config.max_positions,
+            position_embedding=config.position_embedding,
+            activation=config.activation,
+            pooling=model.pooling.mode,
+            normalize=model.pooling.normalize,
+        ),
+        device=str(model.device),
+        dtype=str(model.dtype).removeprefix("torch."),
+        limits=limits(served, settings),
+        auth=bool(settings.api_keys),
+        version=__version__,
+    )

@@ -1,0 +1,148 @@
+"""The one tokenisation stage of every endpoint: texts in, encodings out, a too-long text made its 422.
+
+Requests that arrive in the same turn of the event loop are tokenised together, in one ``encode_batch``
+call per truncation mode on a tokenisation thread (the ``tokenizers`` library releases the GIL while it
+works), so that neither the event loop nor the inference thread spends time on it. If a merged call
+fails, each request is tokenised alone: a text the tokenizer cannot take fails its own request with a
+422 naming it, and nobody else's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+from tokenizers import Encoding
+
+from app.errors import InvalidRequest
+from model import TextTokenizer, TooManyTokensError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _Request:
+    texts: Sequence[str]
+    pairs: Sequence[str | None] | None
+    truncate: bool
+    param: str
+    indexed: bool
+    future: asyncio.Future[list[Encoding]] = field(repr=False)
+
+    def name(self, index: int) -> str:
+        """The request field that a text is: ``texts[3]``, or ``text``."""
+        return f"{self.param}[{index}]" if self.indexed else self.param
+
+
+class Tokenization:
+    """Tokenises for one model at one length limit; requests of the same loop turn share one call."""
+
+    def __init__(self, tokenizer: TextTokenizer, executor: Executor) -> None:
+        self.tokenizer = tokenizer
+        self.executor = executor
+        self._waiting: list[_Request] = []
+
+    @property
+    def max_tokens(self) -> int:
+        return self.tokenizer.max_tokens
+
+    async def encode(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str | None] | None = None,
+        *,
+        truncate: bool = True,
+        param: str = "texts",
+        indexed: bool = True,
+    ) -> list[Encoding]:
+        """The encodings of ``texts`` (each optionally paired), or InvalidRequest naming the text at fault.
+
+        ``param`` names the request field in errors, with the text's index when ``indexed``.
+        """
+        loop = asyncio.get_running_loop()
+        request = _Request(texts, pairs, truncate, param, indexed, loop.create_future())
+        if not self._waiting:
+            loop.call_soon(self._flush, loop)
+        self._waiting.append(request)
+        return await request.future
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        requests, self._waiting = self._waiting, []
+        requests = [r for r in requests if not r.future.done()]  # cancelled while waiting for the turn
+        if requests:
+            self.executor.submit(self._tokenize, loop, requests)
+
+    # ---- on the tokenisation thread ----
+
+    def _tokenize(self, loop: asyncio.AbstractEventLoop, requests: list[_Request]) -> None:
+        outcomes: list[tuple[_Request, list[Encoding] | BaseException]] = []
+        try:
+            for truncate in (True, False):
+                group = [r for r in requests if r.truncate is truncate]
+                if group:
+                    outcomes.extend(self._tokenize_group(group, truncate))
+        except Exception as error:  # a bug here must not leave requests waiting for ever
+            logger.exception("tokenising %d requests failed", len(requests))
+            outcomes = [(r, error) for r in requests]
+        try:
+            loop.call_soon_threadsafe(_settle, outcomes)
+        except RuntimeError:  # the event loop has closed
+            pass
+
+    def _tokenize_group(
+        self, group: list[_Request], truncate: bool
+    ) -> list[tuple[_Request, list[Encoding] | BaseException]]:
+        texts = [text for r in group for text in r.texts]
+        paired = any(r.pairs is not None for r in group)
+        pairs = [pair for r in group for pair in (r.pairs or [None] * len(r.texts))] if paired else None
+        try:
+            encodings = self.tokenizer.encode_unchecked(texts, pairs, truncate)
+        except Exception:
+            if len(group) == 1:
+                return [(group[0], self._failure(group[0]))]
+            # One request's text broke the merged call: each request alone, so only that one fails.
+            return [outcome for r in group for outcome in self._tokenize_group([r], truncate)]
+        outcomes: list[tuple[_Request, list[Encoding] | BaseException]] = []
+        start = 0
+        for r in group:
+            own = encodings[start : start + len(r.texts)]
+            start += len(r.texts)
+            outcomes.append((r, own if truncate else self._checked(r, own)))
+        return outcomes
+
+    def _checked(self, request: _Request, encodings: list[Encoding]) -> list[Encoding] | BaseException:
+        try:
+            self.tokenizer.check_lengths(encodings)
+        except TooManyTokensError as error:
+            return InvalidRequest(
+                request.name(error.index),
+                f"has {error.n_tokens} tokens, more than the maximum of {error.max_tokens} (send truncate: true to "
+                "cut it)",
+            )
+        return encodings
+
+    def _failure(self, request: _Request) -> BaseException:
+        """Why a request alone could not be tokenised: the first text that fails, named, as a 422."""
+        for index, text in enumerate(request.texts):
+            pair = None if request.pairs is None else request.pairs[index]
+            try:
+                self.tokenizer.encode_unchecked([text], None if pair is None else [pair], request.truncate)
+            except Exception as error:
+                logger.info("a text could not be tokenised: %s", error)
+                return InvalidRequest(request.name(index), f"could not be tokenised ({error})")
+        logger.warning("a request could not be tokenised as a whole, though each text alone could")
+        return InvalidRequest(request.param, "could not be tokenised")
+
+
+def _settle(outcomes: list[tuple[_Request, list[Encoding] | BaseException]]) -> None:
+    """On the event loop: hand each request its encodings or its error."""
+    for request, outcome in outcomes:
+        if request.future.done():
+            continue
+        if isinstance(outcome, BaseException):
+            request.future.set_exception(outcome)
+        else:
+            request.future.set_result(outcome)

@@ -1,0 +1,249 @@
+"""The queue between the requests and the inference thread: entries, budgets and dropping.
+
+A request's tokenised texts enter as typed entries, each carrying the ``Ticket`` of its request (the
+request's future, resolved once every entry is answered). The worker takes entries in arrival order:
+embedding entries up to the padded-token budget (rows × longest row) and the batch size, an attention
+entry alone. Entries whose request is gone (client disconnected, deadline passed) are dropped unseen.
+
+The queue knows entries, their token counts and their tickets; what an entry asks of the model is the
+worker's business (app/worker.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tokenizers import Encoding
+
+from model import AttentionSelection, EmbeddingSpec, TextEmbedding
+
+
+class QueueClosed(RuntimeError):
+    """Work was submitted after the queue closed (the service is shutting down)."""
+
+
+@dataclass
+class Timing:
+    """Where one request's time went: waiting in the queue, then computing."""
+
+    queue_s: float = 0.0
+    inference_s: float = 0.0
+
+
+class Ticket:
+    """One request's place in the queue: its future, resolved on the event loop once every entry is done."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, n_entries: int, timing: Timing | None = None) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[list[Any]] = loop.create_future()
+        self.results: list[Any] = [None] * n_entries
+        self.remaining = n_entries
+        self.timing = timing
+        self.submitted = time.perf_counter()
+        self.started: float | None = None  # when its first entry began computing
+
+    def gone(self) -> bool:
+        """The request was cancelled (client gone, deadline passed) or has already failed."""
+        return self.future.done()
+
+    # ---- called on the inference thread ----
+
+    def start(self, now: float) -> None:
+        if self.started is None:
+            self.started = now
+
+    def set(self, index: int, value: Any) -> None:
+        self.results[index] = value
+        self.remaining -= 1
+        if self.remaining == 0:
+            if self.timing is not None and self.started is not None:
+                self.timing.queue_s = self.started - self.submitted
+                self.timing.inference_s = time.perf_counter() - self.started
+            self._call(_resolve, self.future, self.results)
+
+    def fail(self, error: BaseException) -> None:
+        self._call(_reject, self.future, error)
+
+    def _call(self, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the event loop has closed: nobody is waiting any more
+            pass
+
+
+def _resolve(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _reject(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+@dataclass(eq=False, slots=True)
+class EmbedEntry:
+    """One text to embed; entries of many requests share a forward pass."""
+
+    ticket: Ticket
+    index: int  # the text's position in its request
+    encoding: Encoding
+    spec: EmbeddingSpec
+
+    @property
+    def tokens(self) -> int:
+        return len(self.encoding.ids)
+
+
+@dataclass(eq=False, slots=True)
+class AttentionEntry:
+    """One text whose attention maps are asked for; it runs alone, on the explicit attention path."""
+
+    ticket: Ticket
+    encoding: Encoding
+    selection: AttentionSelection
+
+    @property
+    def tokens(self) -> int:
+        return len(self.encoding.ids)
+
+
+Entry = EmbedEntry | AttentionEntry
+
+
+class WorkQueue:
+    """Entries waiting for the inference thread, in arrival order, and the rule that cuts them into passes."""
+
+    def __init__(
+        self,
+        max_batch_tokens: int = 16384,
+        max_batch_size: int = 256,
+        max_wait: float = 0.0,
+        on_drop: Callable[[int], None] | None = None,  # (entries) dropped because their request was gone
+    ) -> None:
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_size = max_batch_size
+        self.max_wait = max_wait  # how long an idle worker waits for more entries while a pass has room
+        self.on_drop = on_drop
+        self.dropped = 0  # entries dropped unseen, over the queue's life
+        self._entries: deque[Entry] = deque()
+        self._condition = threading.Condition()
+        self._closed = False
+        self._paused = False
+
+    # ---- the event loop's side ----
+
+    async def embed(
+        self, encodings: Sequence[Encoding], spec: EmbeddingSpec, timing: Timing | None = None
+    ) -> list[TextEmbedding]:
+        """Each text's embedding, in the request's order."""
+        ticket = Ticket(asyncio.get_running_loop(), len(encodings), timing)
+        self.put([EmbedEntry(ticket, index, encoding, spec) for index, encoding in enumerate(encodings)])
+        return await ticket.future
+
+    async def attention(
+        self, encoding: Encoding, selection: AttentionSelection, timing: Timing | None = None
+    ) -> np.ndarray:
+        """The selected attention maps of one text."""
+        ticket = Ticket(asyncio.get_running_loop(), 1, timing)
+        self.put([AttentionEntry(ticket, encoding, selection)])
+        return (await ticket.future)[0]
+
+    def put(self, entries: Sequence[Entry]) -> None:
+        with self._condition:
+            if self._closed:
+                raise QueueClosed("the service is shutting down")
+            self._entries.extend(entries)
+            self._condition.notify()
+
+    def pending(self) -> int:
+        """Entries waiting for the inference thread."""
+        return len(self._entries)
+
+    def close(self) -> None:
+        """Take no more entries; the worker finishes what is queued, then stops."""
+        with self._condition:
+            self._closed = True
+            self._paused = False
+            self._condition.notify_all()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold every entry in the queue for the duration of the block (the pass already running finishes)."""
+        with self._condition:
+            self._paused = True
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._paused = False
+                self._condition.notify_all()
+
+    # ---- the inference thread's side ----
+
+    def take(self, timeout: float | None = None) -> list[Entry] | None:
+        """The next pass: one attention entry, or embedding entries up to the budget.
+
+        Blocks until there is work; returns [] if ``timeout`` seconds pass first, None once the queue is
+        closed and empty.
+        """
+        with self._condition:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                while (self._paused or not self._entries) and not self._closed:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return []
+                    self._condition.wait(left)
+                if not self._entries:
+                    return None  # closed, nothing left
+                if self.max_wait > 0:
+                    self._linger()
+                batch = self._cut()
+                if batch:
+                    return batch
+                # everything at the head was dropped: wait again
+
+    def _linger(self) -> None:
+        """Wait up to ``max_wait`` for more entries while the pass has room (condition held)."""
+        deadline = time.monotonic() + self.max_wait
+        while len(self._entries) < self.max_batch_size and not self._closed:
+            left = deadline - time.monotonic()
+            if left <= 0 or isinstance(self._entries[0], AttentionEntry):
+                return
+            self._condition.wait(left)
+
+    def _cut(self) -> list[Entry]:
+        """Entries for one pass, from the head (condition held); gone ones are dropped on the way."""
+        batch: list[Entry] = []
+        longest = 0
+        dropped = 0
+        entries = self._entries
+        while entries and len(batch) < self.max_batch_size:
+            entry = entries[0]
+            if entry.ticket.gone():
+                entries.popleft()
+                dropped += 1
+                continue
+            if isinstance(entry, AttentionEntry):
+                if not batch:
+                    batch.append(entries.popleft())
+                break
+            longest_with = max(longest, entry.tokens)
+            if batch and longest_with * (len(batch) + 1) > self.max_batch_tokens:
+                break
+            batch.append(entries.popleft())
+            longest = longest_with
+        if dropped:
+            self.dropped += dropped
+            if self.on_drop is not None:
+                self.on_drop(dropped)
+        return batch

@@ -1,0 +1,188 @@
+"""The inference thread: takes a pass of entries from the queue, runs it on the model, answers each entry.
+
+One thread per model, so the model runs one pass at a time and the event loop never waits on it. A
+failure stays with the requests it concerns: a pass that raises is retried request by request, and a
+request that fails alone gets a 503 ``inference_failed``; the thread itself outlives every failure.
+When the queue has just emptied, an idle hook runs (by default glibc's malloc_trim, which hands the
+heap that batches took back to the system).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import torch
+
+from app.errors import InferenceFailed
+from app.work_queue import AttentionEntry, EmbedEntry, Entry, Ticket, WorkQueue
+from model import TextEncoder
+
+logger = logging.getLogger(__name__)
+
+IDLE_INTERVAL_S = 2.0  # the idle hook runs at most this often, and only after work
+E = TypeVar("E", EmbedEntry, AttentionEntry)
+
+
+def malloc_trim() -> Callable[[], None] | None:
+    """glibc's malloc_trim(0), which hands freed heap memory back to the system; None elsewhere."""
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+MALLOC_TRIM = malloc_trim()
+
+
+@dataclass
+class WorkerStats:
+    passes: int = 0  # forward passes of embedding entries
+    texts: int = 0  # texts computed in them
+    padded_tokens: int = 0  # rows × longest row, summed over passes
+    real_tokens: int = 0
+    largest_pass: int = 0
+    largest_padded_tokens: int = 0
+    compute_seconds: float = 0.0  # time spent in those passes
+    failed_passes: int = 0
+    pass_sizes: list[int] = field(default_factory=list)  # the most recent pass sizes
+
+    def seconds_per_text(self) -> float | None:
+        return self.compute_seconds / self.texts if self.texts else None
+
+
+class Worker:
+    """The thread that runs a model's passes."""
+
+    def __init__(
+        self,
+        queue: WorkQueue,
+        model: TextEncoder,
+        on_pass: Callable[[int, int, float], None] | None = None,  # (texts, real tokens, seconds) per pass
+        on_idle: Callable[[], None] | None = MALLOC_TRIM,
+        name: str = "inference",
+    ) -> None:
+        self.queue = queue
+        self.model = model
+        self.on_pass = on_pass
+        self.on_idle = on_idle
+        self.stats = WorkerStats()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """Finish what is queued, then end the thread."""
+        self.queue.close()
+        self._thread.join(timeout)
+        stats = self.stats
+        if stats.passes:
+            logger.info(
+                "worker stopped: %d texts in %d forward passes (%.1f a pass), %.0f%% of computed tokens were "
+                "padding, %d entries dropped for requests gone",
+                stats.texts,
+                stats.passes,
+                stats.texts / stats.passes,
+                100 * (1 - stats.real_tokens / max(stats.padded_tokens, 1)),
+                self.queue.dropped,
+            )
+
+    def _run(self) -> None:
+        torch.set_grad_enabled(False)
+        worked, last_idle = False, 0.0  # work done since the idle hook last ran, and when that was
+        while True:
+            timeout = max(0.0, last_idle + IDLE_INTERVAL_S - time.monotonic()) if worked and self.on_idle else None
+            entries = self.queue.take(timeout)
+            if entries is None:
+                return  # closed and drained
+            if not entries:  # idle since the last work
+                self._idle()
+                worked, last_idle = False, time.monotonic()
+                continue
+            worked = True
+            try:
+                if isinstance(entries[0], AttentionEntry):
+                    self._attention(entries[0])
+                else:
+                    self._embed(entries)  # type: ignore[arg-type]
+            except Exception:  # a bug in answering: fail what is left of the pass, keep the thread
+                logger.exception("a pass of %d entries failed outside the model", len(entries))
+                for ticket in _tickets(entries):
+                    ticket.fail(InferenceFailed("the service failed to compute this request"))
+
+    def _idle(self) -> None:
+        assert self.on_idle is not None
+        try:
+            self.on_idle()
+        except Exception:
+            logger.exception("the idle hook failed")
+
+    def _embed(self, entries: Sequence[EmbedEntry]) -> None:
+        started = time.perf_counter()
+        for ticket in _tickets(entries):
+            ticket.start(started)
+        try:
+            results = self.model.embed_encodings([e.encoding for e in entries], [e.spec for e in entries])
+        except Exception:
+            self.stats.failed_passes += 1
+            self._retry_alone(entries, self._embed)
+            return
+        seconds = time.perf_counter() - started
+        self._count(entries, seconds)
+        for entry, result in zip(entries, results):
+            entry.ticket.set(entry.index, result)
+
+    def _attention(self, entry: AttentionEntry) -> None:
+        entry.ticket.start(time.perf_counter())
+        try:
+            result = self.model.attention(entry.encoding, entry.selection)
+        except Exception:
+            self._retry_alone([entry], self._attention_alone)
+            return
+        entry.ticket.set(0, result)
+
+    def _attention_alone(self, entries: Sequence[AttentionEntry]) -> None:
+        self._attention(entries[0])
+
+    def _retry_alone(self, entries: Sequence[E], run: Callable[[Sequence[E]], None]) -> None:
+        """A pass failed: run each request's entries alone, so that one bad request fails only itself."""
+        tickets = _tickets(entries)
+        if len(tickets) == 1:
+            logger.exception("a pass of %d texts of one request failed: that request gets a 503", len(entries))
+            tickets[0].fail(InferenceFailed("the model failed to compute this request"))
+            return
+        logger.warning(
+            "a pass of %d texts from %d requests failed: retrying each request alone", len(entries), len(tickets)
+        )
+        for ticket in tickets:
+            run([entry for entry in entries if entry.ticket is ticket])
+
+    def _count(self, entries: Sequence[EmbedEntry], seconds: float) -> None:
+        rows, longest = len(entries), max(entry.tokens for entry in entries)
+        real = sum(entry.tokens for entry in entries)
+        stats = self.stats
+        stats.passes += 1
+        stats.texts += rows
+        stats.padded_tokens += rows * longest
+        stats.real_tokens += real
+        stats.largest_pass = max(stats.largest_pass, rows)
+        stats.largest_padded_tokens = max(stats.largest_padded_tokens, rows * longest)
+        stats.compute_seconds += seconds
+        stats.pass_sizes.append(rows)
+        del stats.pass_sizes[:-1000]
+        if self.on_pass is not None:
+            self.on_pass(rows, real, seconds)
+
+
+def _tickets(entries: Sequence[Entry]) -> list[Ticket]:
+    """The distinct tickets of some entries, in order of first appearance."""
+    return list({id(entry.ticket): entry.ticket for entry in entries}.values())

@@ -1,0 +1,248 @@
+"""The queue, the worker and the tokenisation stage on the tiny model: limits, isolation of failures, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from tokenizers import Encoding
+
+from app.errors import InferenceFailed, InvalidRequest
+from app.tokenization import Tokenization
+from app.work_queue import QueueClosed, WorkQueue
+from app.worker import Worker
+from model import AttentionSelection, EmbeddingSpec, TextEncoder
+from tests.helpers import wait_until
+
+SPEC = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
+POISON = "need"  # a word of the tiny vocabulary that the failing stand-ins below refuse
+
+
+class FailingModel:
+    """The tiny model, except that any pass holding the token POISON raises, as a broken kernel would."""
+
+    def __init__(self, model: TextEncoder) -> None:
+        self.model = model
+        self.poison_id = model.tokenizer.encode([POISON])[0].ids[1]
+        self.passes: list[int] = []  # texts in each pass tried
+
+    def _check(self, encodings: list[Encoding]) -> None:
+        self.passes.append(len(encodings))
+        if any(self.poison_id in e.ids for e in encodings):
+            raise RuntimeError("the kernel failed")
+
+    def embed_encodings(self, encodings, specs):
+        self._check(list(encodings))
+        return self.model.embed_encodings(encodings, specs)
+
+    def attention(self, encoding, selection):
+        self._check([encoding])
+        return self.model.attention(encoding, selection)
+
+
+@pytest.fixture
+def tokenize_executor() -> Iterator[ThreadPoolExecutor]:
+    executor = ThreadPoolExecutor(max_workers=1)
+    yield executor
+    executor.shutdown()
+
+
+def encode(model: TextEncoder, texts: list[str]) -> list[Encoding]:
+    return model.tokenizer.encode(texts)
+
+
+@pytest.mark.parametrize(
+    ("max_batch_size", "max_batch_tokens"),
+    [
+        (4, 10_000),  # the size limit cuts
+        (64, 60),  # the token budget cuts
+        (3, 40),  # both
+    ],
+)
+async def test_passes_keep_to_their_size_and_token_limits(
+    tiny_model: TextEncoder, max_batch_size: int, max_batch_tokens: int
+) -> None:
+    queue = WorkQueue(max_batch_tokens=max_batch_tokens, max_batch_size=max_batch_size)
+    worker = Worker(queue, tiny_model)
+    try:
+        texts = [" ".join(["the quick brown fox"] * n) for n in (1, 5, 2, 8, 1, 3, 3, 1, 6, 2, 4, 1)]
+        with queue.paused():
+            requests = [asyncio.ensure_future(queue.embed(encode(tiny_model, [t]), SPEC)) for t in texts]
+            await wait_until(lambda: queue.pending() == len(texts))
+        results = await asyncio.gather(*requests)
+        lengths = [len(e.ids) for e in encode(tiny_model, texts)]
+        assert worker.stats.texts == len(texts)
+        assert max(worker.stats.pass_sizes) <= max_batch_size
+        assert worker.stats.largest_padded_tokens <= max(max_batch_tokens, max(lengths))
+        assert len(worker.stats.pass_sizes) > 1  # the limits did cut the queue into several passes
+        for text, result in zip(texts, results, strict=True):
+            alone = tiny_model.embed([text]).numpy()[0]
+            np.testing.assert_allclose(result[0].sentence, alone, atol=1e-5)
+    finally:
+        worker.stop()
+
+
+async def test_a_failing_pass_fails_only_the_request_that_breaks_it(tiny_model: TextEncoder) -> None:
+    failing = FailingModel(tiny_model)
+    queue = WorkQueue()
+    worker = Worker(queue, failing)  # type: ignore[arg-type]
+    try:
+        good = [["the quick brown fox"], ["a lazy dog", "the cat sat"], ["hello world"]]
+        bad = ["the mat", f"a {POISON} text"]
+        with queue.paused():
+            requests = [asyncio.ensure_future(queue.embed(encode(tiny_model, t), SPEC)) for t in good]
+            poisoned = asyncio.ensure_future(queue.embed(encode(tiny_model, bad), SPEC))
+            await wait_until(lambda: queue.pending() == 6)
+        for texts, request in zip(good, requests, strict=True):
+            result = await request
+            np.testing.assert_allclose(
+                np.stack([r.sentence for r in result]), tiny_model.embed(texts).numpy(), atol=1e-5
+            )
+        with pytest.raises(InferenceFailed):
+            await poisoned
+        assert failing.passes == [6, 1, 2, 1, 2]  # the merged pass, then each request alone
+        assert worker.stats.failed_passes == 2  # the merged pass and the poisoned request's own
+        # The thread survived: later work is answered.
+        after = await queue.embed(encode(tiny_model, ["the quick brown fox"]), SPEC)
+        np.testing.assert_allclose(after[0].sentence, tiny_model.embed(["the quick brown fox"]).numpy()[0], atol=1e-5)
+        assert worker.alive()
+    finally:
+        worker.stop()
+
+
+async def test_a_failing_attention_pass_fails_its_request_and_the_thread_goes_on(tiny_model: TextEncoder) -> None:
+    queue = WorkQueue()
+    worker = Worker(queue, FailingModel(tiny_model))  # type: ignore[arg-type]
+    try:
+        selection = AttentionSelection(layers=(0, 1), heads=(0,))
+        with pytest.raises(InferenceFailed):
+            await queue.attention(encode(tiny_model, [POISON])[0], selection)
+        maps = await queue.attention(encode(tiny_model, ["the cat"])[0], selection)
+        assert maps.shape == (2, 1, 4, 4)
+        np.testing.assert_allclose(maps.sum(-1), 1.0, atol=1e-5)
+        assert worker.alive()
+    finally:
+        worker.stop()
+
+
+async def test_an_attention_entry_runs_alone_between_embedding_passes(tiny_model: TextEncoder) -> None:
+    queue = WorkQueue()
+    worker = Worker(queue, tiny_model)
+    try:
+        selection = AttentionSelection(layers=(1,), heads=(0, 1))
+        with queue.paused():
+            before = asyncio.ensure_future(queue.embed(encode(tiny_model, ["a", "b"]), SPEC))
+            attention = asyncio.ensure_future(queue.attention(encode(tiny_model, ["the dog"])[0], selection))
+            after = asyncio.ensure_future(queue.embed(encode(tiny_model, ["c"]), SPEC))
+            await wait_until(lambda: queue.pending() == 4)
+        await asyncio.gather(before, attention, after)
+        assert worker.stats.pass_sizes == [2, 1]  # the attention entry cut the embedding entries in two
+        assert (await attention).shape == (1, 2, 4, 4)
+    finally:
+        worker.stop()
+
+
+async def test_entries_of_a_request_that_is_gone_are_never_computed(tiny_model: TextEncoder) -> None:
+    dropped: list[int] = []
+    queue = WorkQueue(on_drop=dropped.append)
+    worker = Worker(queue, tiny_model)
+    try:
+        with queue.paused():
+            kept = asyncio.ensure_future(queue.embed(encode(tiny_model, ["kept"]), SPEC))
+            gone = asyncio.ensure_future(queue.embed(encode(tiny_model, ["x", "y", "z"]), SPEC))
+            await wait_until(lambda: queue.pending() == 4)
+            gone.cancel()
+            await asyncio.sleep(0)
+        await kept
+        assert worker.stats.texts == 1 and queue.dropped == 3 and dropped == [3]
+    finally:
+        worker.stop()
+
+
+async def test_the_worker_finishes_queued_work_when_stopped_then_refuses_more(tiny_model: TextEncoder) -> None:
+    queue = WorkQueue()
+    worker = Worker(queue, tiny_model)
+    with queue.paused():
+        requests = [
+            asyncio.ensure_future(queue.embed(encode(tiny_model, ["the quick brown fox"] * 3), SPEC)) for _ in range(5)
+        ]
+        await wait_until(lambda: queue.pending() == 15)
+        stopping = asyncio.ensure_future(asyncio.to_thread(worker.stop))
+        results = await asyncio.gather(*requests)  # closing the queue lifts the pause: the queue drains
+    await stopping
+    assert [len(r) for r in results] == [3] * 5 and not worker.alive()
+    with pytest.raises(QueueClosed):
+        await queue.embed(encode(tiny_model, ["late"]), SPEC)
+
+
+async def test_the_idle_hook_runs_once_the_queue_has_emptied_after_work(
+    tiny_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("app.worker.IDLE_INTERVAL_S", 0.05)
+    idle = threading.Event()
+    queue = WorkQueue()
+    worker = Worker(queue, tiny_model, on_idle=idle.set)
+    try:
+        assert not await asyncio.to_thread(idle.wait, 0.3)  # no work yet: nothing to hand back
+        await queue.embed(encode(tiny_model, ["work"]), SPEC)
+        assert await asyncio.to_thread(idle.wait, 5)
+    finally:
+        worker.stop()
+
+
+async def test_tokenization_merges_requests_of_one_turn_and_confines_failures(
+    tiny_model: TextEncoder, tokenize_executor: ThreadPoolExecutor
+) -> None:
+    calls: list[int] = []
+    real = tiny_model.tokenizer
+
+    class Tokenizer:
+        """The tiny tokenizer, refusing any batch that holds the word POISON."""
+
+        max_tokens = real.max_tokens
+
+        def encode_unchecked(self, texts, pairs=None, truncate=True):
+            calls.append(len(texts))
+            if any(POISON in text for text in texts):
+                raise TypeError("cannot take this text")
+            return real.encode_unchecked(texts, pairs, truncate)
+
+        def check_lengths(self, encodings):
+            return real.check_lengths(encodings)
+
+    stage = Tokenization(Tokenizer(), tokenize_executor)  # type: ignore[arg-type]
+    results = await asyncio.gather(
+        stage.encode(["the cat"]),
+        stage.encode(["a dog", f"the {POISON}"]),
+        stage.encode(["hello world", "the mat"], ["a", None]),
+        stage.encode(["the " * 100], truncate=False, param="text", indexed=False),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], list) and isinstance(results[2], list)
+    assert [e.ids for e in results[0]] == [e.ids for e in real.encode(["the cat"])]
+    assert isinstance(results[1], InvalidRequest) and results[1].param == "texts[1]"
+    assert [e.type_ids for e in results[2]] == [
+        e.type_ids for e in real.encode(["hello world", "the mat"], ["a", None])
+    ]
+    assert isinstance(results[3], InvalidRequest) and results[3].param == "text"
+    assert "102 tokens, more than the maximum of 64" in results[3].message
+    # One merged call for the truncating requests (5 texts), which failed: then each request alone, then
+    # the poisoned one's texts one by one to name the culprit; the non-truncating request had its own call.
+    assert calls == [5, 1, 2, 1, 1, 2, 1]
+
+
+def test_spec_changes_are_reflected_in_results(tiny_model: TextEncoder) -> None:
+    encodings = encode(tiny_model, ["the quick brown fox", "a lazy dog"])
+    plain = tiny_model.embed_encodings(encodings, [SPEC, SPEC])
+    mixed = tiny_model.embed_encodings(
+        encodings, [replace(SPEC, layer=0, pooling="cls", normalize=False), replace(SPEC, token_vectors=True)]
+    )
+    np.testing.assert_allclose(mixed[1].sentence, plain[1].sentence, atol=1e-6)
+    assert mixed[1].tokens is not None and mixed[1].tokens.shape == (len(encodings[1].ids), 16)
+    expected_cls = tiny_model.embed(["the quick brown fox"], pooling="cls", normalize_embeddings=False, layer=0)
+    np.testing.assert_allclose(mixed[0].sentence, expected_cls.numpy()[0], atol=1e-6)

@@ -1,0 +1,247 @@
+"""Helpers shared by the tests: tiny models, the app in-process, the service as a process, assertions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+from fastapi import FastAPI
+from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers.models import WordPiece
+
+from app.admission import Admission
+from app.main import create_app
+from app.registry import ServedModel
+from app.settings import Settings
+from model import TextEncoder
+
+# ---- tiny random-weight models ----
+
+TINY_WORDS = (
+    "the quick brown fox jumps over lazy dog a cat sat on mat hello world attention is all you need "
+    "what does this head look at token embedding layer norm model"
+).split()
+TINY_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+TINY_CONFIG = {
+    "model_type": "bert",
+    "architectures": ["BertModel"],
+    "hidden_size": 16,
+    "num_attention_heads": 4,
+    "num_hidden_layers": 2,
+    "intermediate_size": 32,
+    "max_position_embeddings": 64,
+    "type_vocab_size": 2,
+    "hidden_act": "gelu",
+    "layer_norm_eps": 1e-12,
+    "pad_token_id": 0,
+    "position_embedding_type": "absolute",
+}
+
+
+def tiny_tokenizer() -> Tokenizer:
+    """A BERT-style WordPiece tokenizer over a few dozen words, letters and suffix pieces."""
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    vocab_list = TINY_SPECIALS + TINY_WORDS + letters + [f"##{c}" for c in letters] + list(".,!?")
+    vocab = {token: i for i, token in enumerate(dict.fromkeys(vocab_list))}
+    tokenizer = Tokenizer(WordPiece(vocab, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
+    tokenizer.decoder = decoders.WordPiece()
+    return tokenizer
+
+
+def write_tiny_model(directory: Path, seed: int = 0, **config_overrides: object) -> Path:
+    """A random-weight BERT in Hugging Face layout: config.json, model.safetensors, tokenizer.json."""
+    from transformers import BertConfig, BertModel
+
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer = tiny_tokenizer()
+    config: dict[str, Any] = {**TINY_CONFIG, "vocab_size": tokenizer.get_vocab_size(), **config_overrides}
+    torch.manual_seed(seed)
+    bert = BertModel(BertConfig(**config), add_pooling_layer=True)
+    with torch.no_grad():
+        for parameter in bert.parameters():  # not the initialiser's ones and zeros: every weight matters
+            parameter.normal_(0.0, 0.5)
+    bert.save_pretrained(directory, safe_serialization=True)
+    (directory / "config.json").write_text(json.dumps(config))
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return directory
+
+
+def hf_forward(bert, batch, **outputs: bool):
+    """transformers' BertModel on one of our padded batches (numpy arrays), without gradients."""
+    with torch.inference_mode():
+        return bert(
+            input_ids=torch.from_numpy(batch.input_ids),
+            attention_mask=torch.from_numpy(batch.attention_mask),
+            token_type_ids=torch.from_numpy(batch.token_type_ids),
+            **outputs,
+        )
+
+
+# ---- the app in-process, over httpx.ASGITransport ----
+
+
+@dataclass
+class Service:
+    """A running app and a client talking to it; its parts through the app's public state."""
+
+    app: FastAPI
+    client: httpx.AsyncClient
+
+    @property
+    def model(self) -> ServedModel:
+        """The default served model: its queue, worker and tokenisation."""
+        return self.app.state.registry.default
+
+    @property
+    def admission(self) -> Admission:
+        return self.app.state.responder.admission
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll ``condition()`` until true; fail (never hang) after ``timeout`` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out waiting for the condition"
+        await asyncio.sleep(0.005)
+
+
+async def wait_until_ready(client: httpx.AsyncClient, timeout: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (await client.get("/health")).status_code != 200:
+        assert asyncio.get_running_loop().time() < deadline, "the service did not become ready"
+        await asyncio.sleep(0.02)
+
+
+@asynccontextmanager
+async def serving(
+    settings: Settings | None = None, model: TextEncoder | None = None, ready: bool = True, **app_options: object
+) -> AsyncIterator[Service]:
+    """A fresh app with its lifespan started (and, with ``ready``, its model loaded) and a client."""
+    models = None if model is None else {model.name: model}
+    app = create_app(settings or Settings(), models, **app_options)  # type: ignore[arg-type]
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=60) as client:
+            if ready:
+                await wait_until_ready(client)
+            yield Service(app, client)
+
+
+@asynccontextmanager
+async def serve(
+    settings: Settings | None = None, model: TextEncoder | None = None, ready: bool = True
+) -> AsyncIterator[httpx.AsyncClient]:
+    """As ``serving``, for tests that only need the client."""
+    async with serving(settings, model, ready) as service:
+        yield service.client
+
+
+def assert_error(
+    response: httpx.Response, status: int, type_: str, param: str | None = None, contains: str = ""
+) -> dict:
+    """The response is the API.md error envelope with this status, type and param."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"type", "message", "param"}, body
+    assert body["error"]["type"] == type_, body
+    assert body["error"]["param"] == param, body
+    assert contains in body["error"]["message"], body
+    return body["error"]
+
+
+# ---- the service as its own process, on 127.0.0.1 ----
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(env: dict[str, str] | None = None, timeout: float = 120.0) -> tuple[subprocess.Popen, str]:
+    """Start the service with extra environment variables; return it and its URL once /health is 200.
+
+    Its output goes to a file (``server_log(process)``), never a pipe: a pipe nobody reads fills up and
+    blocks the server at its next log line.
+    """
+    port = free_port()
+    log = tempfile.NamedTemporaryFile(prefix="encoder-service-", suffix=".log", delete=False)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "app.main:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    process.log_path = Path(log.name)  # type: ignore[attr-defined]
+    log.close()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise AssertionError(f"the service exited during start-up: {server_log(process)}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return process, url
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError("uvicorn did not become ready")
+        time.sleep(0.1)
+
+
+def server_log(process: subprocess.Popen) -> str:
+    return process.log_path.read_text(errors="replace")  # type: ignore[attr-defined]
+
+
+def rss_mib(process: subprocess.Popen) -> float:
+    """Resident memory of a process, in MiB."""
+    for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+@contextmanager
+def running_server(env: dict[str, str] | None = None, timeout: float = 120.0) -> Iterator[str]:
+    """The service in its own process for the duration of the block; yields its base URL."""
+    process, url = start_server(env, timeout)
+    try:
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
