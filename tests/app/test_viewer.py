@@ -12,6 +12,8 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.app.servers import running_server
 
+pytestmark = pytest.mark.browser
+
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
