@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -94,6 +95,27 @@ def ink(page: Page, selector: str) -> int:
     return page.eval_on_selector(selector, CANVAS_INK)
 
 
+def layout(page: Page, expression: str, arg: Any = None) -> Any:
+    """`expression` evaluated in the page, with `m` the viewer's own layout module and `arg` the argument.
+
+    The sizes the views draw with live in /static/layout.js only; the tests read them from there.
+    """
+    return page.evaluate(f"(arg) => import('/static/layout.js').then((m) => {expression})", arg)
+
+
+def page_tokens(page: Page) -> list[str]:
+    """The tokens of the text on show, as the head view lists them."""
+    return page.eval_on_selector_all("#head-left .token", "cells => cells.map((c) => c.textContent)")
+
+
+def hover_cell(page: Page, selector: str, grid: dict, row: int, col: int) -> None:
+    """Move the pointer to the middle of a cell of a drawn matrix, where its layout puts the cell."""
+    box = page.locator(selector).bounding_box()
+    x = grid["left"] + (col + 0.5) * grid["cellW"]
+    y = grid["top"] + (row + 0.5) * grid["cellH"]
+    page.mouse.move(box["x"] + x, box["y"] + y)
+
+
 def test_page_loads_without_console_errors_or_outside_requests(viewer: Watched, server: str) -> None:
     assert viewer.page.title() == "Encoder inspector"
     assert "all-MiniLM-L6-v2" in viewer.page.inner_text("#model-info")
@@ -146,7 +168,7 @@ def test_model_view_draws_every_layer_and_head_and_enlarges_one(viewer: Watched)
     open_tab(page, "model")
     cells = page.locator("#model-grid button")
     assert cells.count() == 6 * 12
-    assert ink(page, "#model-grid button >> nth=0 >> canvas") > 0
+    assert ink(page, "#model-canvas") > 0
     cells.nth(12 * 2 + 5).click()  # layer 3, head 6
     idle(page)
     assert page.get_attribute("#tab-heatmap", "aria-selected") == "true"
@@ -159,9 +181,7 @@ def test_heatmap_shows_values_on_hover_and_draws_mean_and_rollout(viewer: Watche
     open_tab(page, "heatmap")
     head = page.eval_on_selector("#heat-canvas", "c => c.toDataURL()")
     assert ink(page, "#heat-canvas") > 0
-    box = page.locator("#heat-canvas").bounding_box()
-    margin, cell = (float(page.get_attribute("#heat-canvas", a)) for a in ("data-margin", "data-cell"))
-    page.mouse.move(box["x"] + margin + cell / 2, box["y"] + margin + 22 + cell / 2)
+    hover_cell(page, "#heat-canvas", layout(page, "m.heatmapLayout(arg)", page_tokens(page)), 0, 0)
     assert page.inner_text("#heat-readout").startswith("“[CLS]” → “[CLS]”: 0.")
     drawings = {head}
     for choice in ("mean", "rollout"):
