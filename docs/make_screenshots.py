@@ -11,17 +11,23 @@ sys.path.insert(0, str(ROOT))
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from tests.app.servers import running_server  # noqa: E402
 from tests.app.test_viewer import CHROMIUM_ARGS  # noqa: E402
+from tests.helpers import running_server  # noqa: E402
 
-VIEWS = {"head": "head-view", "model": "model-view", "heatmap": "heatmap", "pe": "positional-encoding",
-         "similarity": "similarity"}
+VIEWS = {
+    "head": "head-view",
+    "model": "model-view",
+    "heatmap": "heatmap",
+    "pe": "positional-encoding",
+    "similarity": "similarity",
+}
 
 
 def main() -> None:
     with running_server() as url, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"),
-                                             args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(
+            executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"), args=CHROMIUM_ARGS
+        )
         page = browser.new_page(viewport={"width": 1200, "height": 800}, device_scale_factor=1)
         page.goto(url + "/")
         page.wait_for_selector("#head-left .token")

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import struct
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, FloatRect, Locator, Page, sync_playwright
 
-from tests.app.servers import running_server
+from app.routes.viewer import STATIC_DIR
+from tests.helpers import running_server
+
+pytestmark = pytest.mark.browser
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 TEXT = "The animal didn't cross the street because it was too tired."
 
@@ -45,15 +57,18 @@ def browser() -> Iterator[Browser]:
 
 
 class Watched:
-    """A page with its console errors and every URL it requested."""
+    """A page with its console errors, every URL it requested and the status and type of each answer."""
 
     def __init__(self, page: Page) -> None:
         self.page = page
         self.errors: list[str] = []
         self.requests: list[str] = []
+        self.responses: dict[str, tuple[int, str]] = {}
         page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: self.errors.append(str(e)))
         page.on("request", lambda r: self.requests.append(r.url))
+        page.on("requestfailed", lambda r: self.errors.append(f"{r.url}: {r.failure}"))
+        page.on("response", lambda r: self.responses.update({r.url: (r.status, r.headers.get("content-type", ""))}))
 
 
 @pytest.fixture
@@ -92,6 +107,44 @@ def ink(page: Page, selector: str) -> int:
     return page.eval_on_selector(selector, CANVAS_INK)
 
 
+def layout(page: Page, expression: str, arg: Any = None) -> Any:
+    """`expression` evaluated in the page, with `m` the viewer's own layout module and `arg` the argument.
+
+    The sizes the views draw with live in /static/layout.js only; the tests read them from there.
+    """
+    return page.evaluate(f"(arg) => import('/static/layout.js').then((m) => {expression})", arg)
+
+
+def page_tokens(page: Page) -> list[str]:
+    """The tokens of the text on show, as the head view lists them."""
+    return page.eval_on_selector_all("#head-left .token", "cells => cells.map((c) => c.textContent)")
+
+
+def bounds(locator: Locator) -> FloatRect:
+    """Where an element is drawn, in CSS pixels (it must be visible)."""
+    box = locator.bounding_box()
+    assert box is not None, "the element is not visible"
+    return box
+
+
+def css_size(page: Page, selector: str) -> tuple[float, float]:
+    box = bounds(page.locator(selector))
+    return box["width"], box["height"]
+
+
+def hover_cell(page: Page, selector: str, grid: dict, row: int, col: int) -> None:
+    """Move the pointer to the middle of a cell of a drawn matrix, where its layout puts the cell."""
+    box = bounds(page.locator(selector))
+    x = grid["left"] + (col + 0.5) * grid["cellW"]
+    y = grid["top"] + (row + 0.5) * grid["cellH"]
+    page.mouse.move(box["x"] + x, box["y"] + y)
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", png[16:24])  # IHDR: width, height
+
+
 def test_page_loads_without_console_errors_or_outside_requests(viewer: Watched, server: str) -> None:
     assert viewer.page.title() == "Encoder inspector"
     assert "all-MiniLM-L6-v2" in viewer.page.inner_text("#model-info")
@@ -104,6 +157,26 @@ def test_page_loads_without_console_errors_or_outside_requests(viewer: Watched, 
     assert any(url.endswith("/attention") for url in viewer.requests)  # it uses the public API
 
 
+def test_every_module_loads_as_javascript(browser: Browser, server: str) -> None:
+    # A module that is missing, or served with a type other than JavaScript, stops the whole page
+    # without a word on it: so every one the page asks for must come back 200, as JavaScript.
+    context = browser.new_context()
+    try:
+        watched = Watched(context.new_page())
+        watched.page.goto(server + "/", wait_until="networkidle")
+        assert watched.page.get_attribute("script[src='/static/viewer.js']", "type") == "module"
+        requested = {url for url in watched.requests if url.endswith(".js")}
+        assert requested == {f"{server}/static/{path.name}" for path in STATIC_DIR.glob("*.js")}  # all, no more
+        for url in sorted(requested):
+            status, kind = watched.responses[url]
+            assert status == 200, url
+            assert kind.split(";")[0].strip() in ("text/javascript", "application/javascript"), (url, kind)
+        watched.page.wait_for_selector("#head-left .token")  # and they ran: the page drew its example
+        assert watched.errors == []
+    finally:
+        context.close()
+
+
 def test_head_view_draws_one_label_per_token_and_lines(viewer: Watched, server: str) -> None:
     pair = "It was very tired."
     submit(viewer.page, TEXT, pair)
@@ -113,6 +186,17 @@ def test_head_view_draws_one_label_per_token_and_lines(viewer: Watched, server: 
     assert viewer.page.locator("#head-left .token").first.inner_text() == "[CLS]"
     assert ink(viewer.page, "#head-canvas") > 100
     assert viewer.page.locator("#head-toggles button").count() == 12
+
+
+def test_head_view_rows_and_lines_follow_the_layout_module(viewer: Watched) -> None:
+    page = viewer.page
+    row, lines_width = layout(page, "[m.ROW, m.HEAD.linesWidth]")
+    n = page.locator("#head-left .token").count()
+    assert css_size(page, "#head-left .token >> nth=0")[1] == row  # the page's labels line up with the lines
+    assert css_size(page, "#head-right .token >> nth=0")[1] == row
+    assert css_size(page, "#head-canvas") == (lines_width, n * row)
+    second = bounds(page.locator("#head-left .token >> nth=1"))
+    assert second["y"] - bounds(page.locator("#head-canvas"))["y"] == row
 
 
 def test_changing_layer_or_head_changes_the_head_view(viewer: Watched) -> None:
@@ -144,7 +228,16 @@ def test_model_view_draws_every_layer_and_head_and_enlarges_one(viewer: Watched)
     open_tab(page, "model")
     cells = page.locator("#model-grid button")
     assert cells.count() == 6 * 12
-    assert ink(page, "#model-grid button >> nth=0 >> canvas") > 0
+    assert ink(page, "#model-canvas") > 0
+    grid = layout(page, "m.modelLayout(6, 12)")
+    assert css_size(page, "#model-canvas") == (grid["width"], grid["height"])
+    canvas = bounds(page.locator("#model-canvas"))
+    for li, hi in ((0, 0), (2, 5), (5, 11)):  # each button lies over its cell of the drawing
+        cell = layout(page, f"m.modelCell(m.modelLayout(6, 12), {li}, {hi})")
+        box = bounds(cells.nth(12 * li + hi))
+        assert (box["x"] - canvas["x"], box["y"] - canvas["y"]) == (cell["x"], cell["y"])
+        assert (box["width"], box["height"]) == (grid["cell"], grid["cell"])
+    assert cells.nth(12 * 2 + 5).get_attribute("aria-label") == "layer 3, head 6: enlarge"
     cells.nth(12 * 2 + 5).click()  # layer 3, head 6
     idle(page)
     assert page.get_attribute("#tab-heatmap", "aria-selected") == "true"
@@ -157,10 +250,15 @@ def test_heatmap_shows_values_on_hover_and_draws_mean_and_rollout(viewer: Watche
     open_tab(page, "heatmap")
     head = page.eval_on_selector("#heat-canvas", "c => c.toDataURL()")
     assert ink(page, "#heat-canvas") > 0
-    box = page.locator("#heat-canvas").bounding_box()
-    margin, cell = (float(page.get_attribute("#heat-canvas", a)) for a in ("data-margin", "data-cell"))
-    page.mouse.move(box["x"] + margin + cell / 2, box["y"] + margin + 22 + cell / 2)
+    tokens = page_tokens(page)
+    grid = layout(page, "m.heatmapLayout(arg)", tokens)
+    assert grid["labels"] and grid["rows"] == len(tokens)
+    assert css_size(page, "#heat-canvas") == (grid["width"], grid["height"])
+    hover_cell(page, "#heat-canvas", grid, 0, 0)
     assert page.inner_text("#heat-readout").startswith("“[CLS]” → “[CLS]”: 0.")
+    hover_cell(page, "#heat-canvas", grid, 1, len(tokens) - 2)
+    assert page.inner_text("#heat-readout").startswith(f"“{tokens[1]}” → “{tokens[-2]}”: ")
+    assert page.is_visible("#tooltip")
     drawings = {head}
     for choice in ("mean", "rollout"):
         page.select_option("#heat-head", choice)
@@ -178,6 +276,10 @@ def test_positional_encoding_draws_and_follows_length_and_kind(viewer: Watched) 
     page.fill("#pe-length", "16")
     page.click("#pe-form button[type=submit]")
     page.wait_for_function(f"() => document.querySelector('#pe-canvas').height < {height}")
+    grid = layout(page, "m.peLayout(16, 128)")
+    assert css_size(page, "#pe-canvas") == (grid["width"], grid["height"])
+    hover_cell(page, "#pe-canvas", grid, 3, 100)
+    assert page.inner_text("#pe-readout").startswith("position 3, dimension 100: ")
     page.select_option("#pe-kind", "learned")
     page.click("#pe-form button[type=submit]")
     idle(page)
@@ -188,9 +290,16 @@ def test_positional_encoding_draws_and_follows_length_and_kind(viewer: Watched) 
 def test_similarity_matrix_has_one_row_per_text(viewer: Watched) -> None:
     page = viewer.page
     open_tab(page, "similarity")
-    page.fill("#sim-texts", "A cat sits on the mat.\nA kitten rests on a rug.\nInterest rates rose again.\n\n")
+    texts = ["A cat sits on the mat.", "A kitten rests on a rug.", "Interest rates rose again."]
+    page.fill("#sim-texts", "\n".join(texts) + "\n\n")
     page.click("#sim-form button[type=submit]")
     page.wait_for_function("() => document.querySelectorAll('#sim-table tbody tr').length === 3")
+    assert ink(page, "#sim-canvas") > 0
+    grid = layout(page, "m.similarityLayout(arg)", texts)
+    assert css_size(page, "#sim-canvas") == (grid["width"], grid["height"])
+    hover_cell(page, "#sim-canvas", grid, 0, 1)
+    assert page.inner_text("#sim-readout").startswith(f"{texts[0]} ↔ {texts[1]}: ")
+    # The table is the drawing's text equivalent, for screen readers.
     rows = page.locator("#sim-table tbody tr")
     assert rows.count() == 3
     assert [rows.nth(i).locator("td").nth(i).inner_text() for i in range(3)] == ["1.00"] * 3
@@ -232,7 +341,14 @@ def test_each_view_downloads_as_png_and_json(viewer: Watched, tab: str) -> None:
     with page.expect_download() as png:
         page.click("#download-png")
     assert png.value.suggested_filename == f"{tab}.png"
-    assert open(png.value.path(), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    image = png.value.path().read_bytes()
+    if tab == "head":  # the lines on screen, with a title and both token columns round them
+        expected = layout(page, "m.headLayout(arg, {labels: true})", page_tokens(page))
+        assert png_size(image) == (expected["width"], expected["height"])
+        assert expected["width"] > layout(page, "m.HEAD.linesWidth")
+    else:  # drawn by the same function as the screen's canvas, pixel for pixel
+        screen = page.eval_on_selector(f"#view-{tab} canvas", "c => c.toDataURL('image/png')")
+        assert image == base64.b64decode(screen.split(",", 1)[1])
     with page.expect_download() as data:
         page.click("#download-json")
     assert data.value.suggested_filename == f"{tab}.json"
@@ -254,4 +370,5 @@ def test_phone_width_has_no_page_level_horizontal_scroll(browser: Browser, serve
     page.wait_for_selector("#head-left .token")
     assert page.evaluate("document.documentElement.scrollWidth") <= 391
     assert page.is_visible("#submit")
+    assert css_size(page, "#head-canvas")[0] == layout(page, "m.HEAD.linesWidthNarrow")
     context.close()

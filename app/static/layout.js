@@ -1,0 +1,140 @@
+// Layout: every size and position the views draw with, in CSS pixels, and the functions that turn a
+// view's data into its layout. A layout is a plain object with the figure's width and height; for the
+// matrix views it also says where the grid of cells lies (left, top, cellW, cellH, rows, cols), which
+// is what drawing and hovering both use. The browser tests import this module to read the same figures.
+
+export const FONTS = {
+  title: "600 13px sans-serif",  // every figure's title
+  token: "13px monospace",       // head view labels (the page's token columns use 13px too)
+  axis: "11px sans-serif",       // positional-encoding axes
+  value: "12px sans-serif",      // model view and similarity labels, similarity values
+};
+
+export const TITLE = {x: 6, baseline: 16};  // where every figure's title sits
+
+export const ROW = 18;  // px per token row in the head view; the page's token labels get it as --row
+
+export const HEAD = {
+  linesWidth: 320,        // the band of lines between the two token columns
+  linesWidthNarrow: 180,  // the same on a phone-width screen (viewer.css picks it, as --lines-narrow)
+  inset: 2,               // lines start and end this far inside the band
+  titleHeight: 30,        // PNG only: the title above the token columns
+  labelPadding: 6,        // PNG only: each side of a token label
+};
+
+export const MODEL = {
+  budget: 900,           // px the row of heads aims to fill
+  minCell: 48, maxCell: 96,
+  gap: 4,                // between cells
+  left: 60,              // room for the layer labels
+  top: 40,               // room for the title and the head labels
+};
+
+export const HEATMAP = {
+  budget: 640,           // px the matrix aims to fill
+  minCell: 4, maxCell: 28,
+  labelsFrom: 9,         // token labels only when a cell is at least this tall,
+  labelSize: 12,         // in monospace this many px high, or a cell's height if less
+  padding: 10,           // round the matrix (beside its labels)
+  labelGap: 4,           // between a label and the matrix
+  titleHeight: 22,
+};
+
+export const PE = {
+  budgetW: 900, budgetH: 600,  // px the matrix aims to fill, across (dimensions) and down (positions)
+  maxCell: 12,
+  left: 48, top: 28, right: 10, bottom: 24,
+  tickSpacing: 16,             // px at least between position labels
+  maxTicks: 12,
+};
+
+export const SIMILARITY = {
+  cell: 56, gap: 2,            // each cell is drawn cell − gap wide, on white
+  left: 40, top: 40, right: 10,
+  legendGap: 20, legendRow: 18,  // the numbered texts under the matrix
+  minWidth: 480, maxWidth: 960,  // longer texts are cut short with …
+};
+
+const clamp = (value, low, high) => Math.max(low, Math.min(high, value));
+
+let probe = null;
+
+// The width of the widest of `texts` in `font`, rounded up (0 for none).
+export function textWidth(texts, font) {
+  probe = probe || document.createElement("canvas").getContext("2d");
+  probe.font = font;
+  return Math.ceil(texts.reduce((widest, t) => Math.max(widest, probe.measureText(t).width), 0));
+}
+
+// The cell of a layout's grid under the point (x, y) of its canvas, or null outside the grid.
+export function gridCell(layout, x, y) {
+  const row = Math.floor((y - layout.top) / layout.cellH);
+  const col = Math.floor((x - layout.left) / layout.cellW);
+  return row >= 0 && col >= 0 && row < layout.rows && col < layout.cols ? {row, col} : null;
+}
+
+// Head view. On screen the token labels are page elements beside the canvas, which holds only the
+// lines (`linesWidth` wide, as the page's grid column makes it); with `labels`, for the PNG, the
+// canvas holds a title and both token columns round the same lines.
+export function headLayout(tokens, {linesWidth = HEAD.linesWidth, labels = false} = {}) {
+  const labelWidth = labels ? textWidth(tokens, FONTS.token) + 2 * HEAD.labelPadding : 0;
+  const top = labels ? HEAD.titleHeight : 0;
+  return {
+    labels, row: ROW, rows: tokens.length, linesWidth, labelWidth, left: labelWidth, top,
+    width: 2 * labelWidth + linesWidth, height: top + tokens.length * ROW,
+  };
+}
+
+// Model view: one square cell per layer (rows) and head (columns).
+export function modelLayout(layers, heads) {
+  const cell = clamp(Math.floor(MODEL.budget / heads) - 6, MODEL.minCell, MODEL.maxCell);  // 6: a gap and a frame
+  const pitch = cell + MODEL.gap;
+  return {
+    rows: layers, cols: heads, cell, pitch, left: MODEL.left, top: MODEL.top,
+    width: MODEL.left + heads * pitch, height: MODEL.top + layers * pitch,
+  };
+}
+
+// Where the model view's cell for layer index `li` and head index `hi` starts.
+export function modelCell(layout, li, hi) {
+  return {x: layout.left + hi * layout.pitch, y: layout.top + li * layout.pitch};
+}
+
+// Heatmap of one (n × n) attention matrix, with the tokens along both edges when the cells are big enough.
+export function heatmapLayout(tokens) {
+  const n = tokens.length;
+  const cell = clamp(Math.floor(HEATMAP.budget / n), HEATMAP.minCell, HEATMAP.maxCell);
+  const labels = cell >= HEATMAP.labelsFrom;
+  const margin = (labels ? textWidth(tokens, `${HEATMAP.labelSize}px monospace`) : 0) + HEATMAP.padding;
+  const size = margin + n * cell + HEATMAP.padding;
+  return {
+    labels, rows: n, cols: n, cellW: cell, cellH: cell, left: margin, top: HEATMAP.titleHeight + margin,
+    width: size, height: HEATMAP.titleHeight + size,
+  };
+}
+
+// Positional encoding: `length` positions (rows) × `dims` dimensions (columns).
+export function peLayout(length, dims) {
+  const cellW = clamp(Math.floor(PE.budgetW / dims), 1, PE.maxCell);
+  const cellH = clamp(Math.floor(PE.budgetH / length), 1, PE.maxCell);
+  return {
+    rows: length, cols: dims, cellW, cellH, left: PE.left, top: PE.top,
+    width: PE.left + dims * cellW + PE.right, height: PE.top + length * cellH + PE.bottom,
+  };
+}
+
+// The numbered texts under the similarity matrix, one a line.
+export const similarityLegend = (texts) => texts.map((t, i) => `${i + 1}. ${t}`);
+
+// Similarity of every pair of `texts`: the matrix, then the texts it numbers.
+export function similarityLayout(texts) {
+  const n = texts.length;
+  const gridWidth = SIMILARITY.left + n * SIMILARITY.cell + SIMILARITY.right;
+  const legendWidth = textWidth(similarityLegend(texts), FONTS.value) + 2 * TITLE.x;
+  const legendTop = SIMILARITY.top + n * SIMILARITY.cell + SIMILARITY.legendGap;
+  return {
+    rows: n, cols: n, cellW: SIMILARITY.cell, cellH: SIMILARITY.cell, left: SIMILARITY.left, top: SIMILARITY.top,
+    legendTop, width: Math.max(gridWidth, clamp(legendWidth, SIMILARITY.minWidth, SIMILARITY.maxWidth)),
+    height: legendTop + n * SIMILARITY.legendRow,
+  };
+}
