@@ -1,10 +1,12 @@
 """The one tokenisation stage of every endpoint: texts in, encodings out, a too-long text made its 422.
 
 Requests that arrive in the same turn of the event loop are tokenised together, in one ``encode_batch``
-call per truncation mode on a tokenisation thread (the ``tokenizers`` library releases the GIL while it
-works), so that neither the event loop nor the inference thread spends time on it. If a merged call
-fails, each request is tokenised alone: a text the tokenizer cannot take fails its own request with a
-422 naming it, and nobody else's.
+call per truncation mode. A small turn (a few short texts, tens of microseconds of work) is tokenised
+right there on the event loop, since handing it to a thread and back costs more than the work; a large
+one goes to a tokenisation thread (the ``tokenizers`` library releases the GIL while it works), so that
+neither the event loop nor the inference thread is held up by it. If a merged call fails, each request
+is tokenised alone: a text the tokenizer cannot take fails its own request with a 422 naming it, and
+nobody else's.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from app.errors import InvalidRequest
 from model import TextTokenizer, TooManyTokensError
 
 logger = logging.getLogger(__name__)
+
+# A loop turn with at most this many characters to tokenise is tokenised on the event loop itself.
+INLINE_CHARACTERS = 4096
 
 
 @dataclass(eq=False)
@@ -72,12 +77,26 @@ class Tokenization:
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         requests, self._waiting = self._waiting, []
         requests = [r for r in requests if not r.future.done()]  # cancelled while waiting for the turn
-        if requests:
+        if not requests:
+            return
+        characters = sum(len(text) for r in requests for text in r.texts)
+        characters += sum(len(pair or "") for r in requests for pair in (r.pairs or ()))
+        if characters <= INLINE_CHARACTERS:
+            _settle(self._outcomes(requests))
+        else:
             self.executor.submit(self._tokenize, loop, requests)
 
-    # ---- on the tokenisation thread ----
+    # ---- on the tokenisation thread (or, for a small turn, the event loop) ----
 
     def _tokenize(self, loop: asyncio.AbstractEventLoop, requests: list[_Request]) -> None:
+        outcomes = self._outcomes(requests)
+        try:
+            loop.call_soon_threadsafe(_settle, outcomes)
+        except RuntimeError:  # the event loop has closed
+            pass
+
+    def _outcomes(self, requests: list[_Request]) -> list[tuple[_Request, list[Encoding] | BaseException]]:
+        """Each request with its encodings, or with the error that is its answer."""
         outcomes: list[tuple[_Request, list[Encoding] | BaseException]] = []
         try:
             for truncate in (True, False):
@@ -87,10 +106,7 @@ class Tokenization:
         except Exception as error:  # a bug here must not leave requests waiting for ever
             logger.exception("tokenising %d requests failed", len(requests))
             outcomes = [(r, error) for r in requests]
-        try:
-            loop.call_soon_threadsafe(_settle, outcomes)
-        except RuntimeError:  # the event loop has closed
-            pass
+        return outcomes
 
     def _tokenize_group(
         self, group: list[_Request], truncate: bool

@@ -123,3 +123,14 @@ async def test_root_serves_the_viewer_page_and_its_assets(client: httpx.AsyncCli
     assert script.status_code == 200 and "javascript" in script.headers["content-type"]
     assert "http://" not in script.text and "https://" not in script.text  # nothing from the network
     assert_error(await client.get("/static/missing.js"), 404, "not_found")
+
+
+def test_importing_the_app_module_has_no_side_effects() -> None:
+    """No app, no model, no logging set-up and no threads until create_app() is called."""
+    probe = (
+        "import logging, threading; handlers = list(logging.getLogger().handlers); import app.main; "
+        "assert not hasattr(app.main, 'app'); assert logging.getLogger().handlers == handlers; "
+        "assert threading.active_count() == 1, threading.enumerate(); print('clean')"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "clean", result.stderr
