@@ -22,8 +22,9 @@ export TRANSFORMERS_OFFLINE := 1
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
-# Serving: torch at the version of constraints.txt first (an unpinned torch would resolve to a multi-GB
-# CUDA build), then the package and its runtime dependencies.
+# Serving: torch at the version of constraints.txt first (where a CPU build of that version is provided,
+# pip takes it; an unpinned torch would resolve to the newest, multi-GB CUDA build), then the package and
+# its runtime dependencies.
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

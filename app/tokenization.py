@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from tokenizers import Encoding
 
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, NotReady
 from model import TextTokenizer, TooManyTokensError
 
 logger = logging.getLogger(__name__)
@@ -83,8 +83,11 @@ class Tokenization:
         characters += sum(len(pair or "") for r in requests for pair in (r.pairs or ()))
         if characters <= INLINE_CHARACTERS:
             _settle(self._outcomes(requests))
-        else:
+            return
+        try:
             self.executor.submit(self._tokenize, loop, requests)
+        except RuntimeError:  # the executor has shut down: the service is stopping
+            _settle([(r, NotReady("the service is shutting down")) for r in requests])
 
     # ---- on the tokenisation thread (or, for a small turn, the event loop) ----
 
@@ -103,9 +106,9 @@ class Tokenization:
                 group = [r for r in requests if r.truncate is truncate]
                 if group:
                     outcomes.extend(self._tokenize_group(group, truncate))
-        except Exception as error:  # a bug here must not leave requests waiting for ever
+        except BaseException as error:  # a bug here must not leave requests waiting for ever
             logger.exception("tokenising %d requests failed", len(requests))
-            outcomes = [(r, error) for r in requests]
+            outcomes = [(r, error if isinstance(error, Exception) else RuntimeError(str(error))) for r in requests]
         return outcomes
 
     def _tokenize_group(
@@ -116,7 +119,9 @@ class Tokenization:
         pairs = [pair for r in group for pair in (r.pairs or [None] * len(r.texts))] if paired else None
         try:
             encodings = self.tokenizer.encode_unchecked(texts, pairs, truncate)
-        except Exception:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # an Exception, or a panic of the Rust library (pyo3's PanicException)
             if len(group) == 1:
                 return [(group[0], self._failure(group[0]))]
             # One request's text broke the merged call: each request alone, so only that one fails.
@@ -146,7 +151,9 @@ class Tokenization:
             pair = None if request.pairs is None else request.pairs[index]
             try:
                 self.tokenizer.encode_unchecked([text], None if pair is None else [pair], request.truncate)
-            except Exception as error:
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as error:  # see _tokenize_group
                 logger.info("a text could not be tokenised: %s", error)
                 return InvalidRequest(request.name(index), f"could not be tokenised ({error})")
         logger.warning("a request could not be tokenised as a whole, though each text alone could")

@@ -49,10 +49,11 @@ class Ticket:
         self.timing = timing
         self.submitted = time.perf_counter()
         self.started: float | None = None  # when its first entry began computing
+        self.failed = False  # set on the inference thread at once, before the event loop marks the future
 
     def gone(self) -> bool:
         """The request was cancelled (client gone, deadline passed) or has already failed."""
-        return self.future.done()
+        return self.failed or self.future.done()
 
     # ---- called on the inference thread ----
 
@@ -70,6 +71,7 @@ class Ticket:
             self._call(_resolve, self.future, self.results)
 
     def fail(self, error: BaseException) -> None:
+        self.failed = True  # its entries still queued are dropped, not computed
         self._call(_reject, self.future, error)
 
     def _call(self, callback: Callable[..., None], *args: Any) -> None:
@@ -145,6 +147,8 @@ class WorkQueue:
         self, encodings: Sequence[Encoding], spec: EmbeddingSpec, timing: Timing | None = None
     ) -> list[TextEmbedding]:
         """Each text's embedding, in the request's order."""
+        if not encodings:
+            return []
         ticket = Ticket(asyncio.get_running_loop(), len(encodings), timing)
         self.put([EmbedEntry(ticket, index, encoding, spec) for index, encoding in enumerate(encodings)])
         return await ticket.future
@@ -207,6 +211,8 @@ class WorkQueue:
                     return None  # closed, nothing left
                 if self.max_wait > 0:
                     self._linger()
+                    if self._paused and not self._closed:
+                        continue  # paused while lingering: wait again
                 batch = self._cut()
                 if batch:
                     return batch
@@ -217,7 +223,7 @@ class WorkQueue:
         deadline = time.monotonic() + self.max_wait
         while len(self._entries) < self.max_batch_size and not self._closed:
             left = deadline - time.monotonic()
-            if left <= 0 or isinstance(self._entries[0], AttentionEntry):
+            if left <= 0 or self._paused or isinstance(self._entries[0], AttentionEntry):
                 return
             self._condition.wait(left)
 

@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import torch
 
@@ -26,7 +25,6 @@ from model import TextEncoder
 logger = logging.getLogger(__name__)
 
 IDLE_INTERVAL_S = 2.0  # the idle hook runs at most this often, and only after work
-E = TypeVar("E", EmbedEntry, AttentionEntry)
 
 
 def malloc_trim() -> Callable[[], None] | None:
@@ -53,9 +51,6 @@ class WorkerStats:
     compute_seconds: float = 0.0  # time spent in those passes
     failed_passes: int = 0
     pass_sizes: list[int] = field(default_factory=list)  # the most recent pass sizes
-
-    def seconds_per_text(self) -> float | None:
-        return self.compute_seconds / self.texts if self.texts else None
 
 
 class Worker:
@@ -101,22 +96,23 @@ class Worker:
         worked, last_idle = False, 0.0  # work done since the idle hook last ran, and when that was
         while True:
             timeout = max(0.0, last_idle + IDLE_INTERVAL_S - time.monotonic()) if worked and self.on_idle else None
-            entries = self.queue.take(timeout)
-            if entries is None:
-                return  # closed and drained
-            if not entries:  # idle since the last work
-                self._idle()
-                worked, last_idle = False, time.monotonic()
-                continue
-            worked = True
+            entries: list[Entry] | None = []
             try:
+                entries = self.queue.take(timeout)
+                if entries is None:
+                    return  # closed and drained
+                if not entries:  # idle since the last work
+                    self._idle()
+                    worked, last_idle = False, time.monotonic()
+                    continue
+                worked = True
                 if isinstance(entries[0], AttentionEntry):
                     self._attention(entries[0])
                 else:
                     self._embed(entries)  # type: ignore[arg-type]
-            except Exception:  # a bug in answering: fail what is left of the pass, keep the thread
-                logger.exception("a pass of %d entries failed outside the model", len(entries))
-                for ticket in _tickets(entries):
+            except BaseException:  # a bug outside the model: fail what is left of the pass, keep the thread
+                logger.exception("the inference thread failed outside the model; it goes on")
+                for ticket in _tickets(entries or []):
                     ticket.fail(InferenceFailed("the service failed to compute this request"))
 
     def _idle(self) -> None:
@@ -142,18 +138,17 @@ class Worker:
             entry.ticket.set(entry.index, result)
 
     def _attention(self, entry: AttentionEntry) -> None:
+        """An attention entry is a pass of its own: a failure is its request's alone."""
         entry.ticket.start(time.perf_counter())
         try:
             result = self.model.attention(entry.encoding, entry.selection)
         except Exception:
-            self._retry_alone([entry], self._attention_alone)
+            logger.exception("an attention pass failed: its request gets a 503")
+            entry.ticket.fail(InferenceFailed("the model failed to compute this request"))
             return
         entry.ticket.set(0, result)
 
-    def _attention_alone(self, entries: Sequence[AttentionEntry]) -> None:
-        self._attention(entries[0])
-
-    def _retry_alone(self, entries: Sequence[E], run: Callable[[Sequence[E]], None]) -> None:
+    def _retry_alone(self, entries: Sequence[EmbedEntry], run: Callable[[Sequence[EmbedEntry]], None]) -> None:
         """A pass failed: run each request's entries alone, so that one bad request fails only itself."""
         tickets = _tickets(entries)
         if len(tickets) == 1:

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -297,7 +297,7 @@ def report(runs: dict[str, Run], ref: dict[str, float], device: str, command: st
         f"| idle single-text p50 ÷ sentence-transformers encode of one text ({ref['st_single_p50_ms']:.1f} ms) | "
         f"{idle.percentile(50) / ref['st_single_p50_ms']:.2f} | ≤ 1.5 |",
     ]
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return "\n".join(
         [
             f"## {device}",

@@ -243,9 +243,14 @@ class TextEncoder:
             input_ids, attention_mask, token_type_ids, return_hidden_states=mixed_layers, n_layers=deepest
         )
 
+        as_float: dict[int, Tensor] = {}
+
         def hidden(layer: int) -> Tensor:
-            states = output.hidden_states[layer] if output.hidden_states is not None else output.last_hidden_state
-            return states.float()  # (B, T, D)
+            """The hidden state of a layer in float32, (B, T, D), converted once."""
+            if layer not in as_float:
+                states = output.hidden_states[layer] if output.hidden_states is not None else output.last_hidden_state
+                as_float[layer] = states.float()
+            return as_float[layer]
 
         rows_by_kind: dict[tuple[int, Pooling, bool], list[int]] = {}
         for row, spec in enumerate(specs):

@@ -172,7 +172,7 @@ def assert_error(
 
 # ---- the service as its own process, on 127.0.0.1 ----
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:

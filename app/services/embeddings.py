@@ -8,12 +8,12 @@ from tokenizers import Encoding
 
 from app.errors import InvalidRequest
 from app.registry import ServedModel
-from app.responding import Reply
 from app.schemas import (
     Embedding,
     EncodeRequest,
     EncodeResponse,
     PairTokenInfo,
+    Reply,
     TokenInfo,
     Tokenized,
     TokenizeRequest,

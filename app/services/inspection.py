@@ -10,8 +10,7 @@ import numpy as np
 
 from app.errors import InvalidRequest
 from app.registry import ServedModel
-from app.responding import Reply
-from app.schemas import AttentionRequest, AttentionResponse, PositionalEncodingResponse
+from app.schemas import AttentionRequest, AttentionResponse, PositionalEncodingResponse, Reply
 from app.serialization import construct
 from app.services.embeddings import pair_token_infos
 from app.settings import Settings

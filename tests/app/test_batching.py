@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from app.registry import ServedModel
-from tests.helpers import wait_until
+from app.settings import Settings
+from model import TextEncoder
+from tests.helpers import serving, wait_until
 
 MIXED_REQUESTS: list[dict[str, Any]] = [
     # Mixed lengths and every option that changes the computation, all merged into one batch.
@@ -95,19 +97,17 @@ async def test_a_cancelled_request_is_dropped_without_breaking_its_batch(
     assert served.queue.dropped == dropped_before + 3  # never computed
 
 
-async def test_event_loop_answers_health_while_a_long_batch_computes(
-    client: httpx.AsyncClient, served: ServedModel
-) -> None:
-    texts_before = served.worker.stats.texts
-    long_batch = asyncio.ensure_future(
-        client.post("/encode", json={"texts": [f"{i} " + "word " * 250 for i in range(64)]})
-    )
-    # until the inference thread has computed one pass of it (64 × 252 tokens make several passes)
-    await wait_until(lambda: served.worker.stats.texts > texts_before)
-    health = await client.get("/health")
-    assert health.status_code == 200
-    assert not long_batch.done(), "the batch should still be computing while /health answers"
-    assert (await long_batch).status_code == 200
+async def test_event_loop_answers_health_while_a_long_batch_computes(bundled_model: TextEncoder) -> None:
+    # A budget of 2,048 padded tokens cuts 64 texts of 253 tokens into 8 passes of 8.
+    async with serving(Settings(max_batch_tokens=2048), bundled_model) as service:
+        texts = [f"{i} " + "word " * 250 for i in range(64)]
+        long_batch = asyncio.ensure_future(service.client.post("/encode", json={"texts": texts}))
+        await wait_until(lambda: service.model.worker.stats.passes >= 1)  # the first of the 8 passes is done
+        health = await service.client.get("/health")
+        assert health.status_code == 200
+        assert not long_batch.done(), "the batch should still be computing while /health answers"
+        assert (await long_batch).status_code == 200
+        assert service.model.worker.stats.pass_sizes[-8:] == [8] * 8
 
 
 async def test_a_text_too_long_fails_only_its_own_request(client: httpx.AsyncClient, served: ServedModel) -> None:

@@ -52,7 +52,7 @@ def test_twice_capacity_gets_only_200s_and_429s_with_right_answers_and_bounded_m
         rounds = []
         for _ in range(2):
             results = asyncio.run(overload(url, 600, 64, 90))
-            time.sleep(3)  # idle: the engine hands the memory of its batches back
+            time.sleep(3)  # idle: the inference thread hands the memory of its passes back
             rounds.append(rss_mib(process))
             statuses = {status for _, status, _ in results}
             assert statuses <= {200, 429}, statuses

@@ -13,11 +13,12 @@ import pytest
 from tokenizers import Encoding
 
 from app.errors import InferenceFailed, InvalidRequest
+from app.settings import Settings
 from app.tokenization import Tokenization
 from app.work_queue import QueueClosed, WorkQueue
 from app.worker import Worker
 from model import AttentionSelection, EmbeddingSpec, TextEncoder
-from tests.helpers import wait_until
+from tests.helpers import serving, wait_until
 
 SPEC = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
 POISON = "need"  # a word of the tiny vocabulary that the failing stand-ins below refuse
@@ -195,10 +196,22 @@ async def test_the_idle_hook_runs_once_the_queue_has_emptied_after_work(
         worker.stop()
 
 
+class Panic(BaseException):
+    """What a panic inside the Rust tokenizer arrives as (pyo3's PanicException is a BaseException)."""
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["on-the-loop", "on-the-thread"])
+@pytest.mark.parametrize("failure", [TypeError, Panic])
 async def test_tokenization_merges_requests_of_one_turn_and_confines_failures(
-    tiny_model: TextEncoder, tokenize_executor: ThreadPoolExecutor
+    tiny_model: TextEncoder,
+    tokenize_executor: ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+    inline: bool,
+    failure: type[BaseException],
 ) -> None:
+    monkeypatch.setattr("app.tokenization.INLINE_CHARACTERS", 4096 if inline else 0)
     calls: list[int] = []
+    threads: set[str] = set()
     real = tiny_model.tokenizer
 
     class Tokenizer:
@@ -208,8 +221,9 @@ async def test_tokenization_merges_requests_of_one_turn_and_confines_failures(
 
         def encode_unchecked(self, texts, pairs=None, truncate=True):
             calls.append(len(texts))
+            threads.add(threading.current_thread().name)
             if any(POISON in text for text in texts):
-                raise TypeError("cannot take this text")
+                raise failure("cannot take this text")
             return real.encode_unchecked(texts, pairs, truncate)
 
         def check_lengths(self, encodings):
@@ -234,6 +248,7 @@ async def test_tokenization_merges_requests_of_one_turn_and_confines_failures(
     # One merged call for the truncating requests (5 texts), which failed: then each request alone, then
     # the poisoned one's texts one by one to name the culprit; the non-truncating request had its own call.
     assert calls == [5, 1, 2, 1, 1, 2, 1]
+    assert (threads == {threading.main_thread().name}) is inline  # small turns stay on the event loop
 
 
 def test_spec_changes_are_reflected_in_results(tiny_model: TextEncoder) -> None:
@@ -246,3 +261,27 @@ def test_spec_changes_are_reflected_in_results(tiny_model: TextEncoder) -> None:
     assert mixed[1].tokens is not None and mixed[1].tokens.shape == (len(encodings[1].ids), 16)
     expected_cls = tiny_model.embed(["the quick brown fox"], pooling="cls", normalize_embeddings=False, layer=0)
     np.testing.assert_allclose(mixed[0].sentence, expected_cls.numpy()[0], atol=1e-6)
+
+
+async def test_a_model_that_fails_its_warm_up_is_reported_with_its_name_and_directory(
+    tiny_model_dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: TextEncoder) -> None:
+        raise IndexError("index out of range in self")
+
+    monkeypatch.setattr(TextEncoder, "warm_up", broken)
+    failures: list[str] = []
+    async with serving(Settings(model_dir=tiny_model_dir), ready=False, on_load_failure=failures.append):
+        await wait_until(lambda: bool(failures))
+    assert failures == [f"cannot serve model '{tiny_model_dir.name}' from {tiny_model_dir}: index out of range in self"]
+
+
+async def test_health_fails_if_an_inference_thread_has_stopped(tiny_model: TextEncoder) -> None:
+    async with serving(Settings(), tiny_model) as service:
+        assert (await service.client.get("/health")).status_code == 200
+        await asyncio.to_thread(service.model.worker.stop)
+        response = await service.client.get("/health")
+        assert response.status_code == 503 and response.json()["error"]["type"] == "not_ready"
+        assert "inference thread" in response.json()["error"]["message"]
+        encode = await service.client.post("/encode", json={"texts": "after"})
+        assert encode.status_code == 503
