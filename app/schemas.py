@@ -146,11 +146,14 @@ class AttentionResponse(BaseModel):
 
 
 class PositionalEncodingResponse(BaseModel):
-    kind: Literal["sinusoidal", "learned"]
+    kind: Literal["sinusoidal", "learned", "rotary"]
     length: int
-    d_model: int
+    d_model: int = Field(description="the encoding's width; for rotary, the width of the rotated head vectors")
     base: float | None = Field(description="the wavelength base; null for the learned table")
-    encoding: list[list[float]] = Field(description="encoding[pos][k]")
+    encoding: list[list[float]] = Field(
+        description="encoding[pos][k]; for rotary, (length, d_model / 2): the angle pos / base^(2k/d_model) by "
+        "which the pair of components (k, k + d_model/2) of every head's query and key is rotated at pos"
+    )
 
 
 # ---- /tokenize ----
@@ -185,6 +188,11 @@ class Architecture(BaseModel):
     vocab_size: int
     max_positions: int
     position_embedding: str
+    family: str = Field(description="the checkpoint's model_type: bert, roberta, xlm-roberta, camembert, …")
+    position_encoding: str = Field(
+        description="learned, learned_offset (counted from the padding index + 1), relative_buckets, rotary or "
+        "sinusoidal"
+    )
     activation: str
     pooling: str
     normalize: bool

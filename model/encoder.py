@@ -40,6 +40,12 @@ def sinusoidal_positional_encoding(length: int, d_model: int, base: float = 1000
     return pe.to(torch.float32)
 
 
+def local_window_mask(length: int, window: int, device: torch.device) -> Tensor:
+    """ModernBERT's sliding window: query i sees key j when |i − j| ≤ window // 2. (1, 1, T, T) boolean."""
+    position = torch.arange(length, device=device)
+    return ((position[None, :] - position[:, None]).abs() <= window // 2)[None, None]  # (1, 1, T, T)
+
+
 def padding_mask(attention_mask: Tensor, causal: bool = False) -> Tensor:
     """Boolean attention mask from a (B, T) 0/1 padding mask: keys that are padding get no weight."""
     mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
@@ -50,14 +56,53 @@ def padding_mask(attention_mask: Tensor, causal: bool = False) -> Tensor:
     return mask
 
 
-def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> AttentionResult:
-    """softmax(q kᵀ / √Dh, masked) v, returning the weighted values and the attention probabilities."""
+def scaled_dot_product_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None
+) -> AttentionResult:
+    """softmax(q kᵀ / √Dh + bias, masked) v, returning the weighted values and the attention probabilities."""
     d_k = q.size(-1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (B, H, T, T)
+    if bias is not None:
+        scores = scores + bias  # (1|B, H, T, T): a position bias (MPNet)
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     attention = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # (B, H, T, T), rows sum to 1
     return AttentionResult(attention @ v, attention)  # (B, H, T, Dh), (B, H, T, T)
+
+
+def rotary_angles(length: int, head_dim: int, base: float) -> Tensor:
+    """θ[pos, i] = pos / base^(2i/Dh): the seeds' sinusoid frequencies, as rotation angles. (T, Dh/2), float32."""
+    position = torch.arange(length, dtype=torch.float64).unsqueeze(1)  # (T, 1)
+    frequency = 1.0 / torch.pow(base, torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (Dh/2,)
+    return (position * frequency).to(torch.float32)  # (T, Dh/2)
+
+
+def rotate(x: Tensor, angles: Tensor) -> Tensor:
+    """Rotate each pair (x[i], x[i + Dh/2]) of every head vector by its angle (rotary position embedding).
+
+    x is (B, H, T, Dh), angles (T, Dh/2).
+    """
+    half = x.size(-1) // 2
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, Dh/2)
+    x1, x2 = x[..., :half], x[..., half:]  # 2 × (B, H, T, Dh/2)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)  # (B, H, T, Dh)
+
+
+def relative_position_buckets(length: int, n_buckets: int, max_distance: int, device: torch.device) -> Tensor:
+    """MPNet's (T5's bidirectional) buckets of the relative distance j − i: exact for small distances,
+    logarithmic up to ``max_distance``, one bucket set per direction. (T, T) int64."""
+    position = torch.arange(length, device=device)
+    relative = position[None, :] - position[:, None]  # (T, T): key j − query i
+    half = n_buckets // 2
+    bucket = (relative > 0).long() * half  # keys after the query use the upper half
+    distance = relative.abs()
+    exact = half // 2
+    logarithmic = (
+        exact
+        + (torch.log(distance.float().clamp(min=1) / exact) / math.log(max_distance / exact) * (half - exact)).long()
+    )
+    logarithmic = logarithmic.clamp(max=half - 1)
+    return bucket + torch.where(distance < exact, distance, logarithmic)  # (T, T)
 
 
 @dataclass(frozen=True)
@@ -107,9 +152,18 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False, packing: Packing | None = None
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+        packing: Packing | None = None,
+        position_bias: Tensor | None = None,
+        angles: Tensor | None = None,
     ) -> AttentionResult:
-        """x is (B, T, D), or with ``packing`` the (N, D) real tokens alone (and so is the result)."""
+        """x is (B, T, D), or with ``packing`` the (N, D) real tokens alone (and so is the result).
+
+        ``position_bias`` (1, H, T, T) is added to the scores; with ``angles`` (T, Dh/2) q and k are rotated.
+        """
         qkv = self.qkv(x)  # (B, T, 3D) or (N, 3D)
         if packing is not None:
             qkv = packing.unpack(qkv)  # (B, T, 3D)
@@ -118,11 +172,20 @@ class MultiHeadAttention(nn.Module):
         q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
         k = k.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
         v = v.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+        if angles is not None:
+            q, k = rotate(q, angles), rotate(k, angles)  # (B, H, T, Dh)
         if need_weights:
-            values, attention = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, Dh), (B, H, T, T)
+            values, attention = scaled_dot_product_attention(
+                q, k, v, mask, position_bias
+            )  # (B, H, T, Dh), (B, H, T, T)
         else:
             # The fused kernel: same arithmetic, no (T, T) matrix kept.
-            values, attention = F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None  # (B, H, T, Dh)
+            attn_mask = mask
+            if position_bias is not None:  # one additive mask: the bias, −∞ where the mask forbids
+                attn_mask = position_bias.to(q.dtype)
+                if mask is not None:
+                    attn_mask = attn_mask.masked_fill(~mask, float("-inf"))  # (B, H, T, T)
+            values, attention = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask), None  # (B, H, T, Dh)
         values = values.transpose(1, 2).reshape(B, T, D)  # (B, T, D): heads concatenated
         if packing is not None:
             values = packing.pack(values)  # (N, D)
@@ -130,12 +193,16 @@ class MultiHeadAttention(nn.Module):
 
 
 class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = W₂ act(W₁ x + b₁) + b₂, applied to every token alike."""
+    """FFN(x) = W₂ act(W₁ x + b₁) + b₂, applied to every token alike.
 
-    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu") -> None:
+    With ``glu`` W₁ is twice as wide and its second half gates the first: W₂ (act(x W₁ₐ) ⊙ x W₁ᵦ) (GeGLU).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", glu: bool = False, bias: bool = True) -> None:
         super().__init__()
-        self.expand = nn.Linear(d_model, d_ff)
-        self.contract = nn.Linear(d_ff, d_model)
+        self.glu = glu
+        self.expand = nn.Linear(d_model, 2 * d_ff if glu else d_ff, bias=bias)
+        self.contract = nn.Linear(d_ff, d_model, bias=bias)
         if activation == "gelu":
             self.activation: nn.Module = nn.GELU()
         elif activation == "gelu_tanh":
@@ -146,58 +213,115 @@ class PositionwiseFeedForward(nn.Module):
             raise ValueError(f"activation must be gelu, gelu_tanh or relu, got {activation!r}")
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.contract(self.activation(self.expand(x)))  # (B, T, D) → (B, T, F) → (B, T, D)
+        hidden = self.expand(x)  # (B, T, F) or (B, T, 2F)
+        if self.glu:
+            value, gate = hidden.chunk(2, dim=-1)  # 2 × (B, T, F)
+            return self.contract(self.activation(value) * gate)  # (B, T, D)
+        return self.contract(self.activation(hidden))  # (B, T, F) → (B, T, D)
+
+
+def layer_norm(config: EncoderConfig, width: int | None = None) -> nn.LayerNorm:
+    return nn.LayerNorm(width or config.d_model, eps=config.layer_norm_eps, bias=config.bias)
 
 
 class EncoderLayer(nn.Module):
-    """One encoder block, post-LN as in BERT and the paper: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+    """One encoder block.
 
-    def __init__(self, config: EncoderConfig) -> None:
+    Post-LN, as in BERT and the paper: x = LN(x + Attn(x)); x = LN(x + FFN(x)).
+    Pre-LN (``pre_norm``, ModernBERT): x = x + Attn(LN(x)); x = x + FFN(LN(x)); the first layer's input
+    is already normalised by the embeddings, so its attention norm is the identity.
+    """
+
+    def __init__(self, config: EncoderConfig, index: int = 0) -> None:
         super().__init__()
-        self.attention = MultiHeadAttention(config.d_model, config.n_heads)
-        self.attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.feed_forward = PositionwiseFeedForward(config.d_model, config.d_ff, config.activation)
-        self.feed_forward_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.pre_norm = config.pre_norm
+        self.local = config.is_local(index)  # attends within a sliding window
+        self.attention = MultiHeadAttention(config.d_model, config.n_heads, bias=config.bias)
+        self.attention_norm: nn.Module = nn.Identity() if config.pre_norm and index == 0 else layer_norm(config)
+        self.feed_forward = PositionwiseFeedForward(
+            config.d_model, config.d_ff, config.activation, glu=config.glu, bias=config.bias
+        )
+        self.feed_forward_norm = layer_norm(config)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False, packing: Packing | None = None
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+        packing: Packing | None = None,
+        position_bias: Tensor | None = None,
+        angles: Tensor | None = None,
     ) -> AttentionResult:
-        attended, attention = self.attention(x, mask, need_weights, packing)  # like x, (B, H, T, T) | None
+        if self.pre_norm:
+            attended, attention = self.attention(
+                self.attention_norm(x), mask, need_weights, packing, position_bias, angles
+            )  # like x, (B, H, T, T) | None
+            x = x + attended  # (B, T, D)
+            x = x + self.feed_forward(self.feed_forward_norm(x))  # (B, T, D)
+            return AttentionResult(x, attention)
+        attended, attention = self.attention(x, mask, need_weights, packing, position_bias, angles)
         x = self.attention_norm(x + attended)  # (B, T, D)
         x = self.feed_forward_norm(x + self.feed_forward(x))  # (B, T, D)
         return AttentionResult(x, attention)
 
 
 class Embeddings(nn.Module):
-    """Token + position + segment embeddings, then LayerNorm: the input of the first layer."""
+    """Token + position + segment embeddings, then LayerNorm: the input of the first layer.
+
+    Positions: a learned table (BERT; RoBERTa and MPNet count real tokens from the padding index + 1),
+    the fixed sinusoid, or none here (rotary positions act inside attention). Segments only where the
+    family has them. ELECTRA's narrower embeddings are projected up to D at the end.
+    """
 
     sinusoid: Tensor  # (max_positions, D), a buffer, when the positions are the fixed sinusoid
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
         self.config = config
-        self.token = nn.Embedding(config.vocab_size, config.d_model)
-        self.segment = nn.Embedding(config.type_vocab_size, config.d_model)
-        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        if config.position_embedding == "learned":
-            self.position: nn.Embedding | None = nn.Embedding(config.max_positions, config.d_model)
-        else:
-            self.position = None
+        E = config.width
+        self.token = nn.Embedding(config.vocab_size, E)
+        self.segment = nn.Embedding(config.type_vocab_size, E) if config.type_vocab_size > 0 else None
+        self.norm = layer_norm(config, E)
+        self.position: nn.Embedding | None = None
+        if config.position_embedding in ("learned", "learned_offset", "relative_buckets"):
+            self.position = nn.Embedding(config.max_positions, E)
+        elif config.position_embedding == "sinusoidal":
             # Computed once and kept with the module (not a weight: nothing to load).
-            sinusoid = sinusoidal_positional_encoding(config.max_positions, config.d_model, config.sinusoid_base)
-            self.register_buffer("sinusoid", sinusoid, persistent=False)  # (max_positions, D)
+            sinusoid = sinusoidal_positional_encoding(config.max_positions, E, config.sinusoid_base)
+            self.register_buffer("sinusoid", sinusoid, persistent=False)  # (max_positions, E)
+        self.project = nn.Linear(E, config.d_model) if config.d_model != E else None
+        # Positions count from the padding index + 1 (RoBERTa, MPNet), so fewer of them fit.
+        self.offset = config.position_embedding in ("learned_offset", "relative_buckets")
+        self.max_length = config.max_positions - (config.pad_token_id + 1 if self.offset else 0)
+        self.two_segments = config.type_vocab_size > 1  # else every token takes segment 0 (RoBERTa's one row)
 
-    def position_table(self) -> Tensor:
-        """The (max_positions, D) position encodings this model adds to its tokens."""
-        return self.position.weight if self.position is not None else self.sinusoid
+    def position_table(self) -> Tensor | None:
+        """The (max_positions, E) position encodings this model adds to its tokens; None for rotary."""
+        if self.position is not None:
+            return self.position.weight
+        if self.config.position_embedding == "sinusoidal":
+            return self.sinusoid
+        return None
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> Tensor:
         T = input_ids.size(1)
-        if self.config.max_positions < T:
-            raise ValueError(f"sequence of {T} tokens is longer than the model's {self.config.max_positions} positions")
-        x = self.token(input_ids) + self.segment(token_type_ids)  # (B, T, D)
-        x = x + self.position_table()[:T].to(x.dtype)  # (B, T, D) + (T, D)
-        return self.norm(x)  # (B, T, D)
+        if self.max_length < T and self.config.position_embedding != "rotary":
+            raise ValueError(f"sequence of {T} tokens is longer than the model's {self.max_length} positions")
+        x = self.token(input_ids)  # (B, T, E)
+        segment = self.segment
+        if segment is not None:
+            x = x + segment(token_type_ids if self.two_segments else torch.zeros_like(token_type_ids))  # (B, T, E)
+        if self.offset:
+            assert self.position is not None
+            real = attention_mask.long()  # (B, T)
+            positions = real.cumsum(dim=1) * real + self.config.pad_token_id  # (B, T): pad, pad + 1, …
+            x = x + self.position(positions)  # (B, T, E)
+        else:
+            table = self.position_table()
+            if table is not None:
+                x = x + table[:T].to(x.dtype)  # (B, T, E) + (T, E)
+        x = self.norm(x)  # (B, T, E)
+        return self.project(x) if self.project is not None else x  # (B, T, D)
 
 
 @dataclass
@@ -208,13 +332,32 @@ class EncoderOutput:
 
 
 class Encoder(nn.Module):
-    """Embeddings followed by N encoder layers."""
+    """Embeddings followed by N encoder layers (and, pre-LN, a final norm).
+
+    Where the family has them, what every layer shares is made once per pass here: MPNet's relative
+    position bias, ModernBERT's rotation angles (one set per base) and its sliding-window mask.
+    """
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_layers))
+        self.layers = nn.ModuleList(EncoderLayer(config, i) for i in range(config.n_layers))
+        # MPNet: one learned bias per (bucket of relative distance, head), shared by every layer.
+        self.relative_bias = (
+            nn.Embedding(config.relative_buckets, config.n_heads) if config.relative_buckets > 0 else None
+        )
+        self.final_norm = layer_norm(config) if config.pre_norm else None
+        self.local_layers = [config.is_local(i) for i in range(config.n_layers)]  # which attend within a window
+
+    def position_bias(self, length: int, device: torch.device) -> Tensor | None:
+        """MPNet's bias on the scores, (1, H, T, T); None for other families."""
+        if self.relative_bias is None:
+            return None
+        buckets = relative_position_buckets(
+            length, self.config.relative_buckets, self.config.relative_max_distance, device
+        )  # (T, T)
+        return self.relative_bias(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, H, T, T)
 
     def forward(
         self,
@@ -227,16 +370,25 @@ class Encoder(nn.Module):
         causal: bool = False,  # also hide future positions (the decoder mask of the paper)
         n_layers: int | None = None,  # stop after this many layers (all by default)
     ) -> EncoderOutput:
+        config = self.config
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        n_layers = self.config.n_layers if n_layers is None else n_layers
-        if not 0 <= n_layers <= self.config.n_layers:
-            raise ValueError(f"n_layers must be between 0 and {self.config.n_layers}, got {n_layers}")
+        n_layers = config.n_layers if n_layers is None else n_layers
+        if not 0 <= n_layers <= config.n_layers:
+            raise ValueError(f"n_layers must be between 0 and {config.n_layers}, got {n_layers}")
 
+        T, device = input_ids.size(1), input_ids.device
         mask = padding_mask(attention_mask, causal)  # (B, 1, 1|T, T)
-        x = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
+        local_mask = mask & local_window_mask(T, config.local_window, device) if config.local_window else mask
+        position_bias = self.position_bias(T, device)  # (1, H, T, T) | None
+        angles: dict[bool, Tensor | None] = {False: None, True: None}  # rotation angles of global, local layers
+        if config.position_embedding == "rotary":
+            angles[False] = rotary_angles(T, config.head_dim, config.rope_theta).to(device)  # (T, Dh/2)
+            angles[True] = rotary_angles(T, config.head_dim, config.local_rope_theta).to(device)
+
+        x = self.embeddings(input_ids, token_type_ids, attention_mask)  # (B, T, D)
         # Fast path with padding: per-token work on the real tokens only (padded rows come back as zeros).
         packing = None if return_attentions or bool(attention_mask.all()) else Packing.from_mask(attention_mask)
         if packing is not None:
@@ -244,10 +396,17 @@ class Encoder(nn.Module):
         unpack = packing.unpack if packing is not None else (lambda t: t)
         hidden_states = [unpack(x)] if return_hidden_states else None
         attentions: list[Tensor] | None = [] if return_attentions else None
-        for layer in self.layers[:n_layers]:
-            x, attention = layer(x, mask, return_attentions, packing)  # (B, T, D) | (N, D), (B, H, T, T) | None
+        for index, layer in enumerate(self.layers[:n_layers]):
+            local = self.local_layers[index]
+            x, attention = layer(
+                x, local_mask if local else mask, return_attentions, packing, position_bias, angles[local]
+            )  # (B, T, D) | (N, D), (B, H, T, T) | None
             if hidden_states is not None:
                 hidden_states.append(unpack(x))
             if attentions is not None:
                 attentions.append(attention)
+        if self.final_norm is not None and n_layers == config.n_layers:
+            x = self.final_norm(x)  # the encoder's output is normalised once more, after the last layer
+            if hidden_states is not None:
+                hidden_states[-1] = unpack(x)
         return EncoderOutput(last_hidden_state=unpack(x), hidden_states=hidden_states, attentions=attentions)

@@ -58,8 +58,11 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 def read_max_tokens(model_dir: Path, config: EncoderConfig) -> int:
     """The longest input the model was made for: sentence-transformers' ``max_seq_length``, else the
-    tokenizer's ``model_max_length``, never more than the position table."""
+    tokenizer's ``model_max_length``, never more than the position table (RoBERTa's and MPNet's start
+    after the padding index)."""
     limit = config.max_positions
+    if config.position_embedding in ("learned_offset", "relative_buckets"):
+        limit -= config.pad_token_id + 1
     for file, field in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
         path = model_dir / file
         if not path.is_file():
@@ -137,7 +140,7 @@ class TextEncoder:
         encoder = Encoder(config)
         load_weights(encoder, model_dir / "model.safetensors")
         encoder = encoder.to(device=torch_device, dtype=torch_dtype).eval().requires_grad_(False)
-        tokenizer = TextTokenizer.from_file(model_dir / "tokenizer.json", limit)
+        tokenizer = TextTokenizer.from_file(model_dir / "tokenizer.json", limit, config.pad_token_id)
         if tokenizer.vocab_size > config.vocab_size:
             raise ValueError(
                 f"tokenizer.json has {tokenizer.vocab_size} tokens but the model only {config.vocab_size} embeddings"

@@ -47,7 +47,7 @@ class Batch:
 class TextTokenizer:
     """Batches of texts (or text pairs) to token ids, token strings, offsets and special-token masks."""
 
-    def __init__(self, tokenizer: Tokenizer, max_tokens: int) -> None:
+    def __init__(self, tokenizer: Tokenizer, max_tokens: int, pad_token_id: int | None = None) -> None:
         if max_tokens < 2:
             raise ValueError(f"max_tokens must be at least 2, got {max_tokens}")
         self.max_tokens = max_tokens
@@ -58,15 +58,17 @@ class TextTokenizer:
         self._complete = Tokenizer.from_str(tokenizer.to_str())
         self._complete.no_padding()
         self._complete.no_truncation()
-        pad = tokenizer.token_to_id("[PAD]")
-        self.pad_token_id = 0 if pad is None else pad
+        if pad_token_id is None:  # the model's config says; without one, the usual names
+            found = [tokenizer.token_to_id(name) for name in ("[PAD]", "<pad>")]
+            pad_token_id = next((i for i in found if i is not None), 0)
+        self.pad_token_id = pad_token_id
 
     def with_max_tokens(self, max_tokens: int) -> TextTokenizer:
         """The same tokenizer, truncating at another length."""
-        return TextTokenizer(self._complete, max_tokens)
+        return TextTokenizer(self._complete, max_tokens, self.pad_token_id)
 
     @classmethod
-    def from_file(cls, path: Path, max_tokens: int) -> TextTokenizer:
+    def from_file(cls, path: Path, max_tokens: int, pad_token_id: int | None = None) -> TextTokenizer:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"no tokenizer at {path} (expected a tokenizer.json file)")
@@ -74,7 +76,7 @@ class TextTokenizer:
             tokenizer = Tokenizer.from_file(str(path))
         except Exception as error:  # tokenizers raises a bare Exception for a malformed file
             raise ValueError(f"{path} is not a readable tokenizer.json: {error}") from error
-        return cls(tokenizer, max_tokens)
+        return cls(tokenizer, max_tokens, pad_token_id)
 
     @property
     def vocab_size(self) -> int:

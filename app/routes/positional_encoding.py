@@ -21,11 +21,21 @@ async def positional_encoding(
     d_model: Annotated[
         int | None, Query(ge=2, description="encoding width, even; the model's hidden size when omitted")
     ] = None,
-    base: Annotated[float, Query(description="wavelength base, a finite number > 1")] = 10000.0,
+    base: Annotated[
+        float | None,
+        Query(
+            description="wavelength base, a finite number > 1; 10000 when omitted, or for rotary the model's own "
+            "(global layers) when it has rotary positions"
+        ),
+    ] = None,
     kind: Annotated[
-        Literal["sinusoidal", "learned"],
-        Query(description="sinusoidal: the formula of the paper; learned: the model's own position table"),
+        Literal["sinusoidal", "learned", "rotary"],
+        Query(
+            description="sinusoidal: the formula of the paper; learned: the model's own position table; rotary: "
+            "the rotation angles of rotary position embeddings (d_model is then the head width)"
+        ),
     ] = "sinusoidal",
 ) -> Response:
-    """Positional encodings: the sinusoid of "Attention Is All You Need", or the model's learned table."""
+    """Positional encodings: the sinusoid of "Attention Is All You Need", the model's learned table, or rotary
+    angles."""
     return await responder.answer(request, lambda _: inspection.positional_encoding(model, kind, length, d_model, base))

@@ -30,6 +30,8 @@ def info(served: ServedModel, settings: Settings) -> InfoResponse:
             vocab_size=config.vocab_size,
             max_positions=config.max_positions,
             position_embedding=config.position_embedding,
+            family=config.family,
+            position_encoding=config.position_embedding,
             activation=config.activation,
             pooling=model.pooling.mode,
             normalize=model.pooling.normalize,

@@ -16,6 +16,7 @@ from app.services.embeddings import pair_token_infos
 from app.settings import Settings
 from app.work_queue import Timing
 from model import AttentionSelection, IndexOutOfRange, resolve_indices, sinusoidal_positional_encoding
+from model.encoder import rotary_angles
 
 
 def resolve(values: list[int] | None, count: int, param: str) -> tuple[int, ...]:
@@ -70,13 +71,20 @@ class Inspection:
     async def positional_encoding(
         self,
         served: ServedModel,
-        kind: Literal["sinusoidal", "learned"],
+        kind: Literal["sinusoidal", "learned", "rotary"],
         length: int,
         d_model: int | None,
-        base: float,
+        base: float | None,
     ) -> Reply:
+        config = served.model.config
         if kind == "learned":
             table = served.model.encoder.embeddings.position_table()
+            if table is None:
+                raise InvalidRequest(
+                    "kind",
+                    f"model {served.name!r} has no position table: its positions are {config.position_embedding} "
+                    "(ask for kind=rotary)",
+                )
             if length > table.size(0):
                 raise InvalidRequest("length", f"must be at most {table.size(0)}, the model's positions, got {length}")
             encoding = table[:length].detach().float().cpu().numpy()
@@ -91,13 +99,17 @@ class Inspection:
             return Reply(response, encoding.size)
 
         settings = self.settings
-        d_model = served.model.config.d_model if d_model is None else d_model
+        rotary = kind == "rotary"
+        if base is None:
+            base = config.rope_theta if rotary and config.position_embedding == "rotary" else 10000.0
+        if d_model is None:
+            d_model = config.head_dim if rotary else config.d_model
         if length > settings.pe_max_length:
             raise InvalidRequest("length", f"must be at most {settings.pe_max_length}, got {length}")
         if d_model > settings.pe_max_d_model:
             raise InvalidRequest("d_model", f"must be at most {settings.pe_max_d_model}, got {d_model}")
         if d_model % 2 != 0:
-            raise InvalidRequest("d_model", f"must be even for the sinusoidal encoding, got {d_model}")
+            raise InvalidRequest("d_model", f"must be even for the {kind} encoding, got {d_model}")
         if length * d_model > settings.pe_max_values:
             raise InvalidRequest(
                 "length",
@@ -105,7 +117,8 @@ class Inspection:
             )
         if not (math.isfinite(base) and base > 1):
             raise InvalidRequest("base", f"must be a finite number greater than 1, got {base}")
-        table = await asyncio.to_thread(sinusoidal_positional_encoding, length, d_model, base)
+        formula = rotary_angles if rotary else sinusoidal_positional_encoding
+        table = await asyncio.to_thread(formula, length, d_model, base)
         encoding = table.numpy()
         response = construct(
             PositionalEncodingResponse, kind=kind, length=length, d_model=d_model, base=base, encoding=encoding

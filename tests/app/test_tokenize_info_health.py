@@ -48,6 +48,8 @@ async def test_info_describes_model_device_and_limits(client: httpx.AsyncClient,
         "activation": "gelu",
         "pooling": "mean",
         "normalize": True,
+        "family": "bert",
+        "position_encoding": "learned",
     }
     assert (body["device"], body["dtype"]) == ("cpu", "float32")
     assert body["limits"]["max_batch_texts"] == 256 and body["limits"]["max_tokens_per_text"] == 256
