@@ -10,6 +10,7 @@ from model.encoder import (
     scaled_dot_product_attention,
     sinusoidal_positional_encoding,
 )
+from model.heads import HeadConfig, SequenceClassificationHead
 from model.inspection import AttentionSelection, IndexOutOfRange, attention_rollout, resolve_indices, select_attention
 from model.loader import DEFAULT_MODEL_NAME, EmbeddingSpec, TextEmbedding, TextEncoder, default_model_path
 from model.pooling import PoolingConfig, normalize, pool, sentence_embeddings
@@ -17,6 +18,8 @@ from model.tokenizer import Batch, TextTokenizer, Token, TooManyTokensError
 from model.weights import load_weights
 
 __all__ = [
+    "HeadConfig",
+    "SequenceClassificationHead",
     "AttentionSelection",
     "EmbeddingSpec",
     "IndexOutOfRange",

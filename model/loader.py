@@ -16,10 +16,11 @@ from torch import Tensor
 
 from model.config import EncoderConfig
 from model.encoder import Encoder, EncoderOutput
+from model.heads import SequenceClassificationHead, read_head_config
 from model.inspection import AttentionSelection, select_attention
 from model.pooling import Pooling, PoolingConfig, sentence_embeddings
 from model.tokenizer import Batch, TextTokenizer
-from model.weights import load_weights
+from model.weights import load_head, load_weights
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ class TextEncoder:
     max_tokens: int  # the longest input, special tokens included
     device: torch.device
     dtype: torch.dtype
+    classifier: SequenceClassificationHead | None = None  # when the checkpoint is a sequence classifier
 
     @classmethod
     def load(
@@ -140,6 +142,12 @@ class TextEncoder:
         encoder = Encoder(config)
         load_weights(encoder, model_dir / "model.safetensors")
         encoder = encoder.to(device=torch_device, dtype=torch_dtype).eval().requires_grad_(False)
+        head_config = read_head_config(model_dir, config)
+        classifier = None
+        if head_config is not None:
+            classifier = SequenceClassificationHead(config, head_config)
+            load_head(classifier, config, model_dir / "model.safetensors")
+            classifier = classifier.to(device=torch_device, dtype=torch_dtype).eval().requires_grad_(False)
         tokenizer = TextTokenizer.from_file(model_dir / "tokenizer.json", limit, config.pad_token_id)
         if tokenizer.vocab_size > config.vocab_size:
             raise ValueError(
@@ -155,6 +163,7 @@ class TextEncoder:
             max_tokens=limit,
             device=torch_device,
             dtype=torch_dtype,
+            classifier=classifier,
         )
         logger.info(
             "loaded %s from %s on %s (%s) in %.2f s",
@@ -286,6 +295,16 @@ class TextEncoder:
         assert output.attentions is not None
         computed = torch.stack(output.attentions)[:, 0].float()  # (L', H, T, T)
         return select_attention(computed, selection).cpu().numpy()
+
+    @torch.inference_mode()
+    def classify(self, encodings: Sequence[Encoding]) -> Tensor:
+        """The classification head's logits (B, labels) for tokenised texts (or pairs), in float32."""
+        if self.classifier is None:
+            raise ValueError(f"model {self.name!r} has no classification head")
+        batch = self.tokenizer.pad(encodings)
+        input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state  # (B, T, D)
+        return self.classifier(hidden, attention_mask).float()  # (B, labels)
 
     def warm_up(self) -> None:
         """One forward pass on each attention path, so that the first request pays no start-up cost."""

@@ -13,7 +13,9 @@ import torch
 from safetensors import safe_open
 from torch import Tensor
 
+from model.config import EncoderConfig
 from model.encoder import Encoder
+from model.heads import SequenceClassificationHead, head_names
 
 logger = logging.getLogger(__name__)
 
@@ -234,3 +236,25 @@ def load_weights(encoder: Encoder, path: Path) -> None:
         for name, tensor in tensors.items():
             ours[name].copy_(tensor)
     logger.debug("loaded %d tensors from %s", len(tensors), path)
+
+
+def load_head(head: SequenceClassificationHead, config: EncoderConfig, path: Path) -> None:
+    """Copy a sequence-classification head's tensors from the checkpoint, every name and shape checked."""
+    names = head_names(config, head)
+    ours = dict(head.named_parameters())
+    with safe_open(str(path), framework="pt", device="cpu") as checkpoint:
+        stored = set(checkpoint.keys())
+        missing = sorted(theirs for theirs in names.values() if theirs not in stored)
+        if missing:
+            raise ValueError(f"checkpoint {path} has a classification config but lacks its head: {', '.join(missing)}")
+        tensors = {name: checkpoint.get_tensor(theirs) for name, theirs in names.items()}
+    wrong = [
+        f"{names[name]} {tuple(t.shape)} (expected {tuple(ours[name].shape)})"
+        for name, t in tensors.items()
+        if t.shape != ours[name].shape
+    ]
+    if wrong:
+        raise ValueError(f"checkpoint {path}: classification head of the wrong shape: {', '.join(wrong)}")
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            ours[name].copy_(tensor)

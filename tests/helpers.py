@@ -68,15 +68,28 @@ def tiny_tokenizer() -> Tokenizer:
     return tokenizer
 
 
-def write_tiny_model(directory: Path, seed: int = 0, **config_overrides: object) -> Path:
-    """A random-weight BERT in Hugging Face layout: config.json, model.safetensors, tokenizer.json."""
-    from transformers import BertConfig, BertModel
+def write_tiny_model(directory: Path, seed: int = 0, head: str | None = None, **config_overrides: object) -> Path:
+    """A random-weight BERT in Hugging Face layout: config.json, model.safetensors, tokenizer.json.
+
+    With ``head="sequence-classification"`` a BertForSequenceClassification (``num_labels`` labels).
+    """
+    from transformers import BertConfig, BertForSequenceClassification, BertModel
 
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = tiny_tokenizer()
     config: dict[str, Any] = {**TINY_CONFIG, "vocab_size": tokenizer.get_vocab_size(), **config_overrides}
     torch.manual_seed(seed)
-    bert = BertModel(BertConfig(**config), add_pooling_layer=True)
+    bert: torch.nn.Module
+    if head == "sequence-classification":
+        n = int(config.pop("num_labels", 2))
+        config |= {
+            "architectures": ["BertForSequenceClassification"],
+            "id2label": {str(i): f"LABEL_{i}" for i in range(n)},
+            "label2id": {f"LABEL_{i}": i for i in range(n)},
+        }
+        bert = BertForSequenceClassification(BertConfig(**config))
+    else:
+        bert = BertModel(BertConfig(**config), add_pooling_layer=True)
     with torch.no_grad():
         for parameter in bert.parameters():  # not the initialiser's ones and zeros: every weight matters
             parameter.normal_(0.0, 0.5)

@@ -116,3 +116,49 @@ def test_distilbert_sinusoidal_positions_are_the_seeds_sinusoid(tmp_path: Path) 
     real = torch.from_numpy(batch.attention_mask).bool()
     ours = model.forward(batch).last_hidden_state
     torch.testing.assert_close(ours[real], theirs.last_hidden_state[real], atol=1e-5, rtol=1e-5)
+
+
+CLASSIFIERS: list[tuple[str, dict[str, object]]] = [(family, {}) for family in ("bert", *FAMILIES)] + [
+    ("modernbert", {"classifier_pooling": "mean", "classifier_bias": True}),  # its other pooling, a dense bias
+    ("roberta", {"problem_type": "multi_label_classification"}),  # a sigmoid per label
+]
+
+
+@pytest.mark.parametrize(
+    ("family", "overrides"), CLASSIFIERS, ids=[f"{f}-{'-'.join(o) or 'default'}" for f, o in CLASSIFIERS]
+)
+def test_classification_heads_equal_transformers(tmp_path: Path, family: str, overrides: dict) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    if family == "bert":
+        from tests.helpers import write_tiny_model
+
+        directory = write_tiny_model(tmp_path / "bert", head="sequence-classification", num_labels=3)
+    else:
+        directory = write_family_model(
+            tmp_path / family, family, head="sequence-classification", num_labels=3, **overrides
+        )
+    model = TextEncoder.load(directory, device="cpu", dtype="float32")
+    assert model.classifier is not None and len(model.classifier.head.labels) == 3
+    encodings = model.tokenizer.encode(TEXTS, PAIRS)
+    ours = model.classify(encodings)
+    batch = model.tokenizer.pad(encodings)
+    inputs = {"input_ids": torch.from_numpy(batch.input_ids), "attention_mask": torch.from_numpy(batch.attention_mask)}
+    if model.config.type_vocab_size > 1:
+        inputs["token_type_ids"] = torch.from_numpy(batch.token_type_ids)
+    reference = AutoModelForSequenceClassification.from_pretrained(directory, attn_implementation="eager").eval()
+    with torch.inference_mode():
+        theirs = reference(**inputs).logits
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    probabilities = model.classifier.probabilities(ours)
+    if overrides.get("problem_type") == "multi_label_classification":
+        torch.testing.assert_close(probabilities, torch.sigmoid(theirs))
+    else:
+        torch.testing.assert_close(probabilities.sum(-1), torch.ones(len(TEXTS)))
+
+
+def test_a_bare_model_has_no_classification_head(tmp_path: Path) -> None:
+    model = TextEncoder.load(write_family_model(tmp_path / "bare", "roberta"), device="cpu", dtype="float32")
+    assert model.classifier is None
+    with pytest.raises(ValueError, match="has no classification head"):
+        model.classify(model.tokenizer.encode(["hello"]))
