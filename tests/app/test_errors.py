@@ -84,7 +84,7 @@ PE_422 = [
     ({"base": 1}, "base", "greater than 1"),
     ({"base": "inf"}, "base", "finite"),
     ({"base": "nan"}, "base", "finite"),
-    ({"kind": "rotary"}, "kind", "'sinusoidal' or 'learned'"),
+    ({"kind": "alibi"}, "kind", "'sinusoidal', 'learned' or 'rotary'"),
     ({"kind": "learned", "length": 513}, "length", "at most 512"),
 ]
 
