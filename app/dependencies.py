@@ -5,7 +5,7 @@ from __future__ import annotations
 import hmac
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
 from app.errors import NotReady, Unauthorized
 from app.registry import ModelRegistry, ServedModel
@@ -27,9 +27,15 @@ async def get_registry(request: Request) -> ModelRegistry:
     return registry
 
 
-async def get_model(registry: Annotated[ModelRegistry, Depends(get_registry)]) -> ServedModel:
-    """The model a request is for (the default one)."""
-    return registry.default
+async def get_model(
+    registry: Annotated[ModelRegistry, Depends(get_registry)],
+    model: Annotated[str | None, Query(description="a served model's name; the default model when omitted")] = None,
+) -> ServedModel:
+    """The model a GET request names with ``?model=`` (404 model_not_found if none), else the default one.
+
+    POST requests name theirs in the body: their routes ask the registry themselves.
+    """
+    return registry.get(model)
 
 
 async def get_settings(request: Request) -> Settings:
@@ -48,6 +54,7 @@ async def get_inspection(request: Request) -> Inspection:
     return request.app.state.inspection
 
 
+Registry = Annotated[ModelRegistry, Depends(get_registry)]
 Model = Annotated[ServedModel, Depends(get_model)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 ResponderDep = Annotated[Responder, Depends(get_responder)]

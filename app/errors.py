@@ -37,12 +37,22 @@ class ApiError(Exception):
 
     status_code = 400
     type = "bad_request"
+    code: str | None = None  # a stable code beside the type, for clients that read one (OpenAI's)
 
     def __init__(self, message: str, param: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.headers = headers
+
+
+class ModelNotFound(ApiError):
+    status_code = 404
+    type = "model_not_found"
+    code = "model_not_found"
+
+    def __init__(self, name: str, available: list[str]) -> None:
+        super().__init__(f"model: no model named {name!r} is served (served: {', '.join(available)})", "model")
 
 
 class InvalidRequest(ApiError):
@@ -87,14 +97,22 @@ class NotReady(ApiError):
     type = "not_ready"
 
 
-def error_body(type_: str, message: str, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"type": type_, "message": message, "param": param}}
+def error_body(type_: str, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": type_, "message": message, "param": param}
+    if code is not None:
+        body["code"] = code
+    return {"error": body}
 
 
 def error_response(
-    status: int, type_: str, message: str, param: str | None = None, headers: dict | None = None
+    status: int,
+    type_: str,
+    message: str,
+    param: str | None = None,
+    headers: dict | None = None,
+    code: str | None = None,
 ) -> Response:
-    return json_response(error_body(type_, message, param), status_code=status, headers=headers)
+    return json_response(error_body(type_, message, param, code), status_code=status, headers=headers)
 
 
 def param_path(loc: Sequence[str | int]) -> str | None:
@@ -125,7 +143,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
         logger.info("%d %s: %s", exc.status_code, exc.type, exc.message)
-        return error_response(exc.status_code, exc.type, exc.message, exc.param, exc.headers)
+        return error_response(exc.status_code, exc.type, exc.message, exc.param, exc.headers, exc.code)
 
     @app.exception_handler(RequestValidationError)
     async def request_validation_error(request: Request, exc: RequestValidationError) -> Response:

@@ -29,7 +29,7 @@ from app.metrics import Metrics
 from app.middleware import BodySizeLimit, RequestLog
 from app.registry import ModelRegistry, load_registry
 from app.responding import Responder
-from app.routes import attention, embeddings, positional_encoding, service, tokenize, viewer
+from app.routes import attention, embeddings, openai_compat, positional_encoding, service, tokenize, viewer
 from app.services.embeddings import Embeddings
 from app.services.inspection import Inspection
 from app.settings import Settings, get_settings
@@ -134,7 +134,7 @@ def create_app(
             expose_headers=TIMING_HEADERS,
         )
     app.add_middleware(RequestLog, metrics=metrics)  # outermost: sees every request and its final status
-    for module in (embeddings, tokenize, attention, positional_encoding):
+    for module in (embeddings, tokenize, attention, positional_encoding, openai_compat):
         app.include_router(module.router, dependencies=[ApiKey])
     app.include_router(service.info_router, dependencies=[ApiKey])
     app.include_router(service.open_router)  # /health and /metrics: probes and scrapers come without a key

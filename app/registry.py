@@ -10,9 +10,10 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.errors import ModelNotFound
 from app.metrics import Metrics
 from app.settings import Settings
 from app.tokenization import Tokenization
@@ -42,6 +43,7 @@ class ServedModel:
     attention_tokens: Tokenization  # for /attention: up to max_attention_tokens
     queue: WorkQueue
     worker: Worker
+    created: int = field(default_factory=lambda: int(time.time()))  # when it was loaded (unix seconds)
 
     @classmethod
     def start(
@@ -85,10 +87,17 @@ class ModelRegistry:
         self._executor = executor
 
     def get(self, name: str | None = None) -> ServedModel:
-        """The model of that name; the default for None."""
+        """The model of that name (404 model_not_found if none); the default for None."""
         if name is None:
             return self.default
-        return self._models[name]
+        served = self._models.get(name)
+        if served is None:
+            raise ModelNotFound(name, list(self._models))
+        return served
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._models)
 
     def __iter__(self) -> Iterator[ServedModel]:
         return iter(self._models.values())
@@ -115,6 +124,8 @@ class ModelRegistry:
 
 def model_sources(settings: Settings) -> list[tuple[str, Path]]:
     """(name, directory) of every model to serve, from the settings."""
+    if settings.models:
+        return list(settings.models)
     if settings.model_dir is None:
         return [(settings.model_name or DEFAULT_MODEL_NAME, default_model_path())]
     return [(settings.model_name or settings.model_dir.resolve().name, settings.model_dir)]

@@ -60,6 +60,7 @@ class Request(BaseModel):
 
 class EncodeRequest(Request):
     texts: Texts
+    model: str | None = Field(None, description="a served model's name (see /v1/models); the default model when null")
     pooling: Literal["mean", "cls", "max"] | None = Field(
         None, description="how token vectors become one sentence vector; the model's own (mean for MiniLM) when null"
     )
@@ -70,6 +71,9 @@ class EncodeRequest(Request):
     return_token_embeddings: bool = Field(False, description="add each text's per-token vectors (no padding rows)")
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="base64 = little-endian float32 bytes of each vector"
+    )
+    dimensions: int | None = Field(
+        None, ge=1, description="keep the first `dimensions` components (Matryoshka), then L2-normalise again"
     )
 
     model_config = ConfigDict(
@@ -113,6 +117,7 @@ class EncodeResponse(BaseModel):
 
 class AttentionRequest(Request):
     text: Text
+    model: str | None = Field(None, description="a served model's name (see /v1/models); the default model when null")
     text_pair: Text | None = Field(None, description="optional second segment (sentence B)")
     layers: list[int] | None = Field(
         None, min_length=1, description="layers to return (0-based, negative from the end); all when null"
@@ -161,6 +166,7 @@ class PositionalEncodingResponse(BaseModel):
 
 class TokenizeRequest(Request):
     texts: Texts
+    model: str | None = Field(None, description="a served model's name (see /v1/models); the default model when null")
     text_pair: Text | list[Text | None] | None = Field(
         None, description="a second segment for every text, or one per text (null for none)"
     )
@@ -175,6 +181,48 @@ class Tokenized(BaseModel):
 class TokenizeResponse(BaseModel):
     model: str
     data: list[Tokenized]
+
+
+# ---- /v1/embeddings, /v1/models (OpenAI's shape) ----
+
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+
+
+class OpenAIEmbeddingsRequest(Request):
+    input: (
+        Text | Annotated[list[Text], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
+    ) = Field(description="a string, a list of strings, a list of token ids, or a list of lists of token ids")
+    model: str | None = Field(None, description="a name from /v1/models; the default model when null")
+    encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 bytes")
+    dimensions: int | None = Field(None, ge=1, description="keep the first components, then L2-normalise again")
+    user: str | None = Field(None, description="accepted and ignored")
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"input": ["The quick brown fox."]}]})
+
+
+class OpenAIEmbedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+
+
+class OpenAIEmbeddingsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[OpenAIEmbedding]
+    model: str
+    usage: Usage
+
+
+class OpenAIModel(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "encoder-service"
+
+
+class OpenAIModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[OpenAIModel]
 
 
 # ---- /info, /health ----
@@ -240,6 +288,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
     for status, description in {
         401: "missing or wrong API key",
+        404: "no model of that name (model_not_found)",
         413: "request body larger than the limit",
         422: "invalid input",
         429: "overloaded: retry after the Retry-After header's seconds",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 from typing import Any, TypeVar
 
 import numpy as np
@@ -13,15 +14,21 @@ from starlette.responses import Response
 ORJSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
+@functools.cache
+def _always_written(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of a response model written even when not set: those whose default is not None."""
+    return frozenset(name for name, info in model.model_fields.items() if info.default is not None)
+
+
 def _fields(value: Any) -> dict[str, Any] | np.ndarray:
-    """A response model's fields that were set, in declaration order (optional ones not set are left out).
+    """A response model's fields in declaration order; optional ones (default None) only when set.
 
     Responses are built with ``model_construct``, which keeps numpy arrays as they are; orjson then
     writes them natively, with no Python lists of floats in between.
     """
     if isinstance(value, BaseModel):
-        set_fields = value.model_fields_set
-        return {name: field for name, field in value.__dict__.items() if name in set_fields}
+        written = value.model_fields_set | _always_written(type(value))
+        return {name: field for name, field in value.__dict__.items() if name in written}
     if isinstance(value, np.ndarray):  # one orjson cannot write as it is (float16, not contiguous)
         return np.ascontiguousarray(value, dtype=np.float32)
     raise TypeError(f"cannot serialise {type(value).__name__}")

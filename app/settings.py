@@ -17,6 +17,11 @@ class Settings(BaseSettings):
         None, description="Hugging Face-layout model directory; the bundled all-MiniLM-L6-v2 when unset"
     )
     model_name: str | None = Field(None, description="name reported in responses; the directory's name when unset")
+    models: Annotated[list[tuple[str, Path]], NoDecode] = Field(
+        default_factory=list,
+        description="several models in one service: comma-separated name=directory entries, the first the "
+        "default; when set, model_dir and model_name are not used",
+    )
     device: str = Field("auto", description="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, …")
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
         "auto", description="auto = float16 on CUDA, float32 on CPU"
@@ -69,6 +74,24 @@ class Settings(BaseSettings):
         default_factory=list,
         description="origins allowed to call the API from a browser, comma-separated (* for any); none by default",
     )
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _split_models(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        entries = []
+        for entry in (part.strip() for part in value.split(",")):
+            if not entry:
+                continue
+            name, equals, directory = entry.partition("=")
+            if not equals or not name.strip() or not directory.strip():
+                raise ValueError(f"each entry must be name=directory, got {entry!r}")
+            entries.append((name.strip(), Path(directory.strip())))
+        names = [name for name, _ in entries]
+        if len(set(names)) != len(names):
+            raise ValueError(f"model names must be unique, got {', '.join(names)}")
+        return entries
 
     @field_validator("api_keys", "cors_origins", mode="before")
     @classmethod

@@ -24,6 +24,7 @@ import numpy as np
 from tokenizers import Encoding
 
 from model import AttentionSelection, EmbeddingSpec, TextEmbedding
+from model.tokenizer import TokenSequence
 
 
 class QueueClosed(RuntimeError):
@@ -97,7 +98,7 @@ class EmbedEntry:
 
     ticket: Ticket
     index: int  # the text's position in its request
-    encoding: Encoding
+    encoding: TokenSequence
     spec: EmbeddingSpec
 
     @property
@@ -144,7 +145,7 @@ class WorkQueue:
     # ---- the event loop's side ----
 
     async def embed(
-        self, encodings: Sequence[Encoding], spec: EmbeddingSpec, timing: Timing | None = None
+        self, encodings: Sequence[TokenSequence], spec: EmbeddingSpec, timing: Timing | None = None
     ) -> list[TextEmbedding]:
         """Each text's embedding, in the request's order."""
         if not encodings:

@@ -19,7 +19,7 @@ from model.encoder import Encoder, EncoderOutput
 from model.heads import SequenceClassificationHead, read_head_config
 from model.inspection import AttentionSelection, select_attention
 from model.pooling import Pooling, PoolingConfig, sentence_embeddings
-from model.tokenizer import Batch, TextTokenizer
+from model.tokenizer import Batch, TextTokenizer, TokenSequence
 from model.weights import load_head, load_weights
 
 logger = logging.getLogger(__name__)
@@ -240,7 +240,9 @@ class TextEncoder:
         return self.embed_batch(batch, pooling=pooling, normalize_embeddings=normalize_embeddings, layer=layer)[0]
 
     @torch.inference_mode()
-    def embed_encodings(self, encodings: Sequence[Encoding], specs: Sequence[EmbeddingSpec]) -> list[TextEmbedding]:
+    def embed_encodings(
+        self, encodings: Sequence[TokenSequence], specs: Sequence[EmbeddingSpec]
+    ) -> list[TextEmbedding]:
         """One forward pass over tokenised texts, each with its own layer, pooling and normalisation.
 
         Layers above the deepest one asked for are not computed; each distinct (layer, pooling,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -72,3 +73,12 @@ def sentence_embeddings(hidden: Tensor, attention_mask: Tensor, mode: Pooling, n
     """
     sentences = pool(hidden, attention_mask, mode)  # (B, D)
     return normalize(sentences) if normalize_embeddings else sentences
+
+
+def keep_dimensions(vectors: np.ndarray, dimensions: int, normalize_again: bool = True) -> np.ndarray:
+    """Matryoshka: the first ``dimensions`` components of each row of (B, D), L2-normalised again if asked."""
+    kept = vectors[..., :dimensions]  # (B, d)
+    if not normalize_again:
+        return kept
+    norms = np.linalg.norm(kept, axis=-1, keepdims=True)  # (B, 1)
+    return kept / np.maximum(norms, 1e-12)

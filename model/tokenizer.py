@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
@@ -20,6 +21,14 @@ class TooManyTokensError(ValueError):
         self.max_tokens = max_tokens
 
 
+class TokenIdOutOfRange(ValueError):
+    """A token id given by a client that the vocabulary does not have."""
+
+    def __init__(self, position: int, token: int, vocab_size: int) -> None:
+        super().__init__(f"token id {token} is outside the vocabulary (0 to {vocab_size - 1})")
+        self.position = position
+
+
 @dataclass(frozen=True)
 class Token:
     id: int
@@ -28,6 +37,24 @@ class Token:
     end: int
     special: bool  # [CLS], [SEP], …
     segment: int  # 0 for sentence A, 1 for sentence B
+
+
+class TokenSequence(Protocol):
+    """What a forward pass needs of a tokenised text: a tokenizers Encoding, or token ids given as they are."""
+
+    @property
+    def ids(self) -> list[int]: ...
+
+    @property
+    def type_ids(self) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class TokenIds:
+    """Token ids taken as a client sent them (no special tokens added), one segment."""
+
+    ids: list[int]
+    type_ids: list[int]
 
 
 @dataclass(frozen=True)
@@ -112,7 +139,16 @@ class TextTokenizer:
             if len(encoding.ids) > self.max_tokens:
                 raise TooManyTokensError(index, len(encoding.ids), self.max_tokens)
 
-    def pad(self, encodings: Sequence[Encoding]) -> Batch:
+    def from_ids(self, ids: Sequence[int]) -> TokenIds:
+        """Token ids as they are, cut to ``max_tokens``; ValueError naming the first id outside the vocabulary."""
+        size = self.vocab_size
+        for position, token in enumerate(ids):
+            if not 0 <= token < size:
+                raise TokenIdOutOfRange(position, token, size)
+        kept = list(ids[: self.max_tokens])
+        return TokenIds(kept, [0] * len(kept))
+
+    def pad(self, encodings: Sequence[TokenSequence]) -> Batch:
         """Stack encodings into (B, T) arrays, padding on the right to the longest."""
         T = max(len(e.ids) for e in encodings)
         B = len(encodings)

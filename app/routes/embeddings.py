@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.dependencies import EmbeddingsDep, Model, ResponderDep
+from app.dependencies import EmbeddingsDep, Registry, ResponderDep
 from app.schemas import ERROR_RESPONSES, EncodeRequest, EncodeResponse
 
 router = APIRouter(tags=["embeddings"], responses=ERROR_RESPONSES)
@@ -11,7 +11,8 @@ router = APIRouter(tags=["embeddings"], responses=ERROR_RESPONSES)
 
 @router.post("/encode", response_model=EncodeResponse)
 async def encode(
-    body: EncodeRequest, request: Request, model: Model, embeddings: EmbeddingsDep, responder: ResponderDep
+    body: EncodeRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
     """Sentence embeddings (and, on request, tokens and per-token vectors) for one or more texts."""
+    model = registry.get(body.model)
     return await responder.answer(request, lambda timing: embeddings.encode(model, body, timing), len(body.texts))

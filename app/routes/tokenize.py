@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.dependencies import EmbeddingsDep, Model, ResponderDep
+from app.dependencies import EmbeddingsDep, Registry, ResponderDep
 from app.schemas import ERROR_RESPONSES, TokenizeRequest, TokenizeResponse
 
 router = APIRouter(tags=["embeddings"], responses=ERROR_RESPONSES)
@@ -11,7 +11,8 @@ router = APIRouter(tags=["embeddings"], responses=ERROR_RESPONSES)
 
 @router.post("/tokenize", response_model=TokenizeResponse)
 async def tokenize(
-    body: TokenizeRequest, request: Request, model: Model, embeddings: EmbeddingsDep, responder: ResponderDep
+    body: TokenizeRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
     """The model's tokens for one or more texts (optionally paired), with ids, character spans and segments."""
+    model = registry.get(body.model)
     return await responder.answer(request, lambda _: embeddings.tokenize(model, body), len(body.texts))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from tokenizers import Encoding
 
 from app.errors import InvalidRequest
@@ -12,6 +13,9 @@ from app.schemas import (
     Embedding,
     EncodeRequest,
     EncodeResponse,
+    OpenAIEmbedding,
+    OpenAIEmbeddingsRequest,
+    OpenAIEmbeddingsResponse,
     PairTokenInfo,
     Reply,
     TokenInfo,
@@ -24,6 +28,8 @@ from app.serialization import base64_float32, construct
 from app.settings import Settings
 from app.work_queue import Timing
 from model import EmbeddingSpec, TextTokenizer
+from model.pooling import keep_dimensions
+from model.tokenizer import TokenIdOutOfRange, TokenSequence
 
 
 def token_infos(encoding: Encoding) -> list[TokenInfo]:
@@ -44,9 +50,9 @@ class Embeddings:
     def __init__(self, settings: Settings) -> None:
         self.max_batch_texts = settings.max_batch_texts
 
-    def check_batch(self, n_texts: int) -> None:
+    def check_batch(self, n_texts: int, param: str = "texts") -> None:
         if n_texts > self.max_batch_texts:
-            raise InvalidRequest("texts", f"at most {self.max_batch_texts} texts per request, got {n_texts}")
+            raise InvalidRequest(param, f"at most {self.max_batch_texts} texts per request, got {n_texts}")
 
     async def encode(self, served: ServedModel, request: EncodeRequest, timing: Timing | None = None) -> Reply:
         model = served.model
@@ -55,6 +61,7 @@ class Embeddings:
             layer = model.resolve_layer(request.layer)
         except ValueError as error:
             raise InvalidRequest("layer", str(error).removeprefix("layer ")) from error
+        self.check_dimensions(request.dimensions, model.config.d_model)
         spec = EmbeddingSpec(
             layer=layer,
             pooling=request.pooling or model.pooling.mode,
@@ -63,31 +70,86 @@ class Embeddings:
         )
         encodings = await served.tokens.encode(request.texts, truncate=request.truncate, param="texts")
         results = await served.queue.embed(encodings, spec, timing)
+        sentences = np.stack([result.sentence for result in results])  # (B, D)
+        if request.dimensions is not None:
+            sentences = keep_dimensions(sentences, request.dimensions, normalize_again=request.normalize)
 
         as_base64 = request.encoding_format == "base64"
         data = []
         n_values = 0
         for index, (encoding, result) in enumerate(zip(encodings, results)):
+            sentence = sentences[index]
             item: dict[str, Any] = {
                 "index": index,
-                "embedding": base64_float32(result.sentence) if as_base64 else result.sentence,
+                "embedding": base64_float32(sentence) if as_base64 else sentence,
             }
             if request.return_tokens:
                 item["tokens"] = token_infos(encoding)
             if result.tokens is not None:
                 item["token_embeddings"] = [base64_float32(v) for v in result.tokens] if as_base64 else result.tokens
                 n_values += result.tokens.size
-            n_values += result.sentence.size
+            n_values += sentence.size
             data.append(construct(Embedding, **item))
         n_tokens = sum(len(e.ids) for e in encodings)
         response = construct(
             EncodeResponse,
             model=served.name,
-            dim=model.config.d_model,
+            dim=sentences.shape[1],
             data=data,
             usage=construct(Usage, prompt_tokens=n_tokens, total_tokens=n_tokens),
         )
         return Reply(response, n_values)
+
+    @staticmethod
+    def check_dimensions(dimensions: int | None, width: int) -> None:
+        if dimensions is not None and not 1 <= dimensions <= width:
+            raise InvalidRequest("dimensions", f"must be between 1 and the model's width {width}, got {dimensions}")
+
+    async def openai(
+        self, served: ServedModel, request: OpenAIEmbeddingsRequest, timing: Timing | None = None
+    ) -> Reply:
+        """OpenAI's /v1/embeddings: the model's pooled, normalised embeddings; texts truncated, token ids as
+        they are."""
+        model = served.model
+        self.check_dimensions(request.dimensions, model.config.d_model)
+        inputs = request.input
+        encodings: list[TokenSequence]
+        if isinstance(inputs, str):
+            encodings = list(await served.tokens.encode([inputs], param="input", indexed=False))
+        elif all(isinstance(item, str) for item in inputs):
+            texts = [item for item in inputs if isinstance(item, str)]
+            self.check_batch(len(texts), "input")
+            encodings = list(await served.tokens.encode(texts, param="input"))
+        else:
+            single = all(isinstance(item, int) for item in inputs)
+            rows: list[list[int]] = [inputs] if single else inputs  # type: ignore[list-item,assignment]
+            self.check_batch(len(rows), "input")
+            encodings = []
+            for index, row in enumerate(rows):
+                try:
+                    encodings.append(model.tokenizer.from_ids(row))
+                except TokenIdOutOfRange as error:
+                    name = f"input[{error.position}]" if single else f"input[{index}][{error.position}]"
+                    raise InvalidRequest(name, str(error)) from None
+        spec = EmbeddingSpec(layer=model.config.n_layers, pooling=model.pooling.mode, normalize=True)
+        results = await served.queue.embed(encodings, spec, timing)
+        sentences = np.stack([result.sentence for result in results])  # (B, D)
+        if request.dimensions is not None:
+            sentences = keep_dimensions(sentences, request.dimensions)
+        as_base64 = request.encoding_format == "base64"
+        data = [
+            construct(OpenAIEmbedding, object="embedding", index=index, embedding=base64_float32(v) if as_base64 else v)
+            for index, v in enumerate(sentences)
+        ]
+        n_tokens = sum(len(e.ids) for e in encodings)
+        response = construct(
+            OpenAIEmbeddingsResponse,
+            object="list",
+            data=data,
+            model=served.name,
+            usage=construct(Usage, prompt_tokens=n_tokens, total_tokens=n_tokens),
+        )
+        return Reply(response, int(sentences.size))
 
     async def tokenize(self, served: ServedModel, request: TokenizeRequest) -> Reply:
         self.check_batch(len(request.texts))

@@ -1,0 +1,39 @@
+"""OpenAI's embeddings API: /v1/models and /v1/embeddings, for OpenAI clients and the adapters built on them."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.dependencies import EmbeddingsDep, Registry, ResponderDep
+from app.schemas import (
+    ERROR_RESPONSES,
+    OpenAIEmbeddingsRequest,
+    OpenAIEmbeddingsResponse,
+    OpenAIModel,
+    OpenAIModelList,
+)
+from app.serialization import json_response
+
+router = APIRouter(prefix="/v1", tags=["openai"], responses=ERROR_RESPONSES)
+
+
+@router.get("/models", response_model=OpenAIModelList)
+async def models(registry: Registry) -> Response:
+    """The served models, in OpenAI's shape (the first is the default)."""
+    data = [OpenAIModel(id=served.name, created=served.created) for served in registry]
+    return json_response(OpenAIModelList(data=data))
+
+
+@router.post("/embeddings", response_model=OpenAIEmbeddingsResponse)
+async def embeddings(
+    body: OpenAIEmbeddingsRequest,
+    request: Request,
+    registry: Registry,
+    service: EmbeddingsDep,
+    responder: ResponderDep,
+) -> Response:
+    """Embeddings in OpenAI's shape: strings or token ids in, pooled L2-normalised vectors out."""
+    model = registry.get(body.model)
+    n_inputs = 1 if isinstance(body.input, str) or isinstance(body.input[0], int) else len(body.input)
+    return await responder.answer(request, lambda timing: service.openai(model, body, timing), n_inputs)
