@@ -12,6 +12,7 @@ from app.registry import ModelRegistry, ServedModel
 from app.responding import Responder
 from app.services.embeddings import Embeddings
 from app.services.inspection import Inspection
+from app.services.tasks import Tasks
 from app.settings import Settings
 
 
@@ -54,12 +55,17 @@ async def get_inspection(request: Request) -> Inspection:
     return request.app.state.inspection
 
 
+async def get_tasks(request: Request) -> Tasks:
+    return request.app.state.tasks
+
+
 Registry = Annotated[ModelRegistry, Depends(get_registry)]
 Model = Annotated[ServedModel, Depends(get_model)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 ResponderDep = Annotated[Responder, Depends(get_responder)]
 EmbeddingsDep = Annotated[Embeddings, Depends(get_embeddings)]
 InspectionDep = Annotated[Inspection, Depends(get_inspection)]
+TasksDep = Annotated[Tasks, Depends(get_tasks)]
 
 
 async def require_api_key(request: Request) -> None:

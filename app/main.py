@@ -29,9 +29,10 @@ from app.metrics import Metrics
 from app.middleware import BodySizeLimit, RequestLog
 from app.registry import ModelRegistry, load_registry
 from app.responding import Responder
-from app.routes import attention, embeddings, openai_compat, positional_encoding, service, tokenize, viewer
+from app.routes import attention, embeddings, openai_compat, positional_encoding, service, tasks, tokenize, viewer
 from app.services.embeddings import Embeddings
 from app.services.inspection import Inspection
+from app.services.tasks import Tasks
 from app.settings import Settings, get_settings
 from model import TextEncoder
 
@@ -121,6 +122,7 @@ def create_app(
     metrics.queue_texts.set_function(queued)
     app.state.responder = Responder(admission, metrics, settings.request_timeout_s)
     app.state.embeddings = Embeddings(settings)
+    app.state.tasks = Tasks(app.state.embeddings)
     app.state.inspection = Inspection(settings)
 
     install_error_handlers(app)
@@ -134,7 +136,7 @@ def create_app(
             expose_headers=TIMING_HEADERS,
         )
     app.add_middleware(RequestLog, metrics=metrics)  # outermost: sees every request and its final status
-    for module in (embeddings, tokenize, attention, positional_encoding, openai_compat):
+    for module in (embeddings, tokenize, attention, positional_encoding, openai_compat, tasks):
         app.include_router(module.router, dependencies=[ApiKey])
     app.include_router(service.info_router, dependencies=[ApiKey])
     app.include_router(service.open_router)  # /health and /metrics: probes and scrapers come without a key

@@ -225,6 +225,63 @@ class OpenAIModelList(BaseModel):
     data: list[OpenAIModel]
 
 
+# ---- /rerank, /classify ----
+
+
+class RerankRequest(Request):
+    query: Text
+    documents: Annotated[list[Text], Field(min_length=1)] = Field(
+        description="1 to max_batch_texts non-empty documents"
+    )
+    model: str | None = Field(None, description="a cross-encoder (a sequence classifier with one output)")
+    top_n: int | None = Field(None, ge=1, description="keep the best top_n; all when null")
+    return_documents: bool = Field(False, description="add each document's text")
+    raw_scores: bool = Field(False, description="the logit instead of its sigmoid")
+    truncate: bool = Field(True, description="cut a (query, document) pair longer than the maximum; with false a 422")
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"query": "What is a fox?", "documents": ["A fox is an animal.", "Paris."]}]}
+    )
+
+
+class RerankResult(BaseModel):
+    index: int = Field(description="the document's position in the request")
+    relevance_score: float
+    document: str | None = Field(None, description="only with return_documents")
+
+
+class RerankResponse(BaseModel):
+    model: str
+    results: list[RerankResult] = Field(description="best first")
+    usage: Usage
+
+
+class ClassifyRequest(Request):
+    texts: Texts
+    text_pair: Text | list[Text | None] | None = Field(
+        None, description="a second segment (NLI's hypothesis) for every text, or one per text"
+    )
+    model: str | None = Field(None, description="a sequence classifier")
+    top_k: int | None = Field(None, ge=1, description="keep the top_k labels; all when null")
+    truncate: bool = Field(True, description="cut texts longer than the maximum; with false such a text is a 422")
+
+
+class LabelScore(BaseModel):
+    label: str
+    score: float
+
+
+class Classified(BaseModel):
+    index: int
+    labels: list[LabelScore] = Field(description="best first")
+
+
+class ClassifyResponse(BaseModel):
+    model: str
+    data: list[Classified]
+    usage: Usage
+
+
 # ---- /info, /health ----
 
 

@@ -119,7 +119,20 @@ class AttentionEntry:
         return len(self.encoding.ids)
 
 
-Entry = EmbedEntry | AttentionEntry
+@dataclass(eq=False, slots=True)
+class ClassifyEntry:
+    """One text (or pair) for a classification head; entries of many requests share a pass."""
+
+    ticket: Ticket
+    index: int  # the text's position in its request
+    encoding: TokenSequence
+
+    @property
+    def tokens(self) -> int:
+        return len(self.encoding.ids)
+
+
+Entry = EmbedEntry | AttentionEntry | ClassifyEntry
 
 
 class WorkQueue:
@@ -152,6 +165,14 @@ class WorkQueue:
             return []
         ticket = Ticket(asyncio.get_running_loop(), len(encodings), timing)
         self.put([EmbedEntry(ticket, index, encoding, spec) for index, encoding in enumerate(encodings)])
+        return await ticket.future
+
+    async def classify(self, encodings: Sequence[TokenSequence], timing: Timing | None = None) -> list[np.ndarray]:
+        """Each text's (or pair's) logits, in the request's order."""
+        if not encodings:
+            return []
+        ticket = Ticket(asyncio.get_running_loop(), len(encodings), timing)
+        self.put([ClassifyEntry(ticket, index, encoding) for index, encoding in enumerate(encodings)])
         return await ticket.future
 
     async def attention(
@@ -244,6 +265,8 @@ class WorkQueue:
                 if not batch:
                     batch.append(entries.popleft())
                 break
+            if batch and type(entry) is not type(batch[0]):
+                break  # embedding and classification entries take passes of their own
             longest_with = max(longest, entry.tokens)
             if batch and longest_with * (len(batch) + 1) > self.max_batch_tokens:
                 break

@@ -15,16 +15,18 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
 from app.errors import InferenceFailed
-from app.work_queue import AttentionEntry, EmbedEntry, Entry, Ticket, WorkQueue
+from app.work_queue import AttentionEntry, ClassifyEntry, EmbedEntry, Entry, Ticket, WorkQueue
 from model import TextEncoder
 
 logger = logging.getLogger(__name__)
 
 IDLE_INTERVAL_S = 2.0  # the idle hook runs at most this often, and only after work
+B = TypeVar("B", EmbedEntry, ClassifyEntry)  # entries that share passes
 
 
 def malloc_trim() -> Callable[[], None] | None:
@@ -108,6 +110,8 @@ class Worker:
                 worked = True
                 if isinstance(entries[0], AttentionEntry):
                     self._attention(entries[0])
+                elif isinstance(entries[0], ClassifyEntry):
+                    self._classify(entries)  # type: ignore[arg-type]
                 else:
                     self._embed(entries)  # type: ignore[arg-type]
             except BaseException:  # a bug outside the model: fail what is left of the pass, keep the thread
@@ -137,6 +141,20 @@ class Worker:
         for entry, result in zip(entries, results):
             entry.ticket.set(entry.index, result)
 
+    def _classify(self, entries: Sequence[ClassifyEntry]) -> None:
+        started = time.perf_counter()
+        for ticket in _tickets(entries):
+            ticket.start(started)
+        try:
+            logits = self.model.classify([e.encoding for e in entries]).cpu().numpy()  # (B, labels)
+        except Exception:
+            self.stats.failed_passes += 1
+            self._retry_alone(entries, self._classify)
+            return
+        self._count(entries, time.perf_counter() - started)
+        for entry, row in zip(entries, logits):
+            entry.ticket.set(entry.index, row)
+
     def _attention(self, entry: AttentionEntry) -> None:
         """An attention entry is a pass of its own: a failure is its request's alone."""
         entry.ticket.start(time.perf_counter())
@@ -148,7 +166,7 @@ class Worker:
             return
         entry.ticket.set(0, result)
 
-    def _retry_alone(self, entries: Sequence[EmbedEntry], run: Callable[[Sequence[EmbedEntry]], None]) -> None:
+    def _retry_alone(self, entries: Sequence[B], run: Callable[[Sequence[B]], None]) -> None:
         """A pass failed: run each request's entries alone, so that one bad request fails only itself."""
         tickets = _tickets(entries)
         if len(tickets) == 1:
@@ -161,7 +179,7 @@ class Worker:
         for ticket in tickets:
             run([entry for entry in entries if entry.ticket is ticket])
 
-    def _count(self, entries: Sequence[EmbedEntry], seconds: float) -> None:
+    def _count(self, entries: Sequence[EmbedEntry] | Sequence[ClassifyEntry], seconds: float) -> None:
         rows, longest = len(entries), max(entry.tokens for entry in entries)
         real = sum(entry.tokens for entry in entries)
         stats = self.stats

@@ -299,7 +299,7 @@ class TextEncoder:
         return select_attention(computed, selection).cpu().numpy()
 
     @torch.inference_mode()
-    def classify(self, encodings: Sequence[Encoding]) -> Tensor:
+    def classify(self, encodings: Sequence[TokenSequence]) -> Tensor:
         """The classification head's logits (B, labels) for tokenised texts (or pairs), in float32."""
         if self.classifier is None:
             raise ValueError(f"model {self.name!r} has no classification head")

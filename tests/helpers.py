@@ -96,6 +96,15 @@ def write_tiny_model(directory: Path, seed: int = 0, head: str | None = None, **
     bert.save_pretrained(directory, safe_serialization=True)
     (directory / "config.json").write_text(json.dumps(config))
     tokenizer.save(str(directory / "tokenizer.json"))
+    if head is not None:  # so that transformers' AutoTokenizer (and CrossEncoder) can load it too
+        specials = {"cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]"}
+        tokenizer_config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": 64,
+            "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],  # segments, as BERT takes them
+            **specials,
+        }
+        (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     return directory
 
 

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.dependencies import Registry, ResponderDep, TasksDep
+from app.schemas import ERROR_RESPONSES, ClassifyRequest, ClassifyResponse, RerankRequest, RerankResponse
+
+router = APIRouter(tags=["tasks"], responses=ERROR_RESPONSES)
+
+
+@router.post("/rerank", response_model=RerankResponse)
+async def rerank(
+    body: RerankRequest, request: Request, registry: Registry, tasks: TasksDep, responder: ResponderDep
+) -> Response:
+    """Documents ranked by a cross-encoder's relevance to the query, best first."""
+    model = registry.get(body.model)
+    return await responder.answer(request, lambda timing: tasks.rerank(model, body, timing), len(body.documents))
+
+
+@router.post("/classify", response_model=ClassifyResponse)
+async def classify(
+    body: ClassifyRequest, request: Request, registry: Registry, tasks: TasksDep, responder: ResponderDep
+) -> Response:
+    """Labels and scores of a sequence classifier for one or more texts (or pairs, as NLI takes them)."""
+    model = registry.get(body.model)
+    return await responder.answer(request, lambda timing: tasks.classify(model, body, timing), len(body.texts))
