@@ -45,6 +45,12 @@ class Metrics:
         )
         self.timeouts = Counter("encoder_timeouts", "Requests answered 503 timeout", registry=r)
         self.model = Info("encoder_model", "The model being served", registry=r)
+        self.model_memory = Gauge(
+            "encoder_model_memory_bytes",
+            "Resident memory the process grew by while loading and warming up each model",
+            ["model"],
+            registry=r,
+        )
 
     def observe_batch(self, texts: int, tokens: int, seconds: float) -> None:
         """Called on the inference thread after each forward pass (prometheus_client is thread-safe)."""

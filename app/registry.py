@@ -122,6 +122,17 @@ class ModelRegistry:
         self._executor.shutdown(wait=True)
 
 
+def resident_bytes() -> int:
+    """This process's resident memory (Linux; 0 where /proc is not there)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def model_sources(settings: Settings) -> list[tuple[str, Path]]:
     """(name, directory) of every model to serve, from the settings."""
     if settings.models:
@@ -142,15 +153,18 @@ def load_registry(
     served: list[ServedModel] = []
     try:
         for name, source in _sources(settings, models):
-            started = time.perf_counter()
+            started, resident_before = time.perf_counter(), resident_bytes()
             model = _ready(name, source, settings)
             served.append(ServedModel.start(name, model, settings, metrics, executor))
+            grown = max(resident_bytes() - resident_before, 0)  # this model's weights, tables and warm-up
+            metrics.model_memory.labels(name).set(grown)
             logger.info(
-                "ready: %s on %s (%s), loaded and warmed up in %.2f s",
+                "ready: %s on %s (%s), loaded and warmed up in %.2f s, %.0f MiB more resident memory",
                 name,
                 model.device,
                 str(model.dtype).removeprefix("torch."),
                 time.perf_counter() - started,
+                grown / 2**20,
             )
     except BaseException:
         for model_served in served:

@@ -75,6 +75,10 @@ class EncodeRequest(Request):
     dimensions: int | None = Field(
         None, ge=1, description="keep the first `dimensions` components (Matryoshka), then L2-normalise again"
     )
+    prompt_name: str | None = Field(
+        None,
+        description="a prompt of the model's sentence-transformers config (e5's query, passage) put before each text",
+    )
 
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"texts": ["The quick brown fox.", "A lazy dog."]}]},
@@ -195,6 +199,10 @@ class OpenAIEmbeddingsRequest(Request):
     model: str | None = Field(None, description="a name from /v1/models; the default model when null")
     encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 bytes")
     dimensions: int | None = Field(None, ge=1, description="keep the first components, then L2-normalise again")
+    prompt_name: str | None = Field(
+        None,
+        description="a prompt of the model's sentence-transformers config (e5's query, passage) put before each text",
+    )
     user: str | None = Field(None, description="accepted and ignored")
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"input": ["The quick brown fox."]}]})

@@ -6,8 +6,9 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -64,17 +65,35 @@ def read_max_tokens(model_dir: Path, config: EncoderConfig) -> int:
     limit = config.max_positions
     if config.position_embedding in ("learned_offset", "relative_buckets"):
         limit -= config.pad_token_id + 1
-    for file, field in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+    for file, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
         path = model_dir / file
         if not path.is_file():
             continue
         try:
-            value = json.loads(path.read_text(encoding="utf-8")).get(field)
+            value = json.loads(path.read_text(encoding="utf-8")).get(key)
         except (json.JSONDecodeError, AttributeError) as error:
             raise ValueError(f"{path} is not a valid JSON object: {error}") from error
         if isinstance(value, int) and value >= 2:
             return min(value, limit)
     return limit
+
+
+def read_prompts(model_dir: Path) -> dict[str, Any]:
+    """sentence-transformers' ``config_sentence_transformers.json`` prompts and default prompt, if any."""
+    path = model_dir / "config_sentence_transformers.json"
+    if not path.is_file():
+        return {}
+    try:
+        st = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from error
+    prompts = st.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        raise ValueError(f"{path}: 'prompts' must map names to strings")
+    default = st.get("default_prompt_name")
+    if default is not None and default not in prompts:
+        raise ValueError(f"{path}: default_prompt_name {default!r} is not one of its prompts")
+    return {"prompts": dict(prompts), "default_prompt_name": default}
 
 
 @dataclass(frozen=True)
@@ -109,6 +128,19 @@ class TextEncoder:
     device: torch.device
     dtype: torch.dtype
     classifier: SequenceClassificationHead | None = None  # when the checkpoint is a sequence classifier
+    prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' named prompts ("query: ", …)
+    default_prompt_name: str | None = None  # the prompt put before every text unless another is named
+
+    def prompted(self, texts: Sequence[str], prompt_name: str | None) -> list[str]:
+        """Texts with the named prompt (or the model's default one) before each, as sentence-transformers does.
+
+        KeyError for a name the model has no prompt for.
+        """
+        name = prompt_name if prompt_name is not None else self.default_prompt_name
+        if name is None:
+            return list(texts)
+        prompt = self.prompts[name]
+        return [prompt + text for text in texts]
 
     @classmethod
     def load(
@@ -160,6 +192,7 @@ class TextEncoder:
             encoder=encoder,
             tokenizer=tokenizer,
             pooling=PoolingConfig.from_model_dir(model_dir),
+            **read_prompts(model_dir),
             max_tokens=limit,
             device=torch_device,
             dtype=torch_dtype,

@@ -68,7 +68,8 @@ class Embeddings:
             normalize=request.normalize,
             token_vectors=request.return_token_embeddings,
         )
-        encodings = await served.tokens.encode(request.texts, truncate=request.truncate, param="texts")
+        texts = self.prompted(served, request.texts, request.prompt_name)
+        encodings = await served.tokens.encode(texts, truncate=request.truncate, param="texts")
         results = await served.queue.embed(encodings, spec, timing)
         sentences = np.stack([result.sentence for result in results])  # (B, D)
         if request.dimensions is not None:
@@ -101,6 +102,17 @@ class Embeddings:
         return Reply(response, n_values)
 
     @staticmethod
+    def prompted(served: ServedModel, texts: list[str], prompt_name: str | None) -> list[str]:
+        """The texts with the model's prompt before each; 422 for a prompt the model does not have."""
+        try:
+            return served.model.prompted(texts, prompt_name)
+        except KeyError:
+            have = ", ".join(served.model.prompts) or "none"
+            raise InvalidRequest(
+                "prompt_name", f"model {served.name!r} has no prompt {prompt_name!r} (its prompts: {have})"
+            ) from None
+
+    @staticmethod
     def check_dimensions(dimensions: int | None, width: int) -> None:
         if dimensions is not None and not 1 <= dimensions <= width:
             raise InvalidRequest("dimensions", f"must be between 1 and the model's width {width}, got {dimensions}")
@@ -115,11 +127,14 @@ class Embeddings:
         inputs = request.input
         encodings: list[TokenSequence]
         if isinstance(inputs, str):
-            encodings = list(await served.tokens.encode([inputs], param="input", indexed=False))
+            text = self.prompted(served, [inputs], request.prompt_name)
+            encodings = list(await served.tokens.encode(text, param="input", indexed=False))
         elif all(isinstance(item, str) for item in inputs):
             texts = [item for item in inputs if isinstance(item, str)]
             self.check_batch(len(texts), "input")
-            encodings = list(await served.tokens.encode(texts, param="input"))
+            encodings = list(
+                await served.tokens.encode(self.prompted(served, texts, request.prompt_name), param="input")
+            )
         else:
             single = all(isinstance(item, int) for item in inputs)
             rows: list[list[int]] = [inputs] if single else inputs  # type: ignore[list-item,assignment]

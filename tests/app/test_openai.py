@@ -147,3 +147,12 @@ async def test_a_model_of_several_that_cannot_load_is_named(tmp_path, tiny_model
 
         await wait_until(lambda: bool(failures))
     assert failures[0].startswith(f"cannot serve model 'broken' from {tmp_path}/missing")
+
+
+async def test_each_model_reports_the_memory_it_took(tmp_path, tiny_model_dir) -> None:
+    settings = Settings(models=f"first={tiny_model_dir},second={tiny_model_dir}")
+    async with serving(settings) as service:
+        metrics = (await service.client.get("/metrics")).text
+    lines = [line for line in metrics.splitlines() if line.startswith("encoder_model_memory_bytes{")]
+    assert sorted(line.split('"')[1] for line in lines) == ["first", "second"]
+    assert all(float(line.split()[-1]) >= 0 for line in lines)
