@@ -113,6 +113,7 @@ async def drive(
     clients: int,
     limit_s: float,
     check: bool = True,
+    key: str = "data",
 ) -> Run:
     """``clients`` connections take bodies from a shared list until it is empty or ``limit_s`` passes."""
     connections = [await Connection.open(host, port) for _ in range(clients)]
@@ -126,7 +127,7 @@ async def drive(
             started = time.perf_counter()
             status, payload = await connection.request("POST", path, body)
             run.latencies.append(time.perf_counter() - started)
-            if status != 200 or (check and len(orjson.loads(payload)["data"]) != per_request):
+            if status != 200 or (check and len(orjson.loads(payload)[key]) != per_request):
                 run.errors += 1
             else:
                 run.sentences += per_request
@@ -204,7 +205,52 @@ async def http_runs(port: int, sentences: list[str], attention_text: str, quick:
     runs["idle"] = await drive(
         "idle: 1 client × 1 text", host, port, "/encode", singles[: 200 if not quick else 60], 1, 1, limit
     )
+    v1 = [orjson.dumps({"input": s, "model": "minilm"}) for s in sentences]
+    runs["e"] = await drive("(e) /v1/embeddings, 32 clients × 1 text", host, port, "/v1/embeddings", v1, 1, 32, limit)
+    reranks = [
+        orjson.dumps({"query": sentences[i], "documents": sentences[i + 1 : i + 33], "model": "ce"})
+        for i in range(0, (len(sentences) if not quick else 640) - 33, 33)
+    ]
+    runs["d"] = await drive(
+        "(d) /rerank, 4 clients × (1 query, 32 documents)", host, port, "/rerank", reranks, 32, 4, limit, key="results"
+    )
     return runs
+
+
+def write_cross_encoder(directory: Path) -> Path:
+    """A cross-encoder the size of all-MiniLM-L6-v2 (random weights: speed does not depend on them), with
+    the bundled tokenizer: no pretrained cross-encoder can be fetched where this runs."""
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from model import default_model_path
+
+    source = default_model_path()
+    config = BertConfig.from_pretrained(source, num_labels=1)
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(directory)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (source / name).is_file():
+            shutil.copy(source / name, directory / name)
+    return directory
+
+
+def rerank_in_process(cross_encoder_dir: Path, sentences: list[str], quick: bool) -> float:
+    """sentence-transformers' CrossEncoder.predict on the same (query, document) pairs: pairs a second."""
+    from sentence_transformers import CrossEncoder
+
+    pairs = [
+        (sentences[i], document)
+        for i in range(0, (len(sentences) if not quick else 640) - 33, 33)
+        for document in sentences[i + 1 : i + 33]
+    ]
+    cross_encoder = CrossEncoder(str(cross_encoder_dir), device="cpu", max_length=256)
+    cross_encoder.predict(pairs[:64], batch_size=32)
+    started = time.perf_counter()
+    cross_encoder.predict(pairs, batch_size=32)
+    return len(pairs) / (time.perf_counter() - started)
 
 
 def in_process(sentences: list[str], attention_text: str, quick: bool) -> dict[str, float]:
@@ -271,13 +317,13 @@ def machine() -> str:
 
 
 def report(runs: dict[str, Run], ref: dict[str, float], device: str, command: str, quick: bool) -> str:
-    a, b, c, idle = runs["a"], runs["b"], runs["c"], runs["idle"]
+    a, b, c, idle, d, e = runs["a"], runs["b"], runs["c"], runs["idle"], runs["d"], runs["e"]
     c_ms = statistics.median(c.latencies) * 1000
     rows = [
         "| case | sentences/s | p50 ms | p95 ms | p99 ms | errors |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for run in (a, b, idle):
+    for run in (a, b, idle, e, d):
         rows.append(
             f"| {run.name} | {run.rate:.0f} | {run.percentile(50):.1f} | {run.percentile(95):.1f} | "
             f"{run.percentile(99):.1f} | {run.errors} |"
@@ -296,6 +342,9 @@ def report(runs: dict[str, Run], ref: dict[str, float], device: str, command: st
         f"{c_ms / ref['hf_attention_ms']:.2f} | ≤ 0.20 |",
         f"| idle single-text p50 ÷ sentence-transformers encode of one text ({ref['st_single_p50_ms']:.1f} ms) | "
         f"{idle.percentile(50) / ref['st_single_p50_ms']:.2f} | ≤ 1.5 |",
+        f"| (d) /rerank pairs/s ÷ CrossEncoder.predict in-process ({ref['ce_rate']:.0f} pairs/s) | "
+        f"{d.rate / ref['ce_rate']:.2f} | ≥ 1.0 |",
+        f"| (e) /v1/embeddings rate ÷ sentence-transformers in-process | {e.rate / ref['st_rate']:.2f} | ≥ 1.0 |",
     ]
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return "\n".join(
@@ -322,7 +371,10 @@ def write_benchmarks(section: str, device: str) -> None:
         "benchmark process; the in-process references run afterwards, alone. (a) 32 concurrent clients each\n"
         "send one text per request; (b) 4 clients send 32 texts per request; (c) one client asks /attention\n"
         "for all layers and heads of a 128-token text, against transformers' BertModel (eager,\n"
-        "output_attentions) plus json.dumps in-process; idle: one client, one text, nothing else running.\n\n"
+        "output_attentions) plus json.dumps in-process; idle: one client, one text, nothing else running;\n"
+        "(d) 4 clients each rerank 32 documents against a query with a cross-encoder the size of MiniLM\n"
+        "(random weights), against sentence-transformers' CrossEncoder.predict in-process on the same pairs;\n"
+        "(e) /v1/embeddings as (a).\n\n"
     )
     sections = {}
     if path.exists():
@@ -350,14 +402,21 @@ def main() -> None:
     n_tokens = len(tokenizer.encode([attention_text])[0].ids)
     assert 120 <= n_tokens <= 136, n_tokens
 
+    import tempfile
+
+    from model import default_model_path
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench-"))
+    cross_encoder = write_cross_encoder(scratch / "cross-encoder")
     port = free_port()
-    service = start_service(port, {})
+    service = start_service(port, {"ENCODER_MODELS": f"minilm={default_model_path()},ce={cross_encoder}"})
     try:
         runs = asyncio.run(http_runs(port, sentences, attention_text, args.quick))
     finally:
         service.send_signal(signal.SIGTERM)
         service.wait(60)
     reference = in_process(sentences, attention_text, args.quick)
+    reference["ce_rate"] = rerank_in_process(cross_encoder, sentences, args.quick)
 
     device = "CUDA" if torch.cuda.is_available() else "CPU"
     section = report(runs, reference, device, command, args.quick)
