@@ -141,8 +141,8 @@ export function similarityLayout(texts) {
 }
 
 // Heatmap of a (rows × cols) block of an attention matrix, `rowTokens` down the left and `colTokens`
-// along the top, when the cells are big enough for them.
-export function crossLayout(rowTokens, colTokens) {
+// along the top, when the cells are big enough for them; wide enough for its `title` too.
+export function crossLayout(rowTokens, colTokens, title = "") {
   const rows = rowTokens.length, cols = colTokens.length;
   const cell = clamp(Math.floor(HEATMAP.budget / Math.max(rows, cols, 1)), HEATMAP.minCell, HEATMAP.maxCell);
   const labels = cell >= HEATMAP.labelsFrom;
@@ -151,7 +151,7 @@ export function crossLayout(rowTokens, colTokens) {
   const top = HEATMAP.titleHeight + (labels ? textWidth(colTokens, font) : 0) + HEATMAP.padding;
   return {
     labels, rows, cols, cellW: cell, cellH: cell, left, top,
-    width: Math.max(left + cols * cell + HEATMAP.padding, HEATMAP.minWidth),
+    width: Math.max(left + cols * cell + HEATMAP.padding, HEATMAP.minWidth, textWidth([title], FONTS.title) + 2 * TITLE.x),
     height: top + rows * cell + HEATMAP.padding,
   };
 }

@@ -309,7 +309,7 @@ async function selectDocument(row) {
     matrix: rows.map((i) => cols.map((j) => matrix[i][j])),
   };
   $("rerank-attn-canvas").hidden = false;
-  show("rerank-pair", "rerank-attn-canvas", {data: state.pair, layout: crossLayout(state.pair.rowTokens, state.pair.colTokens), draw: drawHeatmap});
+  show("rerank-pair", "rerank-attn-canvas", {data: state.pair, layout: crossLayout(state.pair.rowTokens, state.pair.colTokens, state.pair.title), draw: drawHeatmap});
   $("rerank-readout").textContent = `${rerankText(rerank, row)}. Hover a cell to read its weight.`;
 }
 

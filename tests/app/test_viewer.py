@@ -404,7 +404,9 @@ def multi(browser: Browser, models_server: str) -> Iterator[Watched]:
 
 def pick_model(page: Page, name: str) -> None:
     page.select_option("#model-select", name)
-    page.wait_for_function("(name) => document.querySelector('#model-info').textContent.startsWith(name + ' ')", arg=name)
+    page.wait_for_function(
+        "(name) => document.querySelector('#model-info').textContent.startsWith(name + ' ')", arg=name
+    )
     idle(page)
 
 
@@ -450,8 +452,8 @@ def test_rerank_ranks_draws_bars_and_attention_of_the_selected_document(multi: W
     ).json()["results"]
     buttons = page.locator("#rerank-list button")
     assert buttons.count() == len(DOCUMENTS)
-    assert [int(buttons.nth(k).get_attribute("data-index")) for k in range(len(DOCUMENTS))] == [
-        r["index"] for r in expected
+    assert [buttons.nth(k).get_attribute("data-index") for k in range(len(DOCUMENTS))] == [
+        str(r["index"]) for r in expected
     ]
     assert [buttons.nth(k).inner_text().split(" — ")[0] for k in range(len(DOCUMENTS))] == [
         r["document"] for r in expected
@@ -481,7 +483,8 @@ def test_rerank_ranks_draws_bars_and_attention_of_the_selected_document(multi: W
     cols = [tokens[i] for i, d in enumerate(attention["token_details"]) if d["segment"] == 1 and not d["special"]]
     assert rows == QUERY.split() and cols == document.split()
     assert len(details["tokens"]) == len(tokens)
-    block = layout(page, "m.crossLayout(arg[0], arg[1])", [rows, cols])
+    title = "ce · last layer, mean over heads: query → document 2"
+    block = layout(page, "m.crossLayout(arg[0], arg[1], arg[2])", [rows, cols, title])
     assert (block["rows"], block["cols"]) == (len(rows), len(cols))
     assert css_size(page, "#rerank-attn-canvas") == (block["width"], block["height"])
     page.locator("#rerank-attn-canvas").scroll_into_view_if_needed()
