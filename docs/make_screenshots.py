@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from playwright.sync_api import sync_playwright  # noqa: E402
+from playwright.sync_api import Page, sync_playwright  # noqa: E402
 
+from model import DEFAULT_MODEL_NAME, default_model_path  # noqa: E402
 from tests.app.test_viewer import CHROMIUM_ARGS  # noqa: E402
-from tests.helpers import running_server  # noqa: E402
+from tests.helpers import running_server, write_tiny_model  # noqa: E402
 
 VIEWS = {
     "head": "head-view",
@@ -20,11 +22,23 @@ VIEWS = {
     "heatmap": "heatmap",
     "pe": "positional-encoding",
     "similarity": "similarity",
+    "rerank": "rerank",
 }
+# The rerank view needs a cross-encoder: a tiny random one, whose vocabulary has only a few dozen words.
+CROSS_ENCODER = "tiny-cross-encoder"
+QUERY = "the cat sat on the mat"
+DOCUMENTS = ["a lazy dog", "the cat sat on the mat", "the quick brown fox jumps over the lazy dog", "hello world"]
+
+
+def idle(page: Page) -> None:
+    page.wait_for_function("() => !document.body.hasAttribute('aria-busy')")
 
 
 def main() -> None:
-    with running_server() as url, sync_playwright() as playwright:
+    scratch = tempfile.TemporaryDirectory()
+    tiny = write_tiny_model(Path(scratch.name) / CROSS_ENCODER, head="sequence-classification", num_labels=1)
+    env = {"ENCODER_MODELS": f"{DEFAULT_MODEL_NAME}={default_model_path()},{CROSS_ENCODER}={tiny}"}
+    with scratch, running_server(env) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"), args=CHROMIUM_ARGS
         )
@@ -32,6 +46,9 @@ def main() -> None:
         page.goto(url + "/")
         page.wait_for_selector("#head-left .token")
         for tab, name in VIEWS.items():
+            if tab == "rerank":
+                page.select_option("#model-select", CROSS_ENCODER)
+                idle(page)
             page.click(f"#tab-{tab}")
             page.wait_for_function("() => !document.body.hasAttribute('aria-busy')")
             if tab == "heatmap":
@@ -40,6 +57,13 @@ def main() -> None:
             if tab == "similarity":
                 page.click("#sim-form button[type=submit]")
                 page.wait_for_function("() => !document.body.hasAttribute('aria-busy')")
+            if tab == "rerank":
+                page.fill("#rerank-query", QUERY)
+                page.fill("#rerank-docs", "\n".join(DOCUMENTS))
+                page.click("#rerank-form button[type=submit]")
+                idle(page)
+                page.click("#rerank-list button >> nth=0")
+                idle(page)
             path = ROOT / "docs" / f"viewer-{name}.png"
             page.screenshot(path=str(path), full_page=True)
             print(f"wrote {path.relative_to(ROOT)}")

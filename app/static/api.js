@@ -9,9 +9,26 @@ function headers() {
   return h;
 }
 
-// GET `path` (no body) or POST `body` as JSON; resolves to the JSON answer, or throws an Error whose
-// message says in words what went wrong.
+// The model every call asks for (the header's picker), or null for the service's default.
+let model = null;
+
+export function useModel(name) { model = name || null; }
+
+// `path` and `body` with the picked model: `model` in a POST body (unless it names one), `?model=` on a GET.
+function withModel(path, body) {
+  if (!model || path.startsWith("/v1/models")) return [path, body];
+  if (body === undefined) {
+    const url = new URL(path, location.href);
+    if (!url.searchParams.has("model")) url.searchParams.set("model", model);
+    return [url.pathname + url.search, body];
+  }
+  return [path, "model" in body ? body : {...body, model}];
+}
+
+// GET `path` (no body) or POST `body` as JSON, for the picked model; resolves to the JSON answer, or
+// throws an Error whose message says in words what went wrong.
 export async function api(path, body) {
+  [path, body] = withModel(path, body);
   let response;
   try {
     response = await fetch(path, body === undefined ? {headers: headers()} : {method: "POST", headers: headers(), body: JSON.stringify(body)});

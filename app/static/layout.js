@@ -38,6 +38,7 @@ export const HEATMAP = {
   padding: 10,           // round the matrix (beside its labels)
   labelGap: 4,           // between a label and the matrix
   titleHeight: 22,
+  minWidth: 240,         // a block of few columns still has room for its title
 };
 
 export const PE = {
@@ -136,5 +137,46 @@ export function similarityLayout(texts) {
     rows: n, cols: n, cellW: SIMILARITY.cell, cellH: SIMILARITY.cell, left: SIMILARITY.left, top: SIMILARITY.top,
     legendTop, width: Math.max(gridWidth, clamp(legendWidth, SIMILARITY.minWidth, SIMILARITY.maxWidth)),
     height: legendTop + n * SIMILARITY.legendRow,
+  };
+}
+
+// Heatmap of a (rows × cols) block of an attention matrix, `rowTokens` down the left and `colTokens`
+// along the top, when the cells are big enough for them; wide enough for its `title` too.
+export function crossLayout(rowTokens, colTokens, title = "") {
+  const rows = rowTokens.length, cols = colTokens.length;
+  const cell = clamp(Math.floor(HEATMAP.budget / Math.max(rows, cols, 1)), HEATMAP.minCell, HEATMAP.maxCell);
+  const labels = cell >= HEATMAP.labelsFrom;
+  const font = `${HEATMAP.labelSize}px monospace`;
+  const left = (labels ? textWidth(rowTokens, font) : 0) + HEATMAP.padding;
+  const top = HEATMAP.titleHeight + (labels ? textWidth(colTokens, font) : 0) + HEATMAP.padding;
+  return {
+    labels, rows, cols, cellW: cell, cellH: cell, left, top,
+    width: Math.max(left + cols * cell + HEATMAP.padding, HEATMAP.minWidth, textWidth([title], FONTS.title) + 2 * TITLE.x),
+    height: top + rows * cell + HEATMAP.padding,
+  };
+}
+
+export const RERANK = {
+  row: 26,               // px per document
+  barHeight: 16,         // the bar inside its row
+  barWidth: 360,         // a relevance score of 1
+  top: 28,               // room for the title
+  labelGap: 8,           // between a document's label and its bar
+  scoreWidth: 56,        // the score written after the bar
+  minLabel: 120, maxLabel: 420,  // longer documents are cut short with …
+};
+
+// The label of each ranked document, best first: its rank and its text.
+export const rerankLabels = (results) => results.map((r, k) => `${k + 1}. ${r.document}`);
+
+// Relevance of each document: one row per document, best first, its label, then a bar as long as its
+// score. The grid is the rows' bars (one column), what clicking and hovering use.
+export function rerankLayout(results) {
+  const labelWidth = clamp(textWidth(rerankLabels(results), FONTS.value), RERANK.minLabel, RERANK.maxLabel);
+  const left = TITLE.x + labelWidth + RERANK.labelGap;
+  const cellW = RERANK.barWidth + RERANK.scoreWidth;
+  return {
+    rows: results.length, cols: 1, cellW, cellH: RERANK.row, left, top: RERANK.top, labelWidth,
+    width: left + cellW + TITLE.x, height: RERANK.top + results.length * RERANK.row + 4,
   };
 }

@@ -2,14 +2,15 @@
 // This module holds the page's state and wires its controls; each view's drawing is in its view-*.js
 // module, every size in layout.js.
 
-import {api} from "./api.js";
-import {paint, pngOf} from "./canvas.js";
+import {api, useModel} from "./api.js";
+import {paint, pngOf, sizeCanvas} from "./canvas.js";
 import {headColour} from "./colour.js";
-import {HEAD, ROW, gridCell, headLayout, heatmapLayout, modelLayout, peLayout, similarityLayout} from "./layout.js";
+import {HEAD, ROW, crossLayout, gridCell, headLayout, heatmapLayout, modelLayout, peLayout, rerankLayout, similarityLayout} from "./layout.js";
 import {drawHeadView, fillTokenColumns, highlightTokens} from "./view-head.js";
 import {drawHeatmap, heatmapText} from "./view-heatmap.js";
 import {drawModelView, placeCellButtons} from "./view-model.js";
 import {drawPositionalEncoding, positionalText} from "./view-positional.js";
+import {drawRerank, fillRerankList, rerankText} from "./view-rerank.js";
 import {drawSimilarity, fillSimilarityTable, similarityText} from "./view-similarity.js";
 
 const $ = (id) => document.getElementById(id);
@@ -27,6 +28,8 @@ const state = {
   heatmap: null,      // {matrix, title, tokens}
   pe: null,
   similarity: null,   // {model, texts, matrix}
+  rerank: null,       // {model, query, results, selected}: /rerank's answer, best first
+  pair: null,         // {model, title, rowTokens, colTokens, matrix}: query × document attention
   figures: {},        // view → the figure last drawn on screen, {data, layout, draw}: what its PNG redraws
 };
 
@@ -263,9 +266,97 @@ async function renderSimilarity() {
   fillSimilarityTable($("sim-table"), state.similarity);
 }
 
+// ---------- rerank ----------
+
+function rerankFigure() {
+  return {data: state.rerank, layout: rerankLayout(state.rerank.results), draw: drawRerank};
+}
+
+async function renderRerank() {
+  state.rerank = null;
+  state.pair = null;
+  state.figures.rerank = null;
+  $("rerank-list").innerHTML = "";
+  $("rerank-attn-canvas").hidden = true;
+  sizeCanvas($("rerank-canvas"), 0, 0);
+  const query = $("rerank-query").value;
+  const documents = $("rerank-docs").value.split("\n").map((t) => t.trim()).filter((t) => t !== "");
+  const data = await api("/rerank", {query, documents, return_documents: true});
+  state.rerank = {model: data.model, query, results: data.results, selected: null};
+  show("rerank", "rerank-canvas", rerankFigure());
+  fillRerankList($("rerank-list"), state.rerank, (row) => guarded(null, () => selectDocument(row)));
+  $("rerank-readout").textContent = "Select a document to see its attention to the query.";
+}
+
+// The cross-encoder's attention (last layer, mean over heads) from the query's tokens (rows) to the
+// document's (columns), special tokens left out, for the document in row `row` of the ranking.
+async function selectDocument(row) {
+  const rerank = state.rerank;
+  if (!rerank || !rerank.results[row]) return;
+  rerank.selected = row;
+  show("rerank", "rerank-canvas", rerankFigure());
+  $("rerank-list").querySelectorAll("button").forEach((b) => b.setAttribute("aria-pressed", String(Number(b.dataset.row) === row)));
+  const result = rerank.results[row];
+  const data = await api("/attention", {text: rerank.query, text_pair: result.document, layers: [-1], aggregate: "mean"});
+  if (state.rerank !== rerank || rerank.selected !== row) return;  // superseded meanwhile
+  const matrix = data.attention[0][0];
+  const pick = (segment) => data.token_details.map((d, i) => (d.segment === segment && !d.special ? i : -1)).filter((i) => i >= 0);
+  const rows = pick(0), cols = pick(1);
+  state.pair = {
+    model: data.model, query: rerank.query, document: result.document,
+    title: `${data.model} · last layer, mean over heads: query → document ${row + 1}`,
+    rowTokens: rows.map((i) => data.tokens[i]), colTokens: cols.map((j) => data.tokens[j]),
+    matrix: rows.map((i) => cols.map((j) => matrix[i][j])),
+  };
+  $("rerank-attn-canvas").hidden = false;
+  show("rerank-pair", "rerank-attn-canvas", {data: state.pair, layout: crossLayout(state.pair.rowTokens, state.pair.colTokens, state.pair.title), draw: drawHeatmap});
+  $("rerank-readout").textContent = `${rerankText(rerank, row)}. Hover a cell to read its weight.`;
+}
+
+// ---------- models ----------
+
+// The service's answer to /info for the picked model, in the header.
+async function loadInfo() {
+  state.info = await api("/info");
+  const {model, architecture: a, device, dtype} = state.info;
+  $("model-info").textContent = `${model} · ${a.layers} layers × ${a.heads} heads · ${a.hidden_size} wide · ${device}, ${dtype}`;
+  state.layer = a.layers - 1;
+}
+
+// The picker lists every served model, the service's default first; with only one there is nothing to pick.
+async function loadModels() {
+  let names = [];
+  try {
+    names = (await api("/v1/models")).data.map((m) => m.id);
+  } catch (error) {
+    return;  // an older service, or one that wants a key: the default model, without a picker
+  }
+  const select = $("model-select");
+  select.innerHTML = "";
+  names.forEach((name) => select.add(new Option(name, name)));
+  $("model-picker").hidden = names.length < 2;
+  select.disabled = names.length < 2;
+  if (names.length) useModel(names[0]);
+}
+
+// Everything on show came from the previous model: forget it, and draw the current view anew.
+async function switchModel(name) {
+  useModel(name);
+  Object.assign(state, {
+    info: null, attention: null, byLayer: new Map(), aggregates: {}, heatmap: null, pe: null,
+    similarity: null, rerank: null, pair: null, figures: {}, focus: null,
+  });
+  state.heads.clear();
+  $("rerank-list").innerHTML = "";
+  $("rerank-attn-canvas").hidden = true;
+  $("model-info").textContent = `loading ${name}…`;
+  await loadInfo();
+  await runAttention();
+}
+
 // ---------- views, downloads ----------
 
-const VIEWS = ["head", "model", "heatmap", "pe", "similarity"];
+const VIEWS = ["head", "model", "heatmap", "pe", "similarity", "rerank"];
 
 function selectView(view) {
   state.view = view;
@@ -281,6 +372,7 @@ function selectView(view) {
 async function render() {
   if (state.view === "pe") { if (!state.pe) await renderPositionalEncoding(); return; }
   if (state.view === "similarity") { if (!state.similarity) await renderSimilarity(); return; }
+  if (state.view === "rerank") { if (!state.rerank) await renderRerank(); return; }
   if (!state.attention) return;
   if (state.view === "head") await renderHeadView();
   else if (state.view === "model") await renderModelView();
@@ -298,6 +390,7 @@ function viewData() {
     case "pe": return state.pe;
     case "similarity": return state.similarity;
     case "heatmap": return state.heatmap;
+    case "rerank": return state.rerank && {...state.rerank, attention: state.pair};
     default: return state.attention && {
       ...state.attention,
       layers: [...state.byLayer.keys()].sort((a, b) => a - b),
@@ -335,6 +428,17 @@ function wire() {
   hoverCells("heatmap", "heat-canvas", "heat-readout", heatmapText, (data) => ` (${data.title})`);
   hoverCells("pe", "pe-canvas", "pe-readout", positionalText);
   hoverCells("similarity", "sim-canvas", "sim-readout", similarityText);
+  hoverCells("rerank-pair", "rerank-attn-canvas", "rerank-readout", heatmapText);
+  hoverCells("rerank", "rerank-canvas", "rerank-readout", (data, row) => rerankText(data, row));
+  $("rerank-canvas").addEventListener("click", (event) => {
+    const figure = state.figures.rerank;
+    if (!figure) return;
+    const rect = event.currentTarget.getBoundingClientRect();
+    const cell = gridCell(figure.layout, event.clientX - rect.left, event.clientY - rect.top);
+    if (cell) guarded(null, () => selectDocument(cell.row));
+  });
+  $("rerank-form").addEventListener("submit", (event) => { event.preventDefault(); guarded(event.submitter, renderRerank); });
+  $("model-select").addEventListener("change", (event) => guarded(null, () => switchModel(event.target.value)));
   $("pe-form").addEventListener("submit", (event) => { event.preventDefault(); guarded(null, renderPositionalEncoding); });
   $("pe-kind").addEventListener("change", () => { $("pe-width").disabled = $("pe-kind").value === "learned"; });
   $("sim-form").addEventListener("submit", (event) => { event.preventDefault(); guarded(event.submitter, renderSimilarity); });
@@ -370,10 +474,8 @@ async function start() {
   root.setProperty("--lines-narrow", `${HEAD.linesWidthNarrow}px`);
   wire();
   await guarded(null, async () => {
-    state.info = await api("/info");
-    const {model, architecture: a, device, dtype} = state.info;
-    $("model-info").textContent = `${model} · ${a.layers} layers × ${a.heads} heads · ${a.hidden_size} wide · ${device}, ${dtype}`;
-    state.layer = a.layers - 1;
+    await loadModels();
+    await loadInfo();
   });
   if (state.info) await guarded($("submit"), runAttention);
 }

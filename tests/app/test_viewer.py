@@ -372,3 +372,145 @@ def test_phone_width_has_no_page_level_horizontal_scroll(browser: Browser, serve
     assert page.is_visible("#submit")
     assert css_size(page, "#head-canvas")[0] == layout(page, "m.HEAD.linesWidthNarrow")
     context.close()
+
+
+# ---- several models: the picker, and the rerank view with a cross-encoder ----
+
+QUERY = "the cat sat on the mat"
+DOCUMENTS = ["hello world", "the cat sat on the mat", "the quick brown fox", "a lazy dog"]
+
+
+@pytest.fixture(scope="module")
+def models_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The bundled MiniLM (the default, listed first) and a tiny random cross-encoder named "ce"."""
+    from model import default_model_path
+    from tests.helpers import write_tiny_model
+
+    ce = write_tiny_model(tmp_path_factory.mktemp("ce"), head="sequence-classification", num_labels=1)
+    with running_server({"ENCODER_MODELS": f"minilm={default_model_path()},ce={ce}"}) as url:
+        yield url
+
+
+@pytest.fixture
+def multi(browser: Browser, models_server: str) -> Iterator[Watched]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    watched = Watched(context.new_page())
+    watched.page.goto(models_server + "/")
+    watched.page.wait_for_selector("#head-left .token")
+    idle(watched.page)
+    yield watched
+    context.close()
+
+
+def pick_model(page: Page, name: str) -> None:
+    page.select_option("#model-select", name)
+    page.wait_for_function(
+        "(name) => document.querySelector('#model-info').textContent.startsWith(name + ' ')", arg=name
+    )
+    idle(page)
+
+
+def rank(page: Page, query: str = QUERY, documents: list[str] = DOCUMENTS) -> None:
+    open_tab(page, "rerank")
+    page.fill("#rerank-query", query)
+    page.fill("#rerank-docs", "\n".join(documents))
+    page.click("#rerank-form button[type=submit]")
+    idle(page)
+
+
+def test_single_model_has_no_picker(viewer: Watched) -> None:
+    assert viewer.page.is_hidden("#model-picker")
+
+
+def test_picker_lists_the_served_models_and_switches_info(multi: Watched, models_server: str) -> None:
+    page = multi.page
+    served = [m["id"] for m in httpx.get(f"{models_server}/v1/models").json()["data"]]
+    assert served == ["minilm", "ce"]
+    assert page.is_visible("#model-select")
+    assert page.eval_on_selector_all("#model-select option", "os => os.map((o) => o.value)") == served
+    assert page.input_value("#model-select") == "minilm"
+    assert page.inner_text("#model-info").startswith("minilm · 6 layers × 12 heads")
+    assert page.locator("label[for=model-select]").inner_text() == "Model"
+    page.focus("#model-select")  # keyboard: the select is a native control
+    pick_model(page, "ce")
+    info = httpx.get(f"{models_server}/info", params={"model": "ce"}).json()["architecture"]
+    assert page.inner_text("#model-info").startswith(f"ce · {info['layers']} layers × {info['heads']} heads")
+    assert any(url.endswith("/info?model=ce") for url in multi.requests)
+    assert page.locator("#head-toggles button").count() == info["heads"]  # the head view is the new model's
+    open_tab(page, "pe")
+    assert any("model=ce" in url and "/positional-encoding" in url for url in multi.requests)
+    assert multi.errors == []
+
+
+def test_rerank_ranks_draws_bars_and_attention_of_the_selected_document(multi: Watched, models_server: str) -> None:
+    page = multi.page
+    pick_model(page, "ce")
+    rank(page)
+    expected = httpx.post(
+        f"{models_server}/rerank",
+        json={"query": QUERY, "documents": DOCUMENTS, "model": "ce", "return_documents": True},
+    ).json()["results"]
+    buttons = page.locator("#rerank-list button")
+    assert buttons.count() == len(DOCUMENTS)
+    assert [buttons.nth(k).get_attribute("data-index") for k in range(len(DOCUMENTS))] == [
+        str(r["index"]) for r in expected
+    ]
+    assert [buttons.nth(k).inner_text().split(" — ")[0] for k in range(len(DOCUMENTS))] == [
+        r["document"] for r in expected
+    ]
+    assert ink(page, "#rerank-canvas") > 0
+    grid = layout(page, "m.rerankLayout(arg)", expected)
+    assert css_size(page, "#rerank-canvas") == (grid["width"], grid["height"])
+    assert page.is_hidden("#rerank-attn-canvas")
+
+    # Select the second-ranked document with the keyboard.
+    buttons.nth(1).focus()
+    page.keyboard.press("Enter")
+    idle(page)
+    assert buttons.nth(1).get_attribute("aria-pressed") == "true"
+    document = expected[1]["document"]
+    assert page.is_visible("#rerank-attn-canvas")
+    assert ink(page, "#rerank-attn-canvas") > 0
+    details = httpx.post(
+        f"{models_server}/tokenize", json={"texts": QUERY, "text_pair": document, "model": "ce"}
+    ).json()["data"][0]
+    attention = httpx.post(
+        f"{models_server}/attention",
+        json={"text": QUERY, "text_pair": document, "model": "ce", "layers": [-1], "aggregate": "mean"},
+    ).json()
+    tokens = attention["tokens"]
+    rows = [tokens[i] for i, d in enumerate(attention["token_details"]) if d["segment"] == 0 and not d["special"]]
+    cols = [tokens[i] for i, d in enumerate(attention["token_details"]) if d["segment"] == 1 and not d["special"]]
+    assert rows == QUERY.split() and cols == document.split()
+    assert len(details["tokens"]) == len(tokens)
+    title = "ce · last layer, mean over heads: query → document 2"
+    block = layout(page, "m.crossLayout(arg[0], arg[1], arg[2])", [rows, cols, title])
+    assert (block["rows"], block["cols"]) == (len(rows), len(cols))
+    assert css_size(page, "#rerank-attn-canvas") == (block["width"], block["height"])
+    page.locator("#rerank-attn-canvas").scroll_into_view_if_needed()
+    hover_cell(page, "#rerank-attn-canvas", block, 0, len(cols) - 1)
+    assert page.inner_text("#rerank-readout").startswith(f"“{rows[0]}” → “{cols[-1]}”: ")
+
+    # Clicking a bar selects its document too.
+    page.locator("#rerank-canvas").scroll_into_view_if_needed()
+    canvas = bounds(page.locator("#rerank-canvas"))
+    page.mouse.click(canvas["x"] + grid["left"] + 5, canvas["y"] + grid["top"] + 2.5 * grid["cellH"])
+    idle(page)
+    assert buttons.nth(2).get_attribute("aria-pressed") == "true"
+    assert any("/attention" in url for url in multi.requests)
+
+    with page.expect_download() as png:
+        page.click("#download-png")
+    screen = page.eval_on_selector("#rerank-canvas", "c => c.toDataURL('image/png')")
+    assert png.value.path().read_bytes() == base64.b64decode(screen.split(",", 1)[1])
+    assert multi.errors == []
+
+
+def test_rerank_with_a_plain_encoder_explains_the_error(multi: Watched) -> None:
+    page = multi.page
+    assert page.input_value("#model-select") == "minilm"
+    rank(page)
+    assert page.is_visible("#error")
+    text = page.inner_text("#error")
+    assert "did not accept" in text and "has no classification head" in text
+    assert page.locator("#rerank-list button").count() == 0
