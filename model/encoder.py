@@ -305,7 +305,7 @@ class Embeddings(nn.Module):
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> Tensor:
         T = input_ids.size(1)
-        if self.max_length < T and self.config.position_embedding != "rotary":
+        if self.max_length < T:
             raise ValueError(f"sequence of {T} tokens is longer than the model's {self.max_length} positions")
         x = self.token(input_ids)  # (B, T, E)
         segment = self.segment

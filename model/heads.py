@@ -108,8 +108,11 @@ class SequenceClassificationHead(nn.Module):
         return self.out(x)  # (B, labels)
 
     def probabilities(self, logits: Tensor) -> Tensor:
-        """Softmax over the labels, or a sigmoid per label for a multi-label head."""
-        return torch.sigmoid(logits) if self.head.multi_label else torch.softmax(logits.float(), dim=-1)
+        """Softmax over the labels; a sigmoid per label for a multi-label head, and for a head with one output
+        (a cross-encoder's relevance, as sentence-transformers' CrossEncoder scores it)."""
+        if self.head.multi_label or logits.size(-1) == 1:
+            return torch.sigmoid(logits.float())
+        return torch.softmax(logits.float(), dim=-1)
 
 
 def head_names(config: EncoderConfig, head: SequenceClassificationHead) -> dict[str, str]:

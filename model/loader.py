@@ -242,22 +242,6 @@ class TextEncoder:
             raise ValueError(f"layer must be between {-(n + 1)} and {n}, got {layer}")
         return layer % (n + 1)
 
-    @torch.inference_mode()
-    def embed_batch(
-        self, batch: Batch, *, pooling: Pooling | None = None, normalize_embeddings: bool = True, layer: int = -1
-    ) -> tuple[Tensor, Tensor]:
-        """Sentence vectors (B, D) and the token vectors they were pooled from (B, T, D), in float32.
-
-        ``layer`` picks the hidden state (0 = embeddings, negative from the end); layers above it are
-        not computed.
-        """
-        input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
-        hidden = self.encoder(
-            input_ids, attention_mask, token_type_ids, n_layers=self.resolve_layer(layer)
-        ).last_hidden_state.float()  # (B, T, D)
-        sentences = sentence_embeddings(hidden, attention_mask, pooling or self.pooling.mode, normalize_embeddings)
-        return sentences, hidden  # (B, D), (B, T, D)
-
     def embed(
         self,
         texts: Sequence[str],
@@ -267,10 +251,15 @@ class TextEncoder:
         layer: int = -1,
         truncate: bool = True,
     ) -> Tensor:
-        """Sentence embeddings (B, D) in float32, the model's own pooling unless another is named."""
-        self.resolve_layer(layer)
-        batch = self.tokenizer.pad(self.tokenizer.encode(texts, truncate=truncate))
-        return self.embed_batch(batch, pooling=pooling, normalize_embeddings=normalize_embeddings, layer=layer)[0]
+        """Sentence embeddings (B, D) in float32, the model's own pooling unless another is named.
+
+        ``layer`` picks the hidden state (0 = embeddings, negative from the end). The same pass as the
+        service's (``embed_encodings``).
+        """
+        spec = EmbeddingSpec(self.resolve_layer(layer), pooling or self.pooling.mode, normalize_embeddings)
+        encodings = self.tokenizer.encode(texts, truncate=truncate)
+        results = self.embed_encodings(encodings, [spec] * len(encodings))
+        return torch.from_numpy(np.stack([result.sentence for result in results]))  # (B, D)
 
     @torch.inference_mode()
     def embed_encodings(

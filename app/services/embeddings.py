@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,21 @@ def pair_token_infos(encoding: Encoding) -> list[PairTokenInfo]:
         construct(PairTokenInfo, id=t.id, text=t.text, start=t.start, end=t.end, special=t.special, segment=t.segment)
         for t in TextTokenizer.tokens(encoding)
     ]
+
+
+def usage(encodings: Sequence[TokenSequence]) -> Usage:
+    """The tokens a request was computed on, as OpenAI counts them."""
+    n_tokens = sum(len(e.ids) for e in encodings)
+    return construct(Usage, prompt_tokens=n_tokens, total_tokens=n_tokens)
+
+
+def second_segments(texts: Sequence[str], text_pair: str | Sequence[str | None] | None) -> list[str | None] | None:
+    """``text_pair`` as one entry per text (one string for all, or a list of them), or a 422."""
+    if text_pair is None or isinstance(text_pair, str):
+        return None if text_pair is None else [text_pair] * len(texts)
+    if len(text_pair) != len(texts):
+        raise InvalidRequest("text_pair", f"has {len(text_pair)} entries for {len(texts)} texts")
+    return list(text_pair)
 
 
 class Embeddings:
@@ -91,13 +107,12 @@ class Embeddings:
                 n_values += result.tokens.size
             n_values += sentence.size
             data.append(construct(Embedding, **item))
-        n_tokens = sum(len(e.ids) for e in encodings)
         response = construct(
             EncodeResponse,
             model=served.name,
             dim=sentences.shape[1],
             data=data,
-            usage=construct(Usage, prompt_tokens=n_tokens, total_tokens=n_tokens),
+            usage=usage(encodings),
         )
         return Reply(response, n_values)
 
@@ -156,25 +171,14 @@ class Embeddings:
             construct(OpenAIEmbedding, object="embedding", index=index, embedding=base64_float32(v) if as_base64 else v)
             for index, v in enumerate(sentences)
         ]
-        n_tokens = sum(len(e.ids) for e in encodings)
         response = construct(
-            OpenAIEmbeddingsResponse,
-            object="list",
-            data=data,
-            model=served.name,
-            usage=construct(Usage, prompt_tokens=n_tokens, total_tokens=n_tokens),
+            OpenAIEmbeddingsResponse, object="list", data=data, model=served.name, usage=usage(encodings)
         )
         return Reply(response, int(sentences.size))
 
     async def tokenize(self, served: ServedModel, request: TokenizeRequest) -> Reply:
         self.check_batch(len(request.texts))
-        pairs: list[str | None] | None
-        if request.text_pair is None or isinstance(request.text_pair, str):
-            pairs = None if request.text_pair is None else [request.text_pair] * len(request.texts)
-        else:
-            pairs = list(request.text_pair)
-            if len(pairs) != len(request.texts):
-                raise InvalidRequest("text_pair", f"has {len(pairs)} entries for {len(request.texts)} texts")
+        pairs = second_segments(request.texts, request.text_pair)
         encodings = await served.tokens.encode(request.texts, pairs, truncate=request.truncate, param="texts")
         response = construct(
             TokenizeResponse,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from app.errors import InvalidRequest
 from app.registry import ServedModel
@@ -15,10 +16,9 @@ from app.schemas import (
     RerankRequest,
     RerankResponse,
     RerankResult,
-    Usage,
 )
 from app.serialization import construct
-from app.services.embeddings import Embeddings
+from app.services.embeddings import Embeddings, second_segments, usage
 from app.work_queue import Timing
 from model import SequenceClassificationHead
 
@@ -41,14 +41,14 @@ class Tasks:
 
     async def rerank(self, served: ServedModel, request: RerankRequest, timing: Timing | None = None) -> Reply:
         """Documents by relevance to the query: a cross-encoder's score of each (query, document) pair."""
-        head_of(served, "rerank", labels=1)
+        head = head_of(served, "rerank", labels=1)
         self.embeddings.check_batch(len(request.documents), "documents")
         queries = [request.query] * len(request.documents)
         # (query, document) pairs, the query first as cross-encoders are trained; a pair too long for the
         # model is named by its document.
         encodings = await served.tokens.encode(queries, request.documents, truncate=request.truncate, param="documents")
-        logits = np.stack(await served.queue.classify(encodings, timing))[:, 0]  # (B,)
-        scores = logits if request.raw_scores else 1.0 / (1.0 + np.exp(-logits))  # the sigmoid of the logit
+        logits = np.stack(await served.queue.classify(encodings, timing))  # (B, 1)
+        scores = (logits if request.raw_scores else head.probabilities(torch.from_numpy(logits)).numpy())[:, 0]
         order = np.argsort(-scores, kind="stable")[: request.top_n]
         results = [
             construct(
@@ -59,35 +59,20 @@ class Tasks:
             )
             for i in order
         ]
-        n_tokens = sum(len(e.ids) for e in encodings)
-        usage = construct(Usage, prompt_tokens=n_tokens, total_tokens=n_tokens)
-        return Reply(construct(RerankResponse, model=served.name, results=results, usage=usage))
+        return Reply(construct(RerankResponse, model=served.name, results=results, usage=usage(encodings)))
 
     async def classify(self, served: ServedModel, request: ClassifyRequest, timing: Timing | None = None) -> Reply:
         """Labels with their scores: softmax over the labels, or a sigmoid per label for multi-label heads."""
         head = head_of(served, "classify")
         self.embeddings.check_batch(len(request.texts))
-        pairs: list[str | None] | None
-        if request.text_pair is None or isinstance(request.text_pair, str):
-            pairs = None if request.text_pair is None else [request.text_pair] * len(request.texts)
-        else:
-            pairs = list(request.text_pair)
-            if len(pairs) != len(request.texts):
-                raise InvalidRequest("text_pair", f"has {len(pairs)} entries for {len(request.texts)} texts")
+        pairs = second_segments(request.texts, request.text_pair)
         encodings = await served.tokens.encode(request.texts, pairs, truncate=request.truncate, param="texts")
         logits = np.stack(await served.queue.classify(encodings, timing))  # (B, labels)
-        probabilities = (1.0 / (1.0 + np.exp(-logits))) if head.head.multi_label else _softmax(logits)
+        probabilities = head.probabilities(torch.from_numpy(logits)).numpy()  # (B, labels)
         labels = head.head.labels
         data = []
         for index, row in enumerate(probabilities):
             order = np.argsort(-row, kind="stable")[: request.top_k]
             ranked = [construct(LabelScore, label=labels[j], score=float(row[j])) for j in order]
             data.append(construct(Classified, index=index, labels=ranked))
-        n_tokens = sum(len(e.ids) for e in encodings)
-        usage = construct(Usage, prompt_tokens=n_tokens, total_tokens=n_tokens)
-        return Reply(construct(ClassifyResponse, model=served.name, data=data, usage=usage))
-
-
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
+        return Reply(construct(ClassifyResponse, model=served.name, data=data, usage=usage(encodings)))
