@@ -115,9 +115,17 @@ def error_response(
     return json_response(error_body(type_, message, param, code), status_code=status, headers=headers)
 
 
+UNION_MEMBER_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "tuple"})
+
+
 def param_path(loc: Sequence[str | int]) -> str | None:
-    """('body', 'texts', 3) → 'texts[3]'; ('query', 'length') → 'length'."""
+    """('body', 'texts', 3) → 'texts[3]'; ('query', 'length') → 'length'.
+
+    pydantic puts the member of a union that failed into the location ('function-after[…]', 'list[int]',
+    'str'): those are its names, not the client's, and are left out.
+    """
     parts = list(loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc)
+    parts = [p for p in parts if isinstance(p, int) or (p.isidentifier() and p not in UNION_MEMBER_TAGS)]
     path = ""
     for part in parts:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))

@@ -44,7 +44,7 @@ class Metrics:
             "encoder_dropped_texts", "Texts dropped before computing: client gone or deadline passed", registry=r
         )
         self.timeouts = Counter("encoder_timeouts", "Requests answered 503 timeout", registry=r)
-        self.model = Info("encoder_model", "The model being served", registry=r)
+        self.model = Info("encoder_model", "Each model being served", ["name"], registry=r)
         self.model_memory = Gauge(
             "encoder_model_memory_bytes",
             "Resident memory the process grew by while loading and warming up each model",

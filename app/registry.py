@@ -171,18 +171,18 @@ def load_registry(
             model_served.close()
         executor.shutdown(wait=False)
         raise
-    first = served[0].model
-    metrics.model.info(
-        {
-            "name": first.name,
-            "device": str(first.device),
-            "dtype": str(first.dtype).removeprefix("torch."),
-            "layers": str(first.config.n_layers),
-            "heads": str(first.config.n_heads),
-            "hidden_size": str(first.config.d_model),
-            "max_tokens": str(first.max_tokens),
-        }
-    )
+    for model_served in served:  # one sample per model
+        model = model_served.model
+        metrics.model.labels(model_served.name).info(
+            {
+                "device": str(model.device),
+                "dtype": str(model.dtype).removeprefix("torch."),
+                "layers": str(model.config.n_layers),
+                "heads": str(model.config.n_heads),
+                "hidden_size": str(model.config.d_model),
+                "max_tokens": str(model.max_tokens),
+            }
+        )
     return ModelRegistry(served, executor)
 
 

@@ -33,6 +33,65 @@ def _one_or_many(value: Any) -> Any:
 
 
 Text = Annotated[str, AfterValidator(_text)]
+
+
+def _entries(value: list[Any], check: Any) -> None:
+    """Apply ``check`` to each entry, naming the entry in the error."""
+    for index, item in enumerate(value):
+        try:
+            check(item)
+        except ValueError as error:
+            raise ValueError(f"entry {index} {error}") from None
+
+
+def _text_or_none(item: Any) -> None:
+    if item is not None:
+        if not isinstance(item, str):
+            raise ValueError("must be a string or null")
+        _text(item)
+
+
+def _second_segments(value: Any) -> Any:
+    """text_pair: null, one text for every text, or one text (or null) per text."""
+    if value is None:
+        return value
+    if isinstance(value, str):
+        return _text(value)
+    if not isinstance(value, list):
+        raise ValueError("must be a string, a list of strings (or nulls), or null")
+    _entries(value, _text_or_none)
+    return value
+
+
+def _token_id(item: Any) -> None:
+    if not isinstance(item, int) or isinstance(item, bool) or item < 0:
+        raise ValueError(f"must be a token id (an integer ≥ 0), got {item!r}")
+
+
+def _token_ids(item: Any) -> None:
+    if not isinstance(item, list) or not item:
+        raise ValueError("must be a non-empty list of token ids")
+    _entries(item, _token_id)
+
+
+def _embeddings_input(value: Any) -> Any:
+    """OpenAI's input: a string, a list of strings, a list of token ids, or a list of lists of token ids."""
+    if isinstance(value, str):
+        return _text(value)
+    if not isinstance(value, list) or not value:
+        raise ValueError(
+            "must be a string, a list of strings, a list of token ids or a list of lists of token ids, not empty"
+        )
+    if all(isinstance(item, str) for item in value):
+        _entries(value, _text)
+    elif all(isinstance(item, list) for item in value):
+        _entries(value, _token_ids)
+    else:
+        _entries(value, _token_id)
+    return value
+
+
+TextPair = Annotated[str | list[str | None] | None, BeforeValidator(_second_segments)]
 Texts = Annotated[
     list[Text],
     BeforeValidator(_one_or_many),
@@ -171,9 +230,7 @@ class PositionalEncodingResponse(BaseModel):
 class TokenizeRequest(Request):
     texts: Texts
     model: str | None = Field(None, description="a served model's name (see /v1/models); the default model when null")
-    text_pair: Text | list[Text | None] | None = Field(
-        None, description="a second segment for every text, or one per text (null for none)"
-    )
+    text_pair: TextPair = Field(None, description="a second segment for every text, or one per text (null for none)")
     truncate: bool = Field(True, description="cut texts longer than the maximum; with false such a text is a 422")
 
 
@@ -189,13 +246,11 @@ class TokenizeResponse(BaseModel):
 
 # ---- /v1/embeddings, /v1/models (OpenAI's shape) ----
 
-TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
-
 
 class OpenAIEmbeddingsRequest(Request):
-    input: (
-        Text | Annotated[list[Text], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
-    ) = Field(description="a string, a list of strings, a list of token ids, or a list of lists of token ids")
+    input: Annotated[str | list[str] | list[int] | list[list[int]], BeforeValidator(_embeddings_input)] = Field(
+        description="a string, a list of strings, a list of token ids, or a list of lists of token ids"
+    )
     model: str | None = Field(None, description="a name from /v1/models; the default model when null")
     encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 bytes")
     dimensions: int | None = Field(None, ge=1, description="keep the first components, then L2-normalise again")
@@ -266,9 +321,7 @@ class RerankResponse(BaseModel):
 
 class ClassifyRequest(Request):
     texts: Texts
-    text_pair: Text | list[Text | None] | None = Field(
-        None, description="a second segment (NLI's hypothesis) for every text, or one per text"
-    )
+    text_pair: TextPair = Field(None, description="a second segment (NLI's hypothesis) for every text, or one per text")
     model: str | None = Field(None, description="a sequence classifier")
     top_k: int | None = Field(None, ge=1, description="keep the top_k labels; all when null")
     truncate: bool = Field(True, description="cut texts longer than the maximum; with false such a text is a 422")

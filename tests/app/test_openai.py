@@ -156,3 +156,34 @@ async def test_each_model_reports_the_memory_it_took(tmp_path, tiny_model_dir) -
     lines = [line for line in metrics.splitlines() if line.startswith("encoder_model_memory_bytes{")]
     assert sorted(line.split('"')[1] for line in lines) == ["first", "second"]
     assert all(float(line.split()[-1]) >= 0 for line in lines)
+    info = sorted(
+        line.split('name="')[1].split('"')[0] for line in metrics.splitlines() if line.startswith("encoder_model_info{")
+    )
+    assert info == ["first", "second"]  # one model-info sample per served model
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param", "words"),
+    [
+        # OpenAI's input: the message says which entry is wrong, in the client's words, not pydantic's union names
+        ("/v1/embeddings", {"input": [5, -1]}, "input", "entry 1 must be a token id (an integer ≥ 0), got -1"),
+        ("/v1/embeddings", {"input": [[1, 2], []]}, "input", "entry 1 must be a non-empty list of token ids"),
+        ("/v1/embeddings", {"input": ["a", ""]}, "input", "entry 1 must not be empty"),
+        ("/v1/embeddings", {"input": [True]}, "input", "got True"),
+        (
+            "/v1/embeddings",
+            {"input": 5},
+            "input",
+            "a string, a list of strings, a list of token ids or a list of lists",
+        ),
+        ("/v1/embeddings", {"input": []}, "input", "not empty"),
+        ("/tokenize", {"texts": "a", "text_pair": 5}, "text_pair", "a string, a list of strings (or nulls), or null"),
+        ("/tokenize", {"texts": ["a", "b"], "text_pair": ["x", ""]}, "text_pair", "entry 1 must not be empty"),
+        ("/tokenize", {"texts": "a", "text_pair": [3]}, "text_pair", "entry 0 must be a string or null"),
+    ],
+)
+async def test_union_fields_name_the_wrong_entry(
+    client: httpx.AsyncClient, path: str, body: dict, param: str, words: str
+) -> None:
+    error = assert_error(await client.post(path, json=body), 422, "validation_error", param, words)
+    assert "function-after" not in error["message"] and "[" not in (error["param"] or "")
