@@ -177,6 +177,7 @@ def load_registry(
             {
                 "device": str(model.device),
                 "dtype": str(model.dtype).removeprefix("torch."),
+                "weights_dtype": str(model.weights_dtype or model.dtype).removeprefix("torch."),
                 "layers": str(model.config.n_layers),
                 "heads": str(model.config.n_heads),
                 "hidden_size": str(model.config.d_model),

@@ -382,7 +382,8 @@ class InfoResponse(BaseModel):
     path: str
     architecture: Architecture
     device: str
-    dtype: str
+    dtype: str = Field(description="what the matrix products run in")
+    weights_dtype: str = Field(description="what the weights are kept in (float32 on the CPU, under a lower dtype too)")
     limits: Limits
     auth: bool = Field(description="whether requests need an API key")
     version: str

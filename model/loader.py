@@ -6,6 +6,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,13 +50,41 @@ def resolve_device(device: str = "auto") -> torch.device:
     return resolved
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """'auto' is float16 on CUDA and float32 elsewhere."""
+def native_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices natively (AMX or AVX512-BF16), as torch detects it."""
+    checks = (getattr(torch.cpu, "_is_amx_tile_supported", None), getattr(torch.cpu, "_is_avx512_bf16_supported", None))
+    return any(check is not None and bool(check()) for check in checks)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The dtype the weights are kept in and the one the matrix products run in.
+
+    On the GPU both are the same. On the CPU the weights, the norms and the softmax stay float32 and a
+    lower compute dtype applies to the matrix products alone (autocast): bfloat16 products run on the
+    CPU's matrix units where it has them, and the embeddings keep cosine ≥ 0.9999 against float32.
+    """
+
+    weights: torch.dtype
+    compute: torch.dtype
+
+    @property
+    def autocast(self) -> bool:
+        return self.compute != self.weights
+
+
+def resolve_precision(dtype: str, device: torch.device) -> Precision:
+    """'auto': float16 on CUDA; on the CPU bfloat16 products where the CPU has native bfloat16 matrix units
+    (AMX or AVX512-BF16), float32 elsewhere."""
     if dtype == "auto":
-        return torch.float16 if device.type == "cuda" else torch.float32
+        if device.type == "cuda":
+            return Precision(torch.float16, torch.float16)
+        dtype = "bfloat16" if native_bfloat16() else "float32"
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be auto or one of {', '.join(DTYPES)}, got {dtype!r}")
-    return DTYPES[dtype]
+    if device.type == "cpu":
+        return Precision(torch.float32, DTYPES[dtype])
+    return Precision(DTYPES[dtype], DTYPES[dtype])
 
 
 def read_max_tokens(model_dir: Path, config: EncoderConfig) -> int:
@@ -126,10 +155,18 @@ class TextEncoder:
     pooling: PoolingConfig
     max_tokens: int  # the longest input, special tokens included
     device: torch.device
-    dtype: torch.dtype
+    dtype: torch.dtype  # what the matrix products run in (reported in /info)
     classifier: SequenceClassificationHead | None = None  # when the checkpoint is a sequence classifier
     prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' named prompts ("query: ", …)
     default_prompt_name: str | None = None  # the prompt put before every text unless another is named
+    weights_dtype: torch.dtype | None = None  # what the weights are kept in; ``dtype`` when None
+
+    def computing(self) -> AbstractContextManager[object]:
+        """The context the embedding and classification passes run in: autocast where the products run in a
+        lower dtype than the weights (the CPU), nothing otherwise. /attention's explicit path runs outside it."""
+        if self.weights_dtype is None or self.weights_dtype == self.dtype:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
 
     def prompted(self, texts: Sequence[str], prompt_name: str | None) -> list[str]:
         """Texts with the named prompt (or the model's default one) before each, as sentence-transformers does.
@@ -169,7 +206,8 @@ class TextEncoder:
                 raise ValueError(f"max_tokens must be at least 2, got {max_tokens}")
             limit = min(limit, max_tokens)
         torch_device = resolve_device(device)
-        torch_dtype = resolve_dtype(dtype, torch_device)
+        precision = resolve_precision(dtype, torch_device)
+        torch_dtype = precision.weights
 
         encoder = Encoder(config)
         load_weights(encoder, model_dir / "model.safetensors")
@@ -195,15 +233,17 @@ class TextEncoder:
             **read_prompts(model_dir),
             max_tokens=limit,
             device=torch_device,
-            dtype=torch_dtype,
+            dtype=precision.compute,
+            weights_dtype=precision.weights,
             classifier=classifier,
         )
         logger.info(
-            "loaded %s from %s on %s (%s) in %.2f s",
+            "loaded %s from %s on %s (%s%s) in %.2f s",
             name,
             model_dir,
             torch_device,
-            str(torch_dtype).removeprefix("torch."),
+            str(precision.compute).removeprefix("torch."),
+            " products, float32 weights" if precision.autocast else "",
             time.perf_counter() - started,
         )
         return model
@@ -275,9 +315,10 @@ class TextEncoder:
         input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
         deepest = max(spec.layer for spec in specs)
         mixed_layers = any(spec.layer != deepest for spec in specs)
-        output = self.encoder(
-            input_ids, attention_mask, token_type_ids, return_hidden_states=mixed_layers, n_layers=deepest
-        )
+        with self.computing():
+            output = self.encoder(
+                input_ids, attention_mask, token_type_ids, return_hidden_states=mixed_layers, n_layers=deepest
+            )
 
         as_float: dict[int, Tensor] = {}
 
@@ -327,8 +368,9 @@ class TextEncoder:
             raise ValueError(f"model {self.name!r} has no classification head")
         batch = self.tokenizer.pad(encodings)
         input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
-        hidden = self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state  # (B, T, D)
-        return self.classifier(hidden, attention_mask).float()  # (B, labels)
+        with self.computing():
+            hidden = self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state  # (B, T, D)
+            return self.classifier(hidden, attention_mask).float()  # (B, labels)
 
     def warm_up(self) -> None:
         """One forward pass on each attention path, so that the first request pays no start-up cost."""

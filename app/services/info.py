@@ -38,6 +38,7 @@ def info(served: ServedModel, settings: Settings) -> InfoResponse:
         ),
         device=str(model.device),
         dtype=str(model.dtype).removeprefix("torch."),
+        weights_dtype=str(model.weights_dtype or model.dtype).removeprefix("torch."),
         limits=limits(served, settings),
         auth=bool(settings.api_keys),
         version=__version__,

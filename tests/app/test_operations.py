@@ -8,6 +8,7 @@ import logging
 import re
 
 import httpx
+import numpy as np
 import pytest
 
 from app.logs import JsonFormatter, RequestIdFilter, request_id
@@ -52,6 +53,7 @@ async def test_metrics_count_requests_and_split_latency_by_phase(client: httpx.A
             name="all-MiniLM-L6-v2",
             device="cpu",
             dtype="float32",
+            weights_dtype="float32",
             layers="6",
             heads="12",
             hidden_size="384",
@@ -59,6 +61,24 @@ async def test_metrics_count_requests_and_split_latency_by_phase(client: httpx.A
         )
         == 1
     )
+
+
+async def test_bfloat16_products_are_reported_and_serve_close_to_float32(tiny_model_dir, tiny_model) -> None:
+    """ENCODER_DTYPE=bfloat16 on the CPU (what auto picks with AMX or AVX512-BF16): float32 weights,
+    bfloat16 products; /info and the model metric say so, and the answers stay near float32's."""
+    model = TextEncoder.load(tiny_model_dir, device="cpu", dtype="bfloat16")
+    async with serve(Settings(), model) as client:
+        info = (await client.get("/info")).json()
+        assert (info["dtype"], info["weights_dtype"]) == ("bfloat16", "float32")
+        text = (await client.get("/metrics")).text
+        assert 'dtype="bfloat16"' in text and 'weights_dtype="float32"' in text
+        texts = ["the quick brown fox", "hello world"]
+        response = await client.post("/encode", json={"texts": texts})
+        assert response.status_code == 200
+    served = np.array([item["embedding"] for item in response.json()["data"]])
+    full = tiny_model.embed(texts).numpy()
+    assert not (served == full).all()  # the products did run in bfloat16
+    assert abs(served - full).max() < 5e-2
 
 
 async def test_metrics_stay_open_when_api_keys_are_set(bundled_model: TextEncoder) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model import EncoderConfig, TextEncoder
-from model.loader import resolve_device, resolve_dtype
+from model import EncoderConfig, TextEncoder, loader
+from model.loader import resolve_device, resolve_precision
 
 
 def test_bundled_config_is_read_from_config_json(bundled_model: TextEncoder) -> None:
@@ -36,21 +36,38 @@ def test_auto_device_is_cuda_only_when_available(monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.mark.parametrize(
-    ("dtype", "device", "expected"),
+    ("dtype", "device", "native_bf16", "weights", "compute"),
     [
-        ("auto", "cuda", torch.float16),  # half precision by default on the GPU
-        ("auto", "cpu", torch.float32),  # full precision on the CPU
-        ("float32", "cuda", torch.float32),  # float32 selectable on the GPU
-        ("bfloat16", "cpu", torch.bfloat16),
+        ("auto", "cuda", False, torch.float16, torch.float16),  # half precision by default on the GPU
+        ("auto", "cpu", False, torch.float32, torch.float32),  # full precision on a CPU without bf16 matrix units
+        ("auto", "cpu", True, torch.float32, torch.bfloat16),  # bf16 products where AMX / AVX512-BF16 are there
+        ("float32", "cpu", True, torch.float32, torch.float32),  # an explicit choice wins
+        ("float32", "cuda", False, torch.float32, torch.float32),  # float32 selectable on the GPU
+        ("bfloat16", "cpu", False, torch.float32, torch.bfloat16),  # CPU: float32 weights, bf16 products
+        ("bfloat16", "cuda", False, torch.bfloat16, torch.bfloat16),  # GPU: weights in the dtype
     ],
 )
-def test_dtype_choice(dtype: str, device: str, expected: torch.dtype) -> None:
-    assert resolve_dtype(dtype, torch.device(device)) == expected
+def test_precision_choice(monkeypatch, dtype, device, native_bf16, weights, compute) -> None:
+    monkeypatch.setattr(loader, "native_bfloat16", lambda: native_bf16)
+    precision = resolve_precision(dtype, torch.device(device))
+    assert (precision.weights, precision.compute) == (weights, compute)
+    assert precision.autocast == (weights != compute)
+
+
+def test_native_bfloat16_follows_the_cpu_flags(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    assert not loader.native_bfloat16()
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert loader.native_bfloat16()
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
+    assert loader.native_bfloat16()
 
 
 def test_unknown_dtype_and_device_are_rejected() -> None:
     with pytest.raises(ValueError, match="dtype must be"):
-        resolve_dtype("float8", torch.device("cpu"))
+        resolve_precision("float8", torch.device("cpu"))
     with pytest.raises(ValueError, match="unknown device"):
         resolve_device("abacus")
 
