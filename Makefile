@@ -5,6 +5,7 @@
 #   make lint    ruff (lint and format check) and mypy
 #   make test-fast   the suite without the browser and the server-process tests: the quick local loop
 #   make bench   the benchmark: the service over HTTP against the reference libraries in-process
+#   make bench-peers   the same, with infinity-emb (in its own environment, .venv-peers) driven alike
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -17,7 +18,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test test-fast lint format bench screenshots install install-dev clean
+.PHONY: serve test test-fast lint format bench bench-peers screenshots install install-dev clean
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
@@ -68,8 +69,21 @@ format: install-dev
 bench: install-dev
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
+# The peer, infinity-emb, in an environment of its own (its dependencies are not ours), torch pinned first.
+PEERS := .venv-peers
+INFINITY_EMB ?= 0.0.78
+$(PEERS)/.installed: constraints.txt
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS)/bin/python -m pip install --quiet -c constraints.txt torch
+	$(PEERS)/bin/python -m pip install --quiet -c constraints.txt "infinity-emb[server,torch]==$(INFINITY_EMB)"
+	touch $@
+
+bench-peers: install-dev $(PEERS)/.installed
+	$(BIN)/python -m bench.run --peers $(BENCH_ARGS)
+
 screenshots: install-dev $(CHROMIUM)
 	CHROMIUM=$(CHROMIUM) $(BIN)/python docs/make_screenshots.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS) .pytest_cache .mypy_cache .ruff_cache
