@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
+import random
 import re
 import time
-import uuid
 
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -96,7 +96,7 @@ class RequestLog:
             await self.app(scope, receive, send)
             return
         incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
-        rid = incoming if REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
+        rid = incoming if REQUEST_ID.fullmatch(incoming) else f"{random.getrandbits(128):032x}"  # no system call
         token = request_id.set(rid)
         started = time.perf_counter()
         status = 500

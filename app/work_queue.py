@@ -62,29 +62,40 @@ class Ticket:
         if self.started is None:
             self.started = now
 
-    def set(self, index: int, value: Any) -> None:
+    def set(self, index: int, value: Any) -> bool:
+        """Record one entry's result; True once every entry has one (then ``settle`` the ticket)."""
         self.results[index] = value
         self.remaining -= 1
-        if self.remaining == 0:
-            if self.timing is not None and self.started is not None:
-                self.timing.queue_s = self.started - self.submitted
-                self.timing.inference_s = time.perf_counter() - self.started
-            self._call(_resolve, self.future, self.results)
+        if self.remaining == 0 and self.timing is not None and self.started is not None:
+            self.timing.queue_s = self.started - self.submitted
+            self.timing.inference_s = time.perf_counter() - self.started
+        return self.remaining == 0
 
     def fail(self, error: BaseException) -> None:
         self.failed = True  # its entries still queued are dropped, not computed
-        self._call(_reject, self.future, error)
-
-    def _call(self, callback: Callable[..., None], *args: Any) -> None:
         try:
-            self.loop.call_soon_threadsafe(callback, *args)
+            self.loop.call_soon_threadsafe(_reject, self.future, error)
         except RuntimeError:  # the event loop has closed: nobody is waiting any more
             pass
 
 
-def _resolve(future: asyncio.Future[Any], value: Any) -> None:
-    if not future.done():
-        future.set_result(value)
+def settle(tickets: Sequence[Ticket]) -> None:
+    """On the inference thread: hand finished tickets their results, with one wake-up of each event loop
+    for a whole pass rather than one a request."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], list[Any]]]] = {}
+    for ticket in tickets:
+        by_loop.setdefault(ticket.loop, []).append((ticket.future, ticket.results))
+    for loop, finished in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_resolve_all, finished)
+        except RuntimeError:  # the event loop has closed: nobody is waiting any more
+            pass
+
+
+def _resolve_all(finished: list[tuple[asyncio.Future[Any], list[Any]]]) -> None:
+    for future, value in finished:
+        if not future.done():
+            future.set_result(value)
 
 
 def _reject(future: asyncio.Future[Any], error: BaseException) -> None:

@@ -20,7 +20,7 @@ from typing import TypeVar
 import torch
 
 from app.errors import InferenceFailed
-from app.work_queue import AttentionEntry, ClassifyEntry, EmbedEntry, Entry, Ticket, WorkQueue
+from app.work_queue import AttentionEntry, ClassifyEntry, EmbedEntry, Entry, Ticket, WorkQueue, settle
 from model import TextEncoder
 
 logger = logging.getLogger(__name__)
@@ -138,8 +138,7 @@ class Worker:
             return
         seconds = time.perf_counter() - started
         self._count(entries, seconds)
-        for entry, result in zip(entries, results):
-            entry.ticket.set(entry.index, result)
+        settle([entry.ticket for entry, result in zip(entries, results) if entry.ticket.set(entry.index, result)])
 
     def _classify(self, entries: Sequence[ClassifyEntry]) -> None:
         started = time.perf_counter()
@@ -152,8 +151,7 @@ class Worker:
             self._retry_alone(entries, self._classify)
             return
         self._count(entries, time.perf_counter() - started)
-        for entry, row in zip(entries, logits):
-            entry.ticket.set(entry.index, row)
+        settle([entry.ticket for entry, row in zip(entries, logits) if entry.ticket.set(entry.index, row)])
 
     def _attention(self, entry: AttentionEntry) -> None:
         """An attention entry is a pass of its own: a failure is its request's alone."""
@@ -164,7 +162,8 @@ class Worker:
             logger.exception("an attention pass failed: its request gets a 503")
             entry.ticket.fail(InferenceFailed("the model failed to compute this request"))
             return
-        entry.ticket.set(0, result)
+        if entry.ticket.set(0, result):
+            settle([entry.ticket])
 
     def _retry_alone(self, entries: Sequence[B], run: Callable[[Sequence[B]], None]) -> None:
         """A pass failed: run each request's entries alone, so that one bad request fails only itself."""
