@@ -14,6 +14,8 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 # The browser tests drive Debian's chromium (Playwright's own browser download is not used).
 CHROMIUM ?= /usr/bin/chromium
+# The failover tests run Debian's nginx in front of two replicas (tests/deploy/).
+NGINX ?= /usr/sbin/nginx
 # kubectl renders the Kubernetes manifests (its built-in kustomize), for deploy-check and the tests.
 KUBECTL ?= $(or $(shell command -v kubectl 2>/dev/null),/usr/bin/kubectl)
 # The manifest checkers have dependencies of their own that conflict with the service's: their own venv.
@@ -55,12 +57,16 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core
 
+$(NGINX):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nginx
+
 $(KUBECTL):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends kubectl
 
-test: install-dev $(CHROMIUM)
-	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest
+test: install-dev $(CHROMIUM) $(NGINX) $(KUBECTL)
+	CHROMIUM=$(CHROMIUM) NGINX=$(NGINX) KUBECTL=$(KUBECTL) $(BIN)/python -m pytest
 
 test-fast: install-dev
 	$(BIN)/python -m pytest -m "not slow and not browser"
