@@ -6,6 +6,7 @@
 #   make test-fast   the suite without the browser and the server-process tests: the quick local loop
 #   make bench   the benchmark: the service over HTTP against the reference libraries in-process
 #   make bench-peers   the same, with infinity-emb (in its own environment, .venv-peers) driven alike
+#   make deploy-check   render the Kubernetes manifests and check them (kubernetes-validate, checkov)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -14,11 +15,17 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 # The browser tests drive Debian's chromium (Playwright's own browser download is not used).
 CHROMIUM ?= /usr/bin/chromium
+# The failover tests run Debian's nginx in front of two replicas (tests/deploy/).
+NGINX ?= /usr/sbin/nginx
+# kubectl renders the Kubernetes manifests (its built-in kustomize), for deploy-check and the tests.
+KUBECTL ?= $(or $(shell command -v kubectl 2>/dev/null),/usr/bin/kubectl)
+# The manifest checkers have dependencies of their own that conflict with the service's: their own venv.
+DEPLOY_VENV ?= .venv-deploy
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test test-fast lint format bench bench-peers screenshots install install-dev clean
+.PHONY: serve test test-fast lint format bench bench-peers screenshots install install-dev deploy-check clean
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
@@ -51,8 +58,16 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core
 
-test: install-dev $(CHROMIUM)
-	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest
+$(NGINX):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nginx
+
+$(KUBECTL):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends kubectl
+
+test: install-dev $(CHROMIUM) $(NGINX) $(KUBECTL)
+	CHROMIUM=$(CHROMIUM) NGINX=$(NGINX) KUBECTL=$(KUBECTL) $(BIN)/python -m pytest
 
 test-fast: install-dev
 	$(BIN)/python -m pytest -m "not slow and not browser"
@@ -82,8 +97,19 @@ $(PEERS)/.installed: constraints.txt
 bench-peers: install-dev $(PEERS)/.installed
 	$(BIN)/python -m bench.run --peers $(BENCH_ARGS)
 
+$(DEPLOY_VENV)/.installed: deploy/requirements.txt
+	$(PYTHON) -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DEPLOY_VENV)/bin/python -m pip install --quiet -r deploy/requirements.txt
+	touch $@
+
+# Every overlay rendered, alone and with the optional components, then validated against the Kubernetes
+# API schemas and scanned with checkov (scripts/check_manifests.py); the renderings go to build/manifests.
+deploy-check: $(DEPLOY_VENV)/.installed $(KUBECTL)
+	PATH="$(dir $(KUBECTL)):$$PATH" $(DEPLOY_VENV)/bin/python scripts/check_manifests.py --out build/manifests
+
 screenshots: install-dev $(CHROMIUM)
 	CHROMIUM=$(CHROMIUM) $(BIN)/python docs/make_screenshots.py
 
 clean:
-	rm -rf $(VENV) $(PEERS) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS) $(DEPLOY_VENV) build/manifests .pytest_cache .mypy_cache .ruff_cache

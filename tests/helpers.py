@@ -203,13 +203,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(env: dict[str, str] | None = None, timeout: float = 120.0) -> tuple[subprocess.Popen, str]:
+def start_server(
+    env: dict[str, str] | None = None, timeout: float = 120.0, port: int | None = None
+) -> tuple[subprocess.Popen, str]:
     """Start the service with extra environment variables; return it and its URL once /health is 200.
 
+    On a free port unless ``port`` is given (a replica started again where a load balancer expects it).
     Its output goes to a file (``server_log(process)``), never a pipe: a pipe nobody reads fills up and
     blocks the server at its next log line.
     """
-    port = free_port()
+    port = port or free_port()
     log = tempfile.NamedTemporaryFile(prefix="encoder-service-", suffix=".log", delete=False)
     process = subprocess.Popen(
         [
