@@ -205,7 +205,12 @@ def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEnc
             model = source
         else:
             model = TextEncoder.load(
-                source, device=settings.device, dtype=settings.dtype, name=name, max_tokens=settings.max_tokens_per_text
+                source,
+                device=settings.device,
+                dtype=settings.dtype,
+                name=name,
+                max_tokens=settings.max_tokens_per_text,
+                traced=settings.traced_pass,
             )
         model.warm_up()
     except Exception as error:

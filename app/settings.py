@@ -24,7 +24,14 @@ class Settings(BaseSettings):
     )
     device: str = Field("auto", description="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, …")
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
-        "auto", description="auto = float16 on CUDA, float32 on CPU"
+        "auto",
+        description="what the matrix products run in: auto = float16 on CUDA; on a CPU bfloat16 where it has native "
+        "bfloat16 matrix units (AMX, AVX512-BF16), float32 elsewhere",
+    )
+    traced_pass: bool = Field(
+        True,
+        description="run the embedding and classification passes as a traced graph, which needs no GIL while it "
+        "runs (false: eagerly, operation by operation)",
     )
 
     max_batch_texts: int = Field(256, ge=1, description="texts per /encode or /tokenize request")
