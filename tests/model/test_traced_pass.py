@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from app.metrics import Metrics
+from app.registry import load_registry
+from app.settings import Settings
 from model import EmbeddingSpec, TextEncoder
 from tests.families import FAMILIES, write_family_model
 from tests.helpers import write_tiny_model
@@ -68,3 +71,12 @@ def test_too_long_a_batch_is_refused_before_the_graph(tiny_model: TextEncoder) -
     ids = torch.ones(1, positions + 1, dtype=torch.long)
     with pytest.raises(ValueError, match="longer than the model's positions"):
         tiny_model.last_hidden_state(ids, torch.ones_like(ids), torch.zeros_like(ids))
+
+
+@pytest.mark.parametrize("traced", [True, False])
+def test_the_setting_chooses_the_traced_or_the_eager_pass(tiny_model_dir: Path, traced: bool) -> None:
+    registry = load_registry(Settings(model_dir=tiny_model_dir, traced_pass=traced), Metrics())
+    try:
+        assert (registry.get().model.graph is not None) is traced
+    finally:
+        registry.close()
