@@ -79,10 +79,12 @@ def select_attention(attentions: Tensor, selection: AttentionSelection) -> Tenso
     → (L, H', T, T) for ``none``, (L, 1, T, T) for ``mean`` and ``rollout``. Rollout runs through every
     computed layer below each selected one, over the selected heads.
     """
-    heads = attentions[:, list(selection.heads)]  # (L', H', T, T)
+    L, H = attentions.shape[:2]
+    every_head = list(selection.heads) == list(range(H))
+    heads = attentions if every_head else attentions[:, list(selection.heads)]  # (L', H', T, T)
     layers = list(selection.layers)
     if selection.aggregate == "none":
-        return heads[layers]  # (L, H', T, T)
+        return heads if layers == list(range(L)) else heads[layers]  # (L, H', T, T): no copy when all are asked
     if selection.aggregate == "mean":
         return head_mean(heads[layers])  # (L, 1, T, T)
     if selection.aggregate == "rollout":
