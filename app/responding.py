@@ -69,7 +69,8 @@ class Responder:
         request.state.timing = timing
         with self.admission.admit(n_texts):
             try:
-                reply: Reply = await asyncio.wait_for(until_disconnected(request, work(timing)), self.request_timeout_s)
+                async with asyncio.timeout(self.request_timeout_s):  # no task of its own, unlike wait_for
+                    reply: Reply = await until_disconnected(request, work(timing))
             except QueueClosed:
                 raise NotReady("the service is shutting down", headers={"Retry-After": "1"}) from None
             except ClientGone:
