@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -176,7 +177,9 @@ def memory_note(port: int, pid: int, at_start: dict[str, int]) -> str:
 def served_precision(port: int) -> str:
     """What /info says the default model runs on: device and dtype."""
     info = orjson.loads(get(port, "/info"))
-    return f"on {info['device']} with {info['dtype']} products and {info['weights_dtype']} weights (ENCODER_DTYPE=auto)"
+    setting = os.environ.get("ENCODER_DTYPE", "auto")
+    precision = f"{info['dtype']} products and {info['weights_dtype']} weights"
+    return f"on {info['device']} with {precision} (ENCODER_DTYPE={setting})"
 
 
 def free_port() -> int:
@@ -259,80 +262,65 @@ def start_infinity(port: int, embedder: Path, cross_encoder: Path) -> subprocess
     return process
 
 
-async def peer_runs(port: int, sentences: list[str], quick: bool) -> dict[str, Run]:
-    """infinity-emb under the loads of (a)/(e), (b), idle and (d): its OpenAI-shaped /embeddings and /rerank."""
+async def shared_runs(
+    port: int, path: str, body: Callable[[list[str]], bytes], sentences: list[str], quick: bool
+) -> dict[str, Run]:
+    """The loads every server gets: 32 clients × 1 text (a), 4 × 32 (b), idle 1 × 1 on ``path`` (each request
+    ``body(texts)``), and /rerank of 32 documents by 4 clients (d)."""
     host = "127.0.0.1"
     limit = 60 if quick else 120
-    singles = [orjson.dumps({"input": [s], "model": "minilm"}) for s in sentences]
-    batches = [
-        orjson.dumps({"input": sentences[i : i + 32], "model": "minilm"}) for i in range(0, len(sentences) - 31, 32)
-    ]
-    runs = {}
-    await drive("warm-up", host, port, "/embeddings", singles[:64], 1, 8, limit)
-    runs["e"] = await drive("32 clients × 1 text", host, port, "/embeddings", singles, 1, 32, limit)
-    runs["b"] = await drive("4 clients × 32 texts", host, port, "/embeddings", batches, 32, 4, limit)
-    runs["idle"] = await drive(
-        "1 client × 1 text", host, port, "/embeddings", singles[: 200 if not quick else 60], 1, 1, limit
-    )
-    runs["d"] = await drive(
-        "/rerank, 4 clients × 32 documents",
-        host,
-        port,
-        "/rerank",
-        rerank_bodies(sentences, quick),
-        32,
-        4,
-        limit,
-        key="results",
-    )
-    return runs
-
-
-def rerank_bodies(sentences: list[str], quick: bool) -> list[bytes]:
-    return [
+    singles = [body([s]) for s in sentences]
+    batches = [body(sentences[i : i + 32]) for i in range(0, len(sentences) - 31, 32)]
+    reranks = [
         orjson.dumps({"query": sentences[i], "documents": sentences[i + 1 : i + 33], "model": "ce"})
         for i in range(0, (len(sentences) if not quick else 640) - 33, 33)
     ]
+    await drive("warm-up", host, port, path, singles[:64], 1, 8, limit)
+    return {
+        "a": await drive("(a) 32 clients × 1 text", host, port, path, singles, 1, 32, limit),
+        "b": await drive("(b) 4 clients × 32 texts", host, port, path, batches, 32, 4, limit),
+        "idle": await drive("idle: 1 client × 1 text", host, port, path, singles[: 60 if quick else 200], 1, 1, limit),
+        "d": await drive(
+            "(d) /rerank, 4 clients × (1 query, 32 documents)",
+            host,
+            port,
+            "/rerank",
+            reranks,
+            32,
+            4,
+            limit,
+            key="results",
+        ),
+    }
+
+
+async def peer_runs(port: int, sentences: list[str], quick: bool) -> dict[str, Run]:
+    """infinity-emb under the same loads, on its OpenAI-shaped /embeddings (its one embeddings endpoint: its
+    32 × 1 run stands for (a) and (e)) and /rerank."""
+    runs = await shared_runs(
+        port, "/embeddings", lambda texts: orjson.dumps({"input": texts, "model": "minilm"}), sentences, quick
+    )
+    return {"e": runs.pop("a"), **runs}  # keyed like the service's /v1/embeddings run, first as (a) is
 
 
 async def http_runs(port: int, sentences: list[str], attention_text: str, quick: bool) -> dict[str, Run]:
-    host = "127.0.0.1"
-    singles = [orjson.dumps({"texts": [s]}) for s in sentences]
-    batches = [orjson.dumps({"texts": sentences[i : i + 32]}) for i in range(0, len(sentences) - 31, 32)]
+    """The service: the shared loads on /encode, then /attention (c) and /v1/embeddings at 32 × 1 (e)."""
+    runs = await shared_runs(port, "/encode", lambda texts: orjson.dumps({"texts": texts}), sentences, quick)
+    host, limit = "127.0.0.1", 60 if quick else 120
     attention = orjson.dumps({"text": attention_text})
-    limit = 60 if quick else 120
-    runs = {}
-    await drive("warm-up", host, port, "/encode", singles[:64], 1, 8, limit)
-    runs["a"] = await drive("(a) 32 clients × 1 text", host, port, "/encode", singles, 1, 32, limit)
-    runs["b"] = await drive("(b) 4 clients × 32 texts", host, port, "/encode", batches, 32, 4, limit)
-    n_attention = 10 if quick else 30
     runs["c"] = await drive(
         "(c) /attention, 128 tokens, all layers and heads",
         host,
         port,
         "/attention",
-        [attention] * n_attention,
+        [attention] * (10 if quick else 30),
         1,
         1,
         limit,
         check=False,
     )
-    runs["idle"] = await drive(
-        "idle: 1 client × 1 text", host, port, "/encode", singles[: 200 if not quick else 60], 1, 1, limit
-    )
     v1 = [orjson.dumps({"input": s, "model": "minilm"}) for s in sentences]
     runs["e"] = await drive("(e) /v1/embeddings, 32 clients × 1 text", host, port, "/v1/embeddings", v1, 1, 32, limit)
-    runs["d"] = await drive(
-        "(d) /rerank, 4 clients × (1 query, 32 documents)",
-        host,
-        port,
-        "/rerank",
-        rerank_bodies(sentences, quick),
-        32,
-        4,
-        limit,
-        key="results",
-    )
     return runs
 
 

@@ -193,12 +193,17 @@ class TextEncoder:
     weights_dtype: torch.dtype | None = None  # what the weights are kept in; ``dtype`` when None
     graph: PassGraph | None = None  # the embedding pass as a traced graph (trace_pass), or eager when None
 
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The dtype the embedding and classification passes' products are autocast to, where it is lower than
+        the weights' (the CPU under bfloat16); None where they run in the weights' own dtype."""
+        return None if self.weights_dtype in (None, self.dtype) else self.dtype
+
     def computing(self) -> AbstractContextManager[object]:
-        """The context the embedding and classification passes run in: autocast where the products run in a
-        lower dtype than the weights (the CPU), nothing otherwise. /attention's explicit path runs outside it."""
-        if self.weights_dtype is None or self.weights_dtype == self.dtype:
-            return nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        """The context the eager embedding and classification passes run in: autocast to ``autocast_dtype``
+        where there is one. /attention's explicit path runs outside it."""
+        dtype = self.autocast_dtype
+        return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
     def prompted(self, texts: Sequence[str], prompt_name: str | None) -> list[str]:
         """Texts with the named prompt (or the model's default one) before each, as sentence-transformers does.
@@ -287,17 +292,16 @@ class TextEncoder:
     def trace(self) -> None:
         """Record the embedding pass as a graph (``trace_pass``), used from then on by embed_encodings and classify."""
         example = self.to_tensors(self.tokenizer.pad(self.tokenizer.encode(["a graph", "of the pass, traced"])))
-        self.graph = trace_pass(
-            self.encoder, example, self.dtype if self.weights_dtype not in (None, self.dtype) else None
-        )
+        self.graph = trace_pass(self.encoder, example, self.autocast_dtype)
 
     def last_hidden_state(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
         """The last layer's output (B, T, D) of a padded batch, in the embedding pass's precision: the traced
         graph where there is one, else eagerly."""
-        length = input_ids.size(1)
-        if length > self.encoder.embeddings.max_length:
-            raise ValueError(f"sequence of {length} tokens is longer than the model's positions")
         if self.graph is not None:
+            # The embeddings' own length check ran once, at tracing, and is not in the graph: it runs here.
+            length = input_ids.size(1)
+            if length > self.encoder.embeddings.max_length:
+                raise ValueError(f"sequence of {length} tokens is longer than the model's positions")
             with torch.jit.optimized_execution(False):  # as recorded: no re-optimisation for each new shape
                 return self.graph(input_ids, attention_mask, token_type_ids)
         with self.computing():
