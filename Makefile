@@ -6,6 +6,7 @@
 #   make test-fast   the suite without the browser and the server-process tests: the quick local loop
 #   make bench   the benchmark: the service over HTTP against the reference libraries in-process
 #   make bench-peers   the same, with infinity-emb (in its own environment, .venv-peers) driven alike
+#   make bench-inspection   /similarity with explain against /encode, npz attention against transformers
 #   make deploy-check   render the Kubernetes manifests and check them (kubernetes-validate, checkov)
 PYTHON ?= python3
 VENV ?= .venv
@@ -25,7 +26,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test test-fast lint format bench bench-peers screenshots install install-dev deploy-check clean
+.PHONY: serve test test-fast lint format bench bench-inspection bench-peers screenshots install install-dev deploy-check clean
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
@@ -93,6 +94,9 @@ $(PEERS)/.installed: constraints.txt
 	$(PEERS)/bin/python -m pip install --quiet -c constraints.txt torch
 	$(PEERS)/bin/python -m pip install --quiet -c constraints.txt "infinity-emb[server,torch]==$(INFINITY_EMB)"
 	touch $@
+
+bench-inspection: install-dev
+	$(BIN)/python -m bench.inspection $(BENCH_ARGS)
 
 bench-peers: install-dev $(PEERS)/.installed
 	$(BIN)/python -m bench.run --peers $(BENCH_ARGS)

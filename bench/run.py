@@ -71,9 +71,10 @@ class Connection:
         reader, writer = await asyncio.open_connection(host, port)
         return cls(reader, writer, host)
 
-    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+    async def request(self, method: str, path: str, body: bytes = b"", headers: str = "") -> tuple[int, bytes]:
+        """One request; ``headers`` are extra header lines, each ending in CRLF."""
         head = (
-            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n{headers}"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode()
         self.writer.write(head + body)

@@ -10,6 +10,12 @@ model takes from 4 clients (the biggest forward passes), /v1/embeddings with 128
 a long text and /tokenize of 256 long texts. Then it reads the peak (VmHWM) and the resident memory after
 the load, and ``encoder_model_memory_bytes`` from /metrics, prints them, and stops the service. Standard
 library only, so it runs in the serving environment as well as the development one. Linux only (/proc).
+
+    .venv/bin/python scripts/measure_memory.py --inspection
+
+instead sends the largest inspection requests the default bounds admit, one at a time, with the attention
+token limit raised to the position table (ENCODER_MAX_ATTENTION_TOKENS=512): the peak resident memory is
+reset before each (/proc/PID/clear_refs) and read after it.
 """
 
 from __future__ import annotations
@@ -61,13 +67,68 @@ def memory_mib(pid: int) -> dict[str, float]:
     return figures
 
 
+def inspection_jobs(rng: random.Random) -> list[tuple[str, str, dict[str, object], dict[str, str]]]:
+    """The largest request of each inspection kind within the default bounds, for all-MiniLM-L6-v2 (6 layers,
+    12 heads; 512 attention tokens, 256 for embeddings): (label, path, body, headers)."""
+    long_text = text(600, rng)  # more than 512 tokens: cut to the limit
+    words = [word for word in WORDS if word not in ("encoder", "tokens", "clustering")]  # one token each
+    return [
+        (
+            "/attention JSON, 6 × 12 × 166² = 1,984,032 weights",
+            "/attention",
+            {"text": " ".join(rng.choice(words) for _ in range(164))},
+            {},
+        ),
+        (
+            "/attention npz, 6 × 12 × 512² = 18,874,368 weights",
+            "/attention",
+            {"text": long_text},
+            {"Accept": "application/x-npz"},
+        ),
+        (
+            "/attention/heads, 14 texts × 6 × 12 × 512² = 264,241,152 weights",
+            "/attention/heads",
+            {"texts": [text(600, rng) for _ in range(14)]},
+            {},
+        ),
+        (
+            "/similarity explain, 256 × 256 tokens × 30 texts = 1,966,080 contributions",
+            "/similarity",
+            {"source": text(300, rng), "texts": [text(300, rng) for _ in range(30)], "explain": True},
+            {},
+        ),
+    ]
+
+
+def measure_inspection(url: str, pid: int) -> None:
+    rng = random.Random(1)
+    baseline = memory_mib(pid)
+    print(f"ready: {baseline['VmRSS']:.0f} MiB resident")
+    for label, path, body, headers in inspection_jobs(rng):
+        Path(f"/proc/{pid}/clear_refs").write_text("5")  # the peak (VmHWM) starts again from what is resident
+        before = memory_mib(pid)["VmRSS"]
+        started = time.monotonic()
+        request = urllib.request.Request(
+            url + path, json.dumps(body).encode(), {"Content-Type": "application/json", **headers, **auth()}
+        )
+        with urllib.request.urlopen(request, timeout=600) as response:
+            size = len(response.read())
+        after = memory_mib(pid)
+        print(
+            f"{label}: {time.monotonic() - started:.1f} s, {size / 2**20:.1f} MiB answer; resident before "
+            f"{before:.0f} MiB, peak {after['VmHWM']:.0f} MiB (+{after['VmHWM'] - before:.0f})"
+        )
+
+
 def main() -> int:
+    inspection = "--inspection" in sys.argv[1:]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--port", str(port)]
-    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    env = {**os.environ, **({"ENCODER_MAX_ATTENTION_TOKENS": "512"} if inspection else {})}
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 600
         while True:
@@ -83,6 +144,9 @@ def main() -> int:
                 sys.exit("the service did not become ready in 10 minutes")
             time.sleep(0.2)
         ready = memory_mib(server.pid)
+        if inspection:
+            measure_inspection(url, server.pid)
+            return 0
 
         rng = random.Random(0)
         jobs: list[tuple[str, dict[str, object]]] = [("/encode", {"texts": text(8 + i % 32, rng)}) for i in range(640)]
