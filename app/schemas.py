@@ -249,6 +249,39 @@ class HeadStatisticsResponse(BaseModel):
     )
 
 
+class NeuronRequest(Request):
+    text: Text
+    model: str | None = Field(None, description="a served model's name (see /v1/models); the default model when null")
+    text_pair: Text | None = Field(None, description="optional second segment (sentence B)")
+    layer: int = Field(0, description="the layer (0-based, negative from the end)")
+    head: int = Field(0, description="the head (0-based, negative from the end)")
+    truncate: bool = Field(True, description="cut a text longer than the maximum; with false it is a 422")
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"text": "The cat sat on the mat", "layer": 2, "head": 5}]}
+    )
+
+
+class NeuronResponse(BaseModel):
+    model: str
+    tokens: list[str]
+    token_details: list[PairTokenInfo]
+    layer: int = Field(description="absolute layer index")
+    head: int = Field(description="absolute head index")
+    scale: float = Field(description="what the dot products are multiplied by (1/√Dh)")
+    queries: list[list[float]] = Field(
+        description="(T, Dh): the head's slice of the query projection (rotated for rotary models)"
+    )
+    keys: list[list[float]] = Field(description="(T, Dh): the head's slice of the key projection (rotated likewise)")
+    values: list[list[float]] = Field(description="(T, Dh): the head's slice of the value projection")
+    scores: list[list[float]] = Field(
+        description="(T, T): scale · queries · keysᵀ, plus the position bias where the model has one, before masking "
+        "and softmax"
+    )
+    attention: list[list[float]] = Field(description="(T, T): softmax of the masked scores; equals /attention's slice")
+    context: list[list[float]] = Field(description="(T, Dh): attention · values")
+
+
 # ---- /similarity ----
 
 

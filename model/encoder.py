@@ -23,6 +23,18 @@ class Attended(NamedTuple):
     attention: Tensor  # (B, H, T, T): the attention probabilities
 
 
+class HeadSteps(NamedTuple):
+    """One head of one layer on one text of T tokens, step by step (the neuron view)."""
+
+    queries: Tensor  # (T, Dh), after the rotation for rotary models
+    keys: Tensor  # (T, Dh), likewise
+    values: Tensor  # (T, Dh)
+    scale: float  # what q · k is multiplied by: 1/√Dh
+    scores: Tensor  # (T, T): scale · q kᵀ (+ the position bias), before masking and softmax
+    attention: Tensor  # (T, T): softmax of the masked scores
+    context: Tensor  # (T, Dh): attention · values
+
+
 class AttentionResult(NamedTuple):
     values: Tensor  # (B, T, D) (or the (N, D) packed tokens): what a layer or its attention outputs
     attention: Tensor | None  # (B, H, T, T), only when asked for
@@ -166,6 +178,30 @@ class MultiHeadAttention(nn.Module):
         W_O = self.out.weight.view(self.d_model, self.n_heads, self.head_dim)  # (D, H, Dh): head h's input columns
         transformed = torch.einsum("bhtd,ehd->bhte", v, W_O)  # (B, H, T, D): f_h(x_j) for every head and key
         return torch.linalg.vector_norm(transformed.float(), dim=-1)  # (B, H, T)
+
+    def head_steps(
+        self,
+        x: Tensor,
+        head: int,
+        mask: Tensor | None = None,
+        position_bias: Tensor | None = None,
+        angles: Tensor | None = None,
+    ) -> HeadSteps:
+        """One head's computation on one text, step by step, as the seeds write it: x (T, D) is the layer's
+        attention input; the scores are scale · q kᵀ (+ the position bias), before masking and softmax."""
+        Dh = self.head_dim
+        q, k, v = self.qkv(x).split(self.d_model, dim=-1)  # 3 × (T, D)
+        columns = slice(head * Dh, (head + 1) * Dh)
+        q, k, v = q[:, columns], k[:, columns], v[:, columns]  # 3 × (T, Dh): the head's slices
+        if angles is not None:
+            q, k = rotate(q, angles), rotate(k, angles)  # (T, Dh), rotated by position
+        scale = 1.0 / math.sqrt(Dh)
+        scores = q @ k.T / math.sqrt(Dh)  # (T, T): omega, scaled (the same arithmetic as the attention path)
+        if position_bias is not None:
+            scores = scores + position_bias[0, head]  # (T, T)
+        masked = scores if mask is None else scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        attention = F.softmax(masked, dim=-1, dtype=torch.float32).to(q.dtype)  # (T, T), rows sum to 1
+        return HeadSteps(q, k, v, scale, scores, attention, attention @ v)
 
     def forward(
         self,
@@ -382,6 +418,36 @@ class Encoder(nn.Module):
         )  # (T, T)
         return self.relative_bias(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, H, T, T)
 
+    def shared(
+        self, attention_mask: Tensor, causal: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor | None, dict[bool, Tensor | None]]:
+        """What every layer of a pass shares: the mask, the local layers' mask, the position bias and the
+        rotation angles of the global (False) and local (True) layers."""
+        config = self.config
+        T, device = attention_mask.size(1), attention_mask.device
+        mask = padding_mask(attention_mask, causal)  # (B, 1, 1|T, T)
+        local_mask = mask & local_window_mask(T, config.local_window, device) if config.local_window else mask
+        position_bias = self.position_bias(T, device)  # (1, H, T, T) | None
+        angles: dict[bool, Tensor | None] = {False: None, True: None}  # rotation angles of global, local layers
+        if config.position_embedding == "rotary":
+            angles[False] = rotary_angles(T, config.head_dim, config.rope_theta).to(device)  # (T, Dh/2)
+            angles[True] = rotary_angles(T, config.head_dim, config.local_rope_theta).to(device)
+        return mask, local_mask, position_bias, angles
+
+    def head_steps(self, input_ids: Tensor, token_type_ids: Tensor, layer: int, head: int) -> HeadSteps:
+        """One head of one layer on one text (input ids (1, T), no padding), step by step: the layers below run
+        as usual, then that layer's attention input goes through MultiHeadAttention.head_steps."""
+        attention_mask = torch.ones_like(input_ids)
+        below = self(input_ids, attention_mask, token_type_ids, n_layers=layer).last_hidden_state  # (1, T, D)
+        block = self.layers[layer]
+        assert isinstance(block, EncoderLayer)
+        x = block.attention_norm(below) if block.pre_norm else below  # (1, T, D): the attention's input
+        mask, local_mask, position_bias, angles = self.shared(attention_mask)
+        local = self.local_layers[layer]
+        return block.attention.head_steps(
+            x[0], head, (local_mask if local else mask)[0, 0], position_bias, angles[local]
+        )
+
     def forward(
         self,
         input_ids: Tensor,  # (B, T) token ids
@@ -403,14 +469,7 @@ class Encoder(nn.Module):
         if not 0 <= n_layers <= config.n_layers:
             raise ValueError(f"n_layers must be between 0 and {config.n_layers}, got {n_layers}")
 
-        T, device = input_ids.size(1), input_ids.device
-        mask = padding_mask(attention_mask, causal)  # (B, 1, 1|T, T)
-        local_mask = mask & local_window_mask(T, config.local_window, device) if config.local_window else mask
-        position_bias = self.position_bias(T, device)  # (1, H, T, T) | None
-        angles: dict[bool, Tensor | None] = {False: None, True: None}  # rotation angles of global, local layers
-        if config.position_embedding == "rotary":
-            angles[False] = rotary_angles(T, config.head_dim, config.rope_theta).to(device)  # (T, Dh/2)
-            angles[True] = rotary_angles(T, config.head_dim, config.local_rope_theta).to(device)
+        mask, local_mask, position_bias, angles = self.shared(attention_mask, causal)
 
         x = self.embeddings(input_ids, token_type_ids, attention_mask)  # (B, T, D)
         # Fast path with padding: per-token work on the real tokens only (padded rows come back as zeros).

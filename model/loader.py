@@ -18,7 +18,7 @@ from tokenizers import Encoding
 from torch import Tensor
 
 from model.config import EncoderConfig
-from model.encoder import Encoder, EncoderOutput
+from model.encoder import Encoder, EncoderOutput, HeadSteps
 from model.heads import SequenceClassificationHead, read_head_config
 from model.inspection import AttentionSelection, head_statistics, merge_words, norm_weighted, select_attention
 from model.pooling import Pooling, PoolingConfig, sentence_embeddings
@@ -28,6 +28,7 @@ from model.weights import load_head, load_weights
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+HEAD_STEP_ARRAYS = ("queries", "keys", "values", "scores", "attention", "context")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -435,6 +436,14 @@ class TextEncoder:
         if selection.words is not None:
             maps = merge_words(maps, selection.words)  # (L, H', W, W)
         return maps.cpu().numpy()
+
+    @torch.inference_mode()
+    def neuron(self, encoding: TokenSequence, layer: int, head: int) -> HeadSteps:
+        """One head of one layer on one tokenised text, step by step, in float32 on the CPU (the explicit path's
+        precision): queries, keys, values, scale, scores, attention, context (see HeadSteps)."""
+        input_ids, _, token_type_ids = self.to_tensors(self.tokenizer.pad([encoding]))
+        steps = self.encoder.head_steps(input_ids, token_type_ids, layer, head)
+        return steps._replace(**{name: getattr(steps, name).float().cpu() for name in HEAD_STEP_ARRAYS})
 
     @torch.inference_mode()
     def head_statistics(

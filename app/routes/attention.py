@@ -12,6 +12,8 @@ from app.schemas import (
     AttentionResponse,
     HeadStatisticsRequest,
     HeadStatisticsResponse,
+    NeuronRequest,
+    NeuronResponse,
     SimilarityRequest,
     SimilarityResponse,
 )
@@ -40,6 +42,16 @@ async def attention(
     model = registry.get(body.model)
     binary = accepts_npz(request.headers.get("accept"))
     return await responder.answer(request, lambda timing: inspection.attention(model, body, timing, binary))
+
+
+@router.post("/attention/neuron", response_model=NeuronResponse)
+async def attention_neuron(
+    body: NeuronRequest, request: Request, registry: Registry, inspection: InspectionDep, responder: ResponderDep
+) -> Response:
+    """One layer and head, step by step: queries, keys, values, the scaled scores, the softmax and the context
+    vectors (the seed notebooks' computation on the model's own weights)."""
+    model = registry.get(body.model)
+    return await responder.answer(request, lambda timing: inspection.neuron(model, body, timing))
 
 
 @router.post("/attention/heads", response_model=HeadStatisticsResponse)

@@ -24,6 +24,8 @@ from app.schemas import (
     Explanation,
     HeadStatisticsRequest,
     HeadStatisticsResponse,
+    NeuronRequest,
+    NeuronResponse,
     PositionalEncodingResponse,
     Reply,
     Similarity,
@@ -118,11 +120,13 @@ def explain_all(
 
 
 def resolve(values: list[int] | None, count: int, param: str) -> tuple[int, ...]:
-    """Layer or head indices made absolute, or a 422 naming the one out of range."""
+    """Layer or head indices made absolute, or a 422 naming the one out of range (``param[i]`` for a list,
+    ``param`` for a single index)."""
     try:
         return tuple(resolve_indices(values, count))
     except IndexOutOfRange as error:
-        raise InvalidRequest(f"{param}[{error.position}]", str(error)) from error
+        name = param if param in ("layer", "head") else f"{param}[{error.position}]"
+        raise InvalidRequest(name, str(error)) from error
 
 
 class Inspection:
@@ -188,6 +192,31 @@ class Inspection:
             attention=weights,
         )
         return Reply(response, weights.size)
+
+    async def neuron(self, served: ServedModel, request: NeuronRequest, timing: Timing | None = None) -> Reply:
+        """One head of one layer, step by step (the seeds' computation on the real weights)."""
+        config = served.model.config
+        (layer,) = resolve([request.layer], config.n_layers, "layer")
+        (head,) = resolve([request.head], config.n_heads, "head")
+        (encoding,) = await served.attention_tokens.encode(
+            [request.text], [request.text_pair], truncate=request.truncate, param="text", indexed=False
+        )
+        (steps,) = await served.queue.inspect([lambda model: model.neuron(encoding, layer, head)], timing)
+        arrays = {
+            name: getattr(steps, name).numpy()
+            for name in ("queries", "keys", "values", "scores", "attention", "context")
+        }
+        response = construct(
+            NeuronResponse,
+            model=served.name,
+            tokens=list(encoding.tokens),
+            token_details=pair_token_infos(encoding),
+            layer=layer,
+            head=head,
+            scale=steps.scale,
+            **arrays,
+        )
+        return Reply(response, sum(a.size for a in arrays.values()))
 
     async def head_statistics(
         self, served: ServedModel, request: HeadStatisticsRequest, timing: Timing | None = None
