@@ -76,7 +76,7 @@ export function explanationOf(model, source, text, item) {
 
 // The explanation's title: the score, and how it was split when the service names a method.
 export function explanationTitle(data) {
-  return `${data.model} · similarity ${data.score.toFixed(4)}, the sum of every cell` + (data.method ? ` (${data.method})` : "");
+  return `${data.model} · similarity ${data.score.toFixed(4)}, the sum of every cell` + (data.method ? ` (method: ${data.method})` : "");
 }
 
 // The one draw function, for the screen and the PNG. data: explanationOf(...)

@@ -1,9 +1,10 @@
 // Head statistics: one number per layer (rows) and head (columns), from /attention/heads, averaged over
 // the query positions and the texts: how spread out a head's attention is, how far it looks, and how
 // much of it goes to [CLS], separators, punctuation, the token itself or its neighbours. White is 0,
-// deep blue the largest value of the grid; selecting a cell opens that head's heatmap.
+// deep blue the largest value of the grid, grey a value the service could not compute (null: no query
+// position it applies to); selecting a cell opens that head's heatmap.
 
-import {INK, MUTED, sequential, rgb} from "./colour.js";
+import {INK, LINE, MUTED, sequential, rgb} from "./colour.js";
 import {FONTS, STATS, TITLE} from "./layout.js";
 
 // What each statistic the service names means, in words; a name not listed here is shown as it is.
@@ -25,8 +26,10 @@ export function statsData(response, statistic, texts) {
   return {model: response.model, statistic, texts, nTexts: response.n_texts, values: response.statistics[statistic]};
 }
 
-const largest = (values) => Math.max(1e-12, ...values.map((row) => Math.max(...row)));
-const format = (v) => (Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2));
+const known = (v) => typeof v === "number" && Number.isFinite(v);
+const largest = (values) => Math.max(1e-12, ...values.flat().filter(known));
+const format = (v) => (!known(v) ? "–" : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2));
+const precise = (v) => (known(v) ? v.toFixed(4) : "none");
 
 // The one draw function, for the screen and the PNG. data: statsData(...)
 export function drawHeadStatistics(ctx, data, layout) {
@@ -44,8 +47,8 @@ export function drawHeadStatistics(ctx, data, layout) {
   values.forEach((_, l) => ctx.fillText(`layer ${l + 1}`, left - 8, top + l * cell + cell / 2));
   ctx.textAlign = "center";
   values.forEach((row, l) => row.forEach((v, h) => {
-    const t = v / max;
-    ctx.fillStyle = rgb(sequential(t));
+    const t = known(v) ? v / max : 0;
+    ctx.fillStyle = known(v) ? rgb(sequential(t)) : LINE;
     ctx.fillRect(left + h * cell, top + l * cell, cell - STATS.gap, cell - STATS.gap);
     ctx.fillStyle = t > 0.6 ? "#fff" : INK;
     ctx.fillText(format(v), left + h * cell + (cell - STATS.gap) / 2, top + l * cell + (cell - STATS.gap) / 2);
@@ -54,7 +57,7 @@ export function drawHeadStatistics(ctx, data, layout) {
 
 // What the readout says for layer index l, head index h.
 export function statsText(data, l, h) {
-  return `layer ${l + 1}, head ${h + 1}: ${statisticName(data.statistic)} ${data.values[l][h].toFixed(4)}`;
+  return `layer ${l + 1}, head ${h + 1}: ${statisticName(data.statistic)} ${precise(data.values[l][h])}`;
 }
 
 // The same numbers as a table, the drawing's text equivalent for screen readers.
@@ -70,6 +73,6 @@ export function fillStatsTable(table, data) {
     const th = document.createElement("th");
     th.scope = "row"; th.textContent = `layer ${l + 1}`;
     tr.append(th);
-    row.forEach((v) => { tr.insertCell().textContent = v.toFixed(4); });
+    row.forEach((v) => { tr.insertCell().textContent = precise(v); });
   });
 }

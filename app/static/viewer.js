@@ -137,11 +137,18 @@ function optionsText() {
   return parts.filter(Boolean).map((p) => ` · ${p}`).join("");
 }
 
-// Each token's details; at word level, where the answer may not list them one for one, what the
-// tokens' text says (special tokens stay alone there).
+// The details of each row and column: the tokens' own, or at word level each word's, from the tokens
+// it lists (a special token stays a word of its own); failing both, what the text says.
 const SPECIAL = /^(\[[A-Z]+\]|<\/?s>|<pad>|<mask>|<unk>)$/;
 function tokenDetails(data) {
-  if (Array.isArray(data.token_details) && data.token_details.length === data.tokens.length) return data.token_details;
+  const details = Array.isArray(data.token_details) ? data.token_details : [];
+  if (Array.isArray(data.words) && data.words.length === data.tokens.length) {
+    return data.words.map((word) => {
+      const first = details[word.tokens[0]] || {};
+      return {...first, text: word.text, special: word.tokens.every((k) => Boolean(details[k] && details[k].special))};
+    });
+  }
+  if (details.length === data.tokens.length) return details;
   return data.tokens.map((text) => ({text, special: SPECIAL.test(text)}));
 }
 
