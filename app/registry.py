@@ -50,7 +50,9 @@ class ServedModel:
         cls, name: str, model: TextEncoder, settings: Settings, metrics: Metrics, executor: ThreadPoolExecutor
     ) -> ServedModel:
         """Wrap a loaded model: its tokenisation stages, its queue, and its inference thread (started)."""
-        limit = min(settings.max_attention_tokens or model.max_tokens, model.max_tokens)
+        # Inspection may look at texts longer than the embeddings are made for (all-MiniLM-L6-v2: 256 tokens for
+        # sentence-transformers, 512 positions): up to the position table, when the setting asks for it.
+        limit = min(settings.max_attention_tokens or model.max_tokens, model.encoder.embeddings.max_length)
         attention_tokenizer = model.tokenizer if limit == model.max_tokens else model.tokenizer.with_max_tokens(limit)
         queue = WorkQueue(
             max_batch_tokens=settings.max_batch_tokens,

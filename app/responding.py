@@ -18,7 +18,7 @@ from app.admission import Admission
 from app.errors import NotReady, Timeout
 from app.metrics import Metrics
 from app.schemas import Reply
-from app.serialization import dumps
+from app.serialization import NPZ_MEDIA_TYPE, dumps, npz
 from app.work_queue import QueueClosed, Timing
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,10 @@ class Responder:
                     headers={"Retry-After": str(self.admission.retry_after())},
                 ) from None
         started = time.perf_counter()
-        if reply.n_values > RENDER_IN_THREAD_VALUES:
+        media_type = "application/json"
+        if reply.archive is not None:
+            body, media_type = await asyncio.to_thread(npz, reply.archive), NPZ_MEDIA_TYPE
+        elif reply.n_values > RENDER_IN_THREAD_VALUES:
             body = await asyncio.to_thread(dumps, reply.body)
         else:
             body = dumps(reply.body)
@@ -95,7 +98,7 @@ class Responder:
         self.metrics.latency.labels(route, "serialization").observe(serialization_s)
         return Response(
             body,
-            media_type="application/json",
+            media_type=media_type,
             headers={
                 "X-Queue-Time": f"{timing.queue_s * 1000:.2f}",
                 "X-Inference-Time": f"{timing.inference_s * 1000:.2f}",

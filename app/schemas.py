@@ -191,6 +191,16 @@ class AttentionRequest(Request):
         description="mean: average over the selected heads; rollout: attention rollout (Abnar & Zuidema 2020) "
         "up to each selected layer",
     )
+    weighting: Literal["attention", "norm"] = Field(
+        "attention",
+        description="norm: each weight times the norm of the head's transformed value vector, ‖α_ij f_h(x_j)‖ "
+        "(Kobayashi et al. 2020); rows then do not sum to 1",
+    )
+    level: Literal["token", "word"] = Field(
+        "token",
+        description="word: the tokens of one word merged, rows averaged and columns summed (Clark et al. 2019); "
+        "special tokens stay alone",
+    )
     decimals: int | None = Field(None, ge=0, le=8, description="round every weight to this many decimals")
     truncate: bool = Field(True, description="cut a text longer than the maximum; with false it is a 422")
 
@@ -199,15 +209,87 @@ class AttentionRequest(Request):
     )
 
 
+class Word(BaseModel):
+    text: str = Field(description="the word as it appears in its segment's text; a special token's own string")
+    tokens: list[int] = Field(description="positions of its tokens in token_details")
+
+
 class AttentionResponse(BaseModel):
     model: str
-    tokens: list[str]
+    tokens: list[str] = Field(description="the tokens, or with level word the words, that the rows and columns are")
     token_details: list[PairTokenInfo]
+    words: list[Word] | None = Field(None, description="only with level word: each word's tokens")
     layers: list[int]
     heads: list[int]
     aggregate: str
+    weighting: str
+    level: str
     shape: list[int] = Field(description="[layers, heads (1 when aggregated), tokens, tokens]")
     attention: list[list[list[list[float]]]] = Field(description="attention[l][h][i][j]: weight query i puts on key j")
+
+
+class HeadStatisticsRequest(Request):
+    texts: Texts
+    model: str | None = Field(None, description="a served model's name (see /v1/models); the default model when null")
+    truncate: bool = Field(True, description="cut texts longer than the maximum; with false such a text is a 422")
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"texts": ["The quick brown fox.", "It jumps over the lazy dog."]}]}
+    )
+
+
+class HeadStatisticsResponse(BaseModel):
+    model: str
+    layers: int
+    heads: int
+    n_texts: int
+    statistics: dict[str, list[list[float | None]]] = Field(
+        description="name → [layer][head]: the mean over query positions, then over the texts (API.md); entropy, "
+        "distance, to_cls, to_sep, to_punctuation, to_self, to_previous, to_next"
+    )
+
+
+# ---- /similarity ----
+
+
+class SimilarityRequest(Request):
+    source: Text
+    texts: Texts
+    model: str | None = Field(None, description="a served model's name (see /v1/models); the default model when null")
+    explain: bool = Field(
+        False, description="add each score's source tokens × text tokens contributions, which sum to the score"
+    )
+    truncate: bool = Field(True, description="cut texts longer than the maximum; with false such a text is a 422")
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"source": "A fox jumps.", "texts": ["The quick brown fox.", "A lazy dog."], "explain": True}]
+        }
+    )
+
+
+class Explanation(BaseModel):
+    source_tokens: list[str]
+    tokens: list[str]
+    contributions: list[list[float]] = Field(
+        description="[i][j]: the part of the score due to source token i and text token j; they sum to the score"
+    )
+    method: str = Field(
+        description="mean_pooling_exact (API.md's formula), max_pooling_component_holders or cls_token: how the "
+        "pooling's cosine splits into token pairs (README, Similarity explained)"
+    )
+
+
+class Similarity(BaseModel):
+    index: int
+    score: float = Field(description="cosine similarity of the source's and the text's sentence embeddings")
+    explanation: Explanation | None = Field(None, description="only with explain")
+
+
+class SimilarityResponse(BaseModel):
+    model: str
+    data: list[Similarity]
+    usage: Usage
 
 
 # ---- /positional-encoding ----
@@ -369,6 +451,9 @@ class Limits(BaseModel):
     max_tokens_per_text: int
     max_attention_tokens: int
     max_attention_values: int
+    max_attention_values_binary: int
+    max_head_statistics_values: int
+    max_explanation_values: int
     max_body_bytes: int
     pe_max_length: int
     pe_max_d_model: int
@@ -423,3 +508,4 @@ class Reply:
 
     body: BaseModel
     n_values: int = 0
+    archive: dict[str, Any] | None = None  # arrays to answer as a NumPy .npz archive instead of the JSON body

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import io
 from typing import Any, TypeVar
 
 import numpy as np
@@ -56,6 +57,30 @@ class ORJSONResponse(Response):
 
 def json_response(content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
     return ORJSONResponse(content, status_code=status_code, headers=headers)
+
+
+NPZ_MEDIA_TYPE = "application/x-npz"
+
+
+def npz(arrays: dict[str, Any]) -> bytes:
+    """Arrays as an uncompressed NumPy .npz archive (``numpy.load`` reads it, allow_pickle not needed)."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def accepts_npz(accept: str | None) -> bool:
+    """Whether an Accept header asks for application/x-npz (with a q-value above 0)."""
+    for media_range in (accept or "").split(","):
+        media_type, *parameters = (part.strip() for part in media_range.split(";"))
+        if media_type.lower() != NPZ_MEDIA_TYPE:
+            continue
+        q = next((p.partition("=")[2] for p in parameters if p.replace(" ", "").lower().startswith("q=")), "1")
+        try:
+            return float(q) > 0
+        except ValueError:
+            return True
+    return False
 
 
 def base64_float32(vector: np.ndarray) -> str:

@@ -42,10 +42,37 @@ class Settings(BaseSettings):
         "(256 for all-MiniLM-L6-v2)",
     )
     max_attention_tokens: int | None = Field(
-        None, ge=2, description="tokens of the text (and pair) given to /attention; max_tokens_per_text when unset"
+        None,
+        ge=2,
+        description="tokens of a text (and pair) given to /attention and /attention/heads; max_tokens_per_text when "
+        "unset; at most the model's position table (512 for all-MiniLM-L6-v2)",
     )
     max_attention_values: int = Field(
         2_000_000, ge=1, description="attention weights in one /attention response (selected layers × heads × tokens²)"
+    )
+    max_attention_values_binary: int = Field(
+        18_874_368,
+        ge=1,
+        description="attention weights in one /attention response as NumPy npz (Accept: application/x-npz); the "
+        "default holds every layer and head of a 512-token text of all-MiniLM-L6-v2",
+    )
+    max_head_statistics_values: int = Field(
+        2**28,
+        ge=1,
+        description="attention weights one /attention/heads request computes, summed over its texts "
+        "(layers × heads × tokens²): 268,435,456, e.g. 64 texts of 240 tokens of all-MiniLM-L6-v2",
+    )
+    inspection_slice_values: int = Field(
+        2**25,
+        ge=1,
+        description="attention weights held at once while /attention/heads computes (texts × layers × heads × "
+        "tokens² of one slice; at least one text): what bounds its peak memory",
+    )
+    max_explanation_values: int = Field(
+        2_000_000,
+        ge=1,
+        description="contributions in one /similarity response with explain (source tokens × text tokens, summed "
+        "over the texts)",
     )
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="request body size, checked before parsing")
     pe_max_length: int = Field(8192, ge=1, description="largest `length` of /positional-encoding")

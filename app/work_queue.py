@@ -3,7 +3,7 @@
 A request's tokenised texts enter as typed entries, each carrying the ``Ticket`` of its request (the
 request's future, resolved once every entry is answered). The worker takes entries in arrival order:
 embedding entries up to the padded-token budget (rows × longest row) and the batch size, an attention
-entry alone. Entries whose request is gone (client disconnected, deadline passed) are dropped unseen.
+inspection entry alone. Entries whose request is gone (client disconnected, deadline passed) are dropped unseen.
 
 The queue knows entries, their token counts and their tickets; what an entry asks of the model is the
 worker's business (app/worker.py).
@@ -18,13 +18,15 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from tokenizers import Encoding
 
 from model import AttentionSelection, EmbeddingSpec, TextEmbedding
 from model.tokenizer import TokenSequence
+
+T = TypeVar("T")
 
 
 class QueueClosed(RuntimeError):
@@ -118,16 +120,13 @@ class EmbedEntry:
 
 
 @dataclass(eq=False, slots=True)
-class AttentionEntry:
-    """One text whose attention maps are asked for; it runs alone, on the explicit attention path."""
+class InspectEntry:
+    """Inspection work (attention maps, head statistics) that runs alone, on the explicit attention path: the
+    worker calls ``compute`` with the model and answers the entry with what it returns."""
 
     ticket: Ticket
-    encoding: Encoding
-    selection: AttentionSelection
-
-    @property
-    def tokens(self) -> int:
-        return len(self.encoding.ids)
+    index: int  # its position among its request's entries
+    compute: Callable[[Any], Any]
 
 
 @dataclass(eq=False, slots=True)
@@ -143,7 +142,7 @@ class ClassifyEntry:
         return len(self.encoding.ids)
 
 
-Entry = EmbedEntry | AttentionEntry | ClassifyEntry
+Entry = EmbedEntry | InspectEntry | ClassifyEntry
 
 
 class WorkQueue:
@@ -190,9 +189,15 @@ class WorkQueue:
         self, encoding: Encoding, selection: AttentionSelection, timing: Timing | None = None
     ) -> np.ndarray:
         """The selected attention maps of one text."""
-        ticket = Ticket(asyncio.get_running_loop(), 1, timing)
-        self.put([AttentionEntry(ticket, encoding, selection)])
-        return (await ticket.future)[0]
+        (maps,) = await self.inspect([lambda model: model.attention(encoding, selection)], timing)
+        return maps
+
+    async def inspect(self, computations: Sequence[Callable[[Any], T]], timing: Timing | None = None) -> list[T]:
+        """What each computation returns when the worker calls it with the model, each a pass of its own (the
+        slices of one large inspection request, between which other requests' passes may run)."""
+        ticket = Ticket(asyncio.get_running_loop(), len(computations), timing)
+        self.put([InspectEntry(ticket, index, compute) for index, compute in enumerate(computations)])
+        return await ticket.future
 
     def put(self, entries: Sequence[Entry]) -> None:
         with self._condition:
@@ -227,7 +232,7 @@ class WorkQueue:
     # ---- the inference thread's side ----
 
     def take(self, timeout: float | None = None) -> list[Entry] | None:
-        """The next pass: one attention entry, or embedding entries up to the budget.
+        """The next pass: one inspection entry, or embedding entries up to the budget.
 
         Blocks until there is work; returns [] if ``timeout`` seconds pass first, None once the queue is
         closed and empty.
@@ -256,7 +261,7 @@ class WorkQueue:
         deadline = time.monotonic() + self.max_wait
         while len(self._entries) < self.max_batch_size and not self._closed:
             left = deadline - time.monotonic()
-            if left <= 0 or self._paused or isinstance(self._entries[0], AttentionEntry):
+            if left <= 0 or self._paused or isinstance(self._entries[0], InspectEntry):
                 return
             self._condition.wait(left)
 
@@ -272,7 +277,7 @@ class WorkQueue:
                 entries.popleft()
                 dropped += 1
                 continue
-            if isinstance(entry, AttentionEntry):
+            if isinstance(entry, InspectEntry):
                 if not batch:
                     batch.append(entries.popleft())
                 break

@@ -20,7 +20,7 @@ from typing import TypeVar
 import torch
 
 from app.errors import InferenceFailed
-from app.work_queue import AttentionEntry, ClassifyEntry, EmbedEntry, Entry, Ticket, WorkQueue, settle
+from app.work_queue import ClassifyEntry, EmbedEntry, Entry, InspectEntry, Ticket, WorkQueue, settle
 from model import TextEncoder
 
 logger = logging.getLogger(__name__)
@@ -108,8 +108,8 @@ class Worker:
                     worked, last_idle = False, time.monotonic()
                     continue
                 worked = True
-                if isinstance(entries[0], AttentionEntry):
-                    self._attention(entries[0])
+                if isinstance(entries[0], InspectEntry):
+                    self._inspect(entries[0])
                 elif isinstance(entries[0], ClassifyEntry):
                     self._classify(entries)  # type: ignore[arg-type]
                 else:
@@ -153,16 +153,18 @@ class Worker:
         self._count(entries, time.perf_counter() - started)
         settle([entry.ticket for entry, row in zip(entries, logits) if entry.ticket.set(entry.index, row)])
 
-    def _attention(self, entry: AttentionEntry) -> None:
-        """An attention entry is a pass of its own: a failure is its request's alone."""
+    def _inspect(self, entry: InspectEntry) -> None:
+        """An inspection entry is a pass of its own: a failure is its request's alone."""
+        if entry.ticket.gone():  # an earlier slice of its request failed
+            return
         entry.ticket.start(time.perf_counter())
         try:
-            result = self.model.attention(entry.encoding, entry.selection)
+            result = entry.compute(self.model)
         except Exception:
-            logger.exception("an attention pass failed: its request gets a 503")
+            logger.exception("an inspection pass failed: its request gets a 503")
             entry.ticket.fail(InferenceFailed("the model failed to compute this request"))
             return
-        if entry.ticket.set(0, result):
+        if entry.ticket.set(entry.index, result):
             settle([entry.ticket])
 
     def _retry_alone(self, entries: Sequence[B], run: Callable[[Sequence[B]], None]) -> None:

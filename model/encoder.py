@@ -18,9 +18,15 @@ from torch import Tensor, nn
 from model.config import EncoderConfig
 
 
+class Attended(NamedTuple):
+    values: Tensor  # (B, H, T, Dh): the attention-weighted values of each head
+    attention: Tensor  # (B, H, T, T): the attention probabilities
+
+
 class AttentionResult(NamedTuple):
-    values: Tensor  # (B, H, T, Dh) or, from MultiHeadAttention, (B, T, D)
+    values: Tensor  # (B, T, D) (or the (N, D) packed tokens): what a layer or its attention outputs
     attention: Tensor | None  # (B, H, T, T), only when asked for
+    value_norms: Tensor | None = None  # (B, H, T): ‖f_h(x_j)‖ of every head and key, only when asked for
 
 
 def sinusoidal_positional_encoding(length: int, d_model: int, base: float = 10000.0) -> Tensor:
@@ -58,7 +64,7 @@ def padding_mask(attention_mask: Tensor, causal: bool = False) -> Tensor:
 
 def scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None
-) -> AttentionResult:
+) -> Attended:
     """softmax(q kᵀ / √Dh + bias, masked) v, returning the weighted values and the attention probabilities."""
     d_k = q.size(-1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (B, H, T, T)
@@ -67,7 +73,7 @@ def scaled_dot_product_attention(
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     attention = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # (B, H, T, T), rows sum to 1
-    return AttentionResult(attention @ v, attention)  # (B, H, T, Dh), (B, H, T, T)
+    return Attended(attention @ v, attention)  # (B, H, T, Dh), (B, H, T, T)
 
 
 def rotary_angles(length: int, head_dim: int, base: float) -> Tensor:
@@ -151,6 +157,16 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
+    def value_norms(self, v: Tensor) -> Tensor:
+        """‖f_h(x_j)‖ with f_h(x) = (x W_V^h + b_V^h) W_O^h, the vector head h adds to the output for key j
+        when it puts all its weight there (Kobayashi et al. 2020; the output bias excluded).
+
+        v is (B, H, T, Dh), the heads' values x W_V^h + b_V^h; → (B, H, T).
+        """
+        W_O = self.out.weight.view(self.d_model, self.n_heads, self.head_dim)  # (D, H, Dh): head h's input columns
+        transformed = torch.einsum("bhtd,ehd->bhte", v, W_O)  # (B, H, T, D): f_h(x_j) for every head and key
+        return torch.linalg.vector_norm(transformed.float(), dim=-1)  # (B, H, T)
+
     def forward(
         self,
         x: Tensor,
@@ -159,10 +175,12 @@ class MultiHeadAttention(nn.Module):
         packing: Packing | None = None,
         position_bias: Tensor | None = None,
         angles: Tensor | None = None,
+        need_value_norms: bool = False,
     ) -> AttentionResult:
         """x is (B, T, D), or with ``packing`` the (N, D) real tokens alone (and so is the result).
 
         ``position_bias`` (1, H, T, T) is added to the scores; with ``angles`` (T, Dh/2) q and k are rotated.
+        With ``need_value_norms`` the result also holds ``value_norms`` (explicit path only).
         """
         qkv = self.qkv(x)  # (B, T, 3D) or (N, 3D)
         if packing is not None:
@@ -186,10 +204,11 @@ class MultiHeadAttention(nn.Module):
                 if mask is not None:
                     attn_mask = attn_mask.masked_fill(~mask, float("-inf"))  # (B, H, T, T)
             values, attention = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask), None  # (B, H, T, Dh)
+        norms = self.value_norms(v) if need_value_norms else None  # (B, H, T) | None
         values = values.transpose(1, 2).reshape(B, T, D)  # (B, T, D): heads concatenated
         if packing is not None:
             values = packing.pack(values)  # (N, D)
-        return AttentionResult(self.out(values), attention)  # (B, T, D) or (N, D)
+        return AttentionResult(self.out(values), attention, norms)  # (B, T, D) or (N, D)
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -251,18 +270,21 @@ class EncoderLayer(nn.Module):
         packing: Packing | None = None,
         position_bias: Tensor | None = None,
         angles: Tensor | None = None,
+        need_value_norms: bool = False,
     ) -> AttentionResult:
         if self.pre_norm:
-            attended, attention = self.attention(
-                self.attention_norm(x), mask, need_weights, packing, position_bias, angles
-            )  # like x, (B, H, T, T) | None
+            attended, attention, norms = self.attention(
+                self.attention_norm(x), mask, need_weights, packing, position_bias, angles, need_value_norms
+            )  # like x, (B, H, T, T) | None, (B, H, T) | None
             x = x + attended  # (B, T, D)
             x = x + self.feed_forward(self.feed_forward_norm(x))  # (B, T, D)
-            return AttentionResult(x, attention)
-        attended, attention = self.attention(x, mask, need_weights, packing, position_bias, angles)
+            return AttentionResult(x, attention, norms)
+        attended, attention, norms = self.attention(
+            x, mask, need_weights, packing, position_bias, angles, need_value_norms
+        )
         x = self.attention_norm(x + attended)  # (B, T, D)
         x = self.feed_forward_norm(x + self.feed_forward(x))  # (B, T, D)
-        return AttentionResult(x, attention)
+        return AttentionResult(x, attention, norms)
 
 
 class Embeddings(nn.Module):
@@ -329,6 +351,7 @@ class EncoderOutput:
     last_hidden_state: Tensor  # (B, T, D): output of the last layer computed
     hidden_states: list[Tensor] | None = None  # N + 1 × (B, T, D): [0] embeddings, [l] output of layer l
     attentions: list[Tensor] | None = None  # N × (B, H, T, T): attention probabilities of each layer
+    value_norms: list[Tensor] | None = None  # N × (B, H, T): ‖f_h(x_j)‖ of each layer (MultiHeadAttention.value_norms)
 
 
 class Encoder(nn.Module):
@@ -367,6 +390,7 @@ class Encoder(nn.Module):
         *,
         return_hidden_states: bool = False,  # keep every layer's output, embeddings first
         return_attentions: bool = False,  # keep every layer's attention probabilities (explicit path)
+        return_value_norms: bool = False,  # and the norms of every head's transformed values (with attentions)
         causal: bool = False,  # also hide future positions (the decoder mask of the paper)
         n_layers: int | None = None,  # stop after this many layers (all by default)
     ) -> EncoderOutput:
@@ -396,17 +420,28 @@ class Encoder(nn.Module):
         unpack = packing.unpack if packing is not None else (lambda t: t)
         hidden_states = [unpack(x)] if return_hidden_states else None
         attentions: list[Tensor] | None = [] if return_attentions else None
+        value_norms: list[Tensor] | None = [] if return_value_norms else None
+        if return_value_norms and not return_attentions:
+            raise ValueError("return_value_norms needs return_attentions (the explicit attention path)")
         for index, layer in enumerate(self.layers[:n_layers]):
             local = self.local_layers[index]
-            x, attention = layer(
-                x, local_mask if local else mask, return_attentions, packing, position_bias, angles[local]
-            )  # (B, T, D) | (N, D), (B, H, T, T) | None
+            x, attention, norms = layer(
+                x,
+                local_mask if local else mask,
+                return_attentions,
+                packing,
+                position_bias,
+                angles[local],
+                return_value_norms,
+            )  # (B, T, D) | (N, D), (B, H, T, T) | None, (B, H, T) | None
             if hidden_states is not None:
                 hidden_states.append(unpack(x))
             if attentions is not None:
                 attentions.append(attention)
+            if value_norms is not None:
+                value_norms.append(norms)
         if self.final_norm is not None and n_layers == config.n_layers:
             x = self.final_norm(x)  # the encoder's output is normalised once more, after the last layer
             if hidden_states is not None:
                 hidden_states[-1] = unpack(x)
-        return EncoderOutput(last_hidden_state=unpack(x), hidden_states=hidden_states, attentions=attentions)
+        return EncoderOutput(unpack(x), hidden_states, attentions, value_norms)

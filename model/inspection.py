@@ -1,6 +1,7 @@
-"""What /attention computes from a forward pass's attention probabilities: selection, head mean, rollout.
+"""What the inspection endpoints compute from a forward pass: attention selected, weighted by value norms,
+aggregated and merged into words; head statistics; token-by-token explanations of a similarity.
 
-Shape key: L layers, H heads, T tokens.
+Shape key: B texts, L layers, H heads, T tokens, W words, D model width.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 Aggregate = Literal["none", "mean", "rollout"]
+Weighting = Literal["attention", "norm"]
 
 
 class IndexOutOfRange(ValueError):
@@ -42,6 +45,8 @@ class AttentionSelection:
     layers: tuple[int, ...]  # absolute layer indices, in the order asked
     heads: tuple[int, ...]  # absolute head indices, in the order asked
     aggregate: Aggregate = "none"
+    weighting: Weighting = "attention"  # norm: α_ij · ‖f_h(x_j)‖ (Kobayashi et al. 2020)
+    words: tuple[tuple[int, ...], ...] | None = None  # token positions of each word, to merge into (Clark et al.)
 
     @property
     def deepest(self) -> int:
@@ -49,9 +54,10 @@ class AttentionSelection:
         return max(self.layers) + 1
 
     def shape(self, n_tokens: int) -> tuple[int, int, int, int]:
-        """The shape of the selected maps for a text of ``n_tokens`` tokens."""
+        """The shape of the selected maps for a text of ``n_tokens`` tokens (of its words, when merged)."""
         head_axis = len(self.heads) if self.aggregate == "none" else 1
-        return (len(self.layers), head_axis, n_tokens, n_tokens)
+        n = len(self.words) if self.words is not None else n_tokens
+        return (len(self.layers), head_axis, n, n)
 
 
 def head_mean(attention: Tensor) -> Tensor:
@@ -90,3 +96,99 @@ def select_attention(attentions: Tensor, selection: AttentionSelection) -> Tenso
     if selection.aggregate == "rollout":
         return attention_rollout(heads)[layers].unsqueeze(1)  # (L, 1, T, T)
     raise ValueError(f"aggregate must be none, mean or rollout, got {selection.aggregate!r}")
+
+
+def norm_weighted(attention: Tensor, value_norms: Tensor) -> Tensor:
+    """Kobayashi et al. (2020): ‖α_ij f_h(x_j)‖ = α_ij ‖f_h(x_j)‖. (L, H, T, T) and (L, H, T) → (L, H, T, T)."""
+    return attention * value_norms.unsqueeze(-2)  # key j's norm scales column j
+
+
+def merge_words(maps: Tensor, words: Sequence[Sequence[int]]) -> Tensor:
+    """Clark et al. (2019): the maps of tokens made maps of words. (..., T, T) → (..., W, W).
+
+    A word's row is the mean of its tokens' rows (what the word as a query attends to), its column the sum of
+    its tokens' columns (the weight put on any part of it), so rows that summed to 1 still do.
+    """
+    T = maps.size(-1)
+    rows = torch.zeros(len(words), T, dtype=maps.dtype, device=maps.device)  # (W, T): averages of rows
+    columns = torch.zeros(T, len(words), dtype=maps.dtype, device=maps.device)  # (T, W): sums of columns
+    for w, positions in enumerate(words):
+        rows[w, list(positions)] = 1.0 / len(positions)
+        columns[list(positions), w] = 1.0
+    return rows @ maps @ columns  # (..., W, W)
+
+
+HEAD_STATISTICS = (
+    "entropy",
+    "distance",
+    "to_cls",
+    "to_sep",
+    "to_punctuation",
+    "to_self",
+    "to_previous",
+    "to_next",
+)
+
+
+def head_statistics(attention: Tensor, lengths: Tensor, separators: Tensor, punctuation: Tensor) -> Tensor:
+    """Each statistic of HEAD_STATISTICS for each text and head of one layer, the mean over the text's queries.
+
+    attention (B, H, T, T) is a padded batch's (padding keys weigh 0, padding queries are left out), lengths (B,)
+    the texts' token counts, separators and punctuation (B, T) which keys are separators and punctuation.
+    → (S, B, H) in float64; to_previous and to_next are NaN for a text of one token (no neighbour to average).
+    """
+    A = attention.double()  # (B, H, T, T)
+    B, H, T, _ = A.shape
+    position = torch.arange(T, device=A.device)
+    queries = (position[None, :] < lengths[:, None]).double()  # (B, T): real query positions
+    n_queries = lengths.double()  # (B,)
+    distance = (position[None, :] - position[:, None]).abs().double()  # (T, T): |i − j|
+    per_query = {
+        "entropy": torch.special.entr(A).sum(-1),  # (B, H, T): −Σ_j A ln A, with 0 ln 0 = 0
+        "distance": (A * distance).sum(-1),
+        "to_cls": A[..., 0],
+        "to_sep": torch.einsum("bhij,bj->bhi", A, separators.double()),
+        "to_punctuation": torch.einsum("bhij,bj->bhi", A, punctuation.double()),
+        "to_self": torch.diagonal(A, dim1=-2, dim2=-1),
+    }
+    statistics = [(values * queries[:, None, :]).sum(-1) / n_queries[:, None] for values in per_query.values()]
+    # Neighbours: A[i, i − 1] for i = 1 … T − 1 and A[i, i + 1] for i = 0 … T − 2: T − 1 positions each.
+    pairs = (position[None, : T - 1] < (lengths[:, None] - 1)).double()  # (B, T − 1)
+    n_pairs = (lengths.double() - 1)[:, None]  # (B, 1), 0 for a text of one token
+    for offset in (-1, 1):
+        neighbour = torch.diagonal(A, offset=offset, dim1=-2, dim2=-1)  # (B, H, T − 1)
+        statistics.append((neighbour * pairs[:, None, :]).sum(-1) / n_pairs)  # 0 / 0 = NaN for one token
+    return torch.stack(statistics)  # (S, B, H)
+
+
+def explain_similarity(a: Tensor, b: Tensor, pooling: str) -> tuple[Tensor, str]:
+    """Token-by-token contributions to the cosine of two pooled sentence vectors, summing to it exactly.
+
+    a (n, D) and b (m, D) are the final token vectors of the two texts (every token the pooling sees). The
+    cosine is bilinear in the pooled vectors, ā · b̄ / (‖ā‖ ‖b̄‖), and each pooling writes them as sums over
+    tokens, so the cosine splits into one term per (source token, text token):
+
+    - ``mean``: ā = Σ_i a_i / n, so contribution[i][j] = a_i · b_j / (n m ‖ā‖ ‖b̄‖) (exact, API.md's formula);
+    - ``max``: component k of ā is that of the token holding the maximum, i*(k); so contribution[i][j] =
+      Σ over k with i*(k) = i and j*(k) = j of a_ik b_jk / (‖ā‖ ‖b̄‖): each component credited to the two
+      tokens that hold it;
+    - ``cls``: ā = a_0, so the whole score is the first tokens' pair.
+
+    Returns the (n, m) matrix and the method's name.
+    """
+    a, b = a.double(), b.double()
+    if pooling == "mean":
+        pooled_a, pooled_b = a.mean(0), b.mean(0)  # (D,)
+        scale = a.size(0) * b.size(0) * pooled_a.norm() * pooled_b.norm()
+        return (a @ b.T) / scale, "mean_pooling_exact"  # (n, m)
+    if pooling == "max":
+        holders_a = F.one_hot(a.argmax(0), a.size(0)).T.to(a.dtype)  # (n, D): 1 where token i holds component k
+        holders_b = F.one_hot(b.argmax(0), b.size(0)).T.to(b.dtype)  # (m, D)
+        pooled_a, pooled_b = a.max(0).values, b.max(0).values  # (D,)
+        scale = pooled_a.norm() * pooled_b.norm()
+        return ((a * holders_a) @ (b * holders_b).T) / scale, "max_pooling_component_holders"  # (n, m)
+    if pooling == "cls":
+        contributions = torch.zeros(a.size(0), b.size(0), dtype=a.dtype, device=a.device)
+        contributions[0, 0] = F.cosine_similarity(a[0], b[0], dim=0)
+        return contributions, "cls_token"
+    raise ValueError(f"pooling must be mean, max or cls, got {pooling!r}")

@@ -20,7 +20,7 @@ from torch import Tensor
 from model.config import EncoderConfig
 from model.encoder import Encoder, EncoderOutput
 from model.heads import SequenceClassificationHead, read_head_config
-from model.inspection import AttentionSelection, select_attention
+from model.inspection import AttentionSelection, head_statistics, merge_words, norm_weighted, select_attention
 from model.pooling import Pooling, PoolingConfig, sentence_embeddings
 from model.tokenizer import Batch, TextTokenizer, TokenSequence
 from model.weights import load_head, load_weights
@@ -321,6 +321,7 @@ class TextEncoder:
         *,
         return_hidden_states: bool = False,
         return_attentions: bool = False,
+        return_value_norms: bool = False,
         n_layers: int | None = None,
     ) -> EncoderOutput:
         """Run the encoder on a padded batch."""
@@ -331,6 +332,7 @@ class TextEncoder:
             token_type_ids,
             return_hidden_states=return_hidden_states,
             return_attentions=return_attentions,
+            return_value_norms=return_value_norms,
             n_layers=n_layers,
         )
 
@@ -414,14 +416,41 @@ class TextEncoder:
 
     @torch.inference_mode()
     def attention(self, encoding: Encoding, selection: AttentionSelection) -> np.ndarray:
-        """The selected attention maps of one tokenised text, float32, (L, H', T, T); see select_attention.
+        """The selected attention maps of one tokenised text, float32, (L, H', T, T) or, merged into words,
+        (L, H', W, W); see select_attention, norm_weighted and merge_words.
 
-        Runs the explicit attention path up to the deepest selected layer.
+        One pass of the explicit attention path up to the deepest selected layer; it also returns the value
+        norms when the maps are norm-weighted.
         """
-        output = self.forward(self.tokenizer.pad([encoding]), return_attentions=True, n_layers=selection.deepest)
+        norms = selection.weighting == "norm"
+        output = self.forward(
+            self.tokenizer.pad([encoding]), return_attentions=True, return_value_norms=norms, n_layers=selection.deepest
+        )
         assert output.attentions is not None
         computed = torch.stack(output.attentions)[:, 0].float()  # (L', H, T, T)
-        return select_attention(computed, selection).cpu().numpy()
+        if norms:
+            assert output.value_norms is not None
+            computed = norm_weighted(computed, torch.stack(output.value_norms)[:, 0])  # (L', H, T, T)
+        maps = select_attention(computed, selection)  # (L, H', T, T)
+        if selection.words is not None:
+            maps = merge_words(maps, selection.words)  # (L, H', W, W)
+        return maps.cpu().numpy()
+
+    @torch.inference_mode()
+    def head_statistics(
+        self, encodings: Sequence[TokenSequence], separators: np.ndarray, punctuation: np.ndarray
+    ) -> np.ndarray:
+        """HEAD_STATISTICS of every layer and head for each text of one batch, one explicit-path pass for all:
+        (S, B, L, H) float64. ``separators`` and ``punctuation`` (B, T) mark those keys of the padded batch."""
+        batch = self.tokenizer.pad(encodings)
+        output = self.forward(batch, return_attentions=True)
+        assert output.attentions is not None
+        lengths = torch.from_numpy(batch.attention_mask.sum(1)).to(self.device)  # (B,)
+        marks = [torch.from_numpy(np.asarray(m, dtype=bool)).to(self.device) for m in (separators, punctuation)]
+        per_layer = []
+        while output.attentions:  # layer by layer, each layer's maps freed once counted
+            per_layer.append(head_statistics(output.attentions.pop(0), lengths, *marks))  # (S, B, H)
+        return torch.stack(per_layer, dim=2).cpu().numpy()  # (S, B, L, H)
 
     @torch.inference_mode()
     def classify(self, encodings: Sequence[TokenSequence]) -> Tensor:

@@ -58,6 +58,14 @@ class TokenIds:
 
 
 @dataclass(frozen=True)
+class Word:
+    """A word of a text as the tokenizer's pre-tokenizer splits it, with the positions of its tokens."""
+
+    text: str  # as it appears in its segment's text; a special token's own string
+    positions: tuple[int, ...]  # its tokens' positions in the encoding
+
+
+@dataclass(frozen=True)
 class Batch:
     """Padded token ids ready for the encoder (numpy, int64)."""
 
@@ -161,6 +169,28 @@ class TextTokenizer:
             attention_mask[row, :n] = 1
             token_type_ids[row, :n] = encoding.type_ids
         return Batch(input_ids, attention_mask, token_type_ids)
+
+    @staticmethod
+    def words(encoding: Encoding, texts: Sequence[str | None]) -> list[Word]:
+        """The encoding's tokens grouped into words, in order: the consecutive tokens of one word of one segment
+        (the pre-tokenizer's split) form one, every special token one of its own. ``texts`` are the segments'
+        texts (the text, and its pair or None); a word's text is its span there."""
+        groups: list[tuple[tuple[int, int] | None, list[int]]] = []  # (segment, word index) or None, positions
+        for position, (word_id, segment, special) in enumerate(
+            zip(encoding.word_ids, encoding.sequence_ids, encoding.special_tokens_mask)
+        ):
+            key = None if special or word_id is None or segment is None else (segment, word_id)
+            if key is not None and groups and groups[-1][0] == key:
+                groups[-1][1].append(position)  # the word goes on
+            else:
+                groups.append((key, [position]))
+        words = []
+        for key, positions in groups:
+            start, end = encoding.offsets[positions[0]][0], encoding.offsets[positions[-1]][1]
+            text = texts[key[0]] if key is not None and key[0] < len(texts) else None
+            shown = text[start:end] if text is not None and end > start else encoding.tokens[positions[0]]
+            words.append(Word(shown, tuple(positions)))
+        return words
 
     @staticmethod
     def tokens(encoding: Encoding) -> list[Token]:

@@ -1,18 +1,69 @@
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.dependencies import InspectionDep, Registry, ResponderDep
-from app.schemas import ERROR_RESPONSES, AttentionRequest, AttentionResponse
+from app.schemas import (
+    ERROR_RESPONSES,
+    AttentionRequest,
+    AttentionResponse,
+    HeadStatisticsRequest,
+    HeadStatisticsResponse,
+    SimilarityRequest,
+    SimilarityResponse,
+)
+from app.serialization import NPZ_MEDIA_TYPE, accepts_npz
 
 router = APIRouter(tags=["inspection"], responses=ERROR_RESPONSES)
 
+NPZ_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {
+            NPZ_MEDIA_TYPE: {
+                "schema": {"type": "string", "format": "binary"},
+                "example": "with Accept: application/x-npz, a NumPy .npz archive: attention, tokens, layers, heads",
+            }
+        }
+    }
+}
 
-@router.post("/attention", response_model=AttentionResponse)
+
+@router.post("/attention", response_model=AttentionResponse, responses=NPZ_RESPONSE)
 async def attention(
     body: AttentionRequest, request: Request, registry: Registry, inspection: InspectionDep, responder: ResponderDep
 ) -> Response:
-    """Per-layer, per-head attention matrices for a text (or text pair), optionally averaged or rolled out."""
+    """Per-layer, per-head attention matrices for a text (or text pair): optionally norm-weighted, averaged or
+    rolled out, merged into words; as JSON, or as a NumPy .npz archive with `Accept: application/x-npz`."""
     model = registry.get(body.model)
-    return await responder.answer(request, lambda timing: inspection.attention(model, body, timing))
+    binary = accepts_npz(request.headers.get("accept"))
+    return await responder.answer(request, lambda timing: inspection.attention(model, body, timing, binary))
+
+
+@router.post("/attention/heads", response_model=HeadStatisticsResponse)
+async def attention_heads(
+    body: HeadStatisticsRequest,
+    request: Request,
+    registry: Registry,
+    inspection: InspectionDep,
+    responder: ResponderDep,
+) -> Response:
+    """Statistics of every layer and head (entropy, distance, attention to [CLS], [SEP], punctuation, self and
+    neighbours), averaged over the texts."""
+    model = registry.get(body.model)
+    return await responder.answer(
+        request, lambda timing: inspection.head_statistics(model, body, timing), len(body.texts)
+    )
+
+
+@router.post("/similarity", response_model=SimilarityResponse)
+async def similarity(
+    body: SimilarityRequest, request: Request, registry: Registry, inspection: InspectionDep, responder: ResponderDep
+) -> Response:
+    """Cosine similarity of a source text with each text; with `explain`, which token pairs made each score."""
+    model = registry.get(body.model)
+    return await responder.answer(
+        request, lambda timing: inspection.similarity(model, body, timing), len(body.texts) + 1
+    )

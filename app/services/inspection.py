@@ -1,22 +1,120 @@
-"""/attention and /positional-encoding: what the model attends to, and how it encodes positions."""
+"""/attention, /attention/heads, /similarity and /positional-encoding: what the model attends to, what made two
+texts similar, and how it encodes positions."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
-from typing import Literal
+import unicodedata
+import warnings
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Literal
 
 import numpy as np
+import torch
+from tokenizers import Encoding
 
 from app.errors import InvalidRequest
 from app.registry import ServedModel
-from app.schemas import AttentionRequest, AttentionResponse, PositionalEncodingResponse, Reply
+from app.schemas import (
+    AttentionRequest,
+    AttentionResponse,
+    Explanation,
+    HeadStatisticsRequest,
+    HeadStatisticsResponse,
+    PositionalEncodingResponse,
+    Reply,
+    Similarity,
+    SimilarityRequest,
+    SimilarityResponse,
+    Word,
+)
 from app.serialization import construct
-from app.services.embeddings import pair_token_infos
+from app.services.embeddings import pair_token_infos, usage
 from app.settings import Settings
 from app.work_queue import Timing
-from model import AttentionSelection, IndexOutOfRange, resolve_indices, sinusoidal_positional_encoding
+from model import (
+    AttentionSelection,
+    EmbeddingSpec,
+    IndexOutOfRange,
+    TextEmbedding,
+    TextEncoder,
+    TextTokenizer,
+    resolve_indices,
+    sinusoidal_positional_encoding,
+)
 from model.encoder import rotary_angles
+from model.inspection import HEAD_STATISTICS, explain_similarity
+from model.pooling import Pooling
+
+
+def statistics_slices(lengths: Sequence[int], per_token_squared: int, slice_values: int) -> list[list[int]]:
+    """Text indices cut into slices of similar lengths (little padding) whose padded attention, texts ×
+    per_token_squared × longest², stays within ``slice_values``; a text too long for any slice has one alone."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    slices: list[list[int]] = []
+    for i in order:  # ascending: the newest member of a slice is its longest
+        if slices and (len(slices[-1]) + 1) * per_token_squared * lengths[i] ** 2 <= slice_values:
+            slices[-1].append(i)
+        else:
+            slices.append([i])
+    return slices
+
+
+SEPARATORS = frozenset({"[SEP]", "</s>"})
+
+
+def is_punctuation(text: str) -> bool:
+    """Made only of Unicode punctuation (categories P*), and not empty."""
+    return bool(text) and all(unicodedata.category(character).startswith("P") for character in text)
+
+
+def key_marks(encodings: Sequence[Encoding], texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Which tokens of each padded row are separators (special tokens [SEP], </s>) and punctuation (a token
+    whose span of the text is made only of punctuation, so RoBERTa's "Ġ," counts): two (B, T) bool arrays."""
+    T = max(len(encoding.ids) for encoding in encodings)
+    separators = np.zeros((len(encodings), T), dtype=bool)
+    punctuation = np.zeros((len(encodings), T), dtype=bool)
+    for row, (encoding, text) in enumerate(zip(encodings, texts)):
+        for position, (token, special, (start, end)) in enumerate(
+            zip(encoding.tokens, encoding.special_tokens_mask, encoding.offsets)
+        ):
+            if special:
+                separators[row, position] = token in SEPARATORS
+            else:
+                punctuation[row, position] = is_punctuation(text[start:end])
+    return separators, punctuation
+
+
+def _head_statistics(
+    encodings: Sequence[Encoding], separators: np.ndarray, punctuation: np.ndarray, model: TextEncoder
+) -> np.ndarray:
+    return model.head_statistics(encodings, separators, punctuation)
+
+
+def explain_all(
+    results: Sequence[TextEmbedding], pooling: Pooling, source: Encoding, encodings: Sequence[Encoding]
+) -> list[Explanation]:
+    """Each text's explanation against the source (results[0]), one text at a time: memory stays flat."""
+    source_vectors = results[0].tokens
+    assert source_vectors is not None
+    a = torch.from_numpy(source_vectors)  # (n, D)
+    explanations = []
+    for result, encoding in zip(results[1:], encodings):
+        assert result.tokens is not None
+        contributions, method = explain_similarity(a, torch.from_numpy(result.tokens), pooling)  # (n, m)
+        explanations.append(
+            construct(
+                Explanation,
+                source_tokens=list(source.tokens),
+                tokens=list(encoding.tokens),
+                contributions=contributions.numpy().astype(np.float32),
+                method=method,
+            )
+        )
+    return explanations
 
 
 def resolve(values: list[int] | None, count: int, param: str) -> tuple[int, ...]:
@@ -31,40 +129,154 @@ class Inspection:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
-    async def attention(self, served: ServedModel, request: AttentionRequest, timing: Timing | None = None) -> Reply:
+    def check_batch(self, n_texts: int) -> None:
+        if n_texts > self.settings.max_batch_texts:
+            raise InvalidRequest("texts", f"at most {self.settings.max_batch_texts} texts per request, got {n_texts}")
+
+    async def attention(
+        self, served: ServedModel, request: AttentionRequest, timing: Timing | None = None, binary: bool = False
+    ) -> Reply:
+        """The selected maps; with ``binary`` as a NumPy .npz archive, under its own, larger bound."""
         config = served.model.config
+        (encoding,) = await served.attention_tokens.encode(
+            [request.text], [request.text_pair], truncate=request.truncate, param="text", indexed=False
+        )
+        words = TextTokenizer.words(encoding, (request.text, request.text_pair)) if request.level == "word" else None
         selection = AttentionSelection(
             layers=resolve(request.layers, config.n_layers, "layers"),
             heads=resolve(request.heads, config.n_heads, "heads"),
             aggregate=request.aggregate,
+            weighting=request.weighting,
+            words=tuple(word.positions for word in words) if words is not None else None,
         )
-        (encoding,) = await served.attention_tokens.encode(
-            [request.text], [request.text_pair], truncate=request.truncate, param="text", indexed=False
-        )
-        shape = selection.shape(len(encoding.ids))
-        n_values = math.prod(shape)
-        limit = self.settings.max_attention_values
+        # The bound is on the token maps computed (word maps are merged from them), and on what is sent.
+        L, H, T, _ = replace(selection, words=None).shape(len(encoding.ids))
+        n_values = L * H * T * T
+        limit = self.settings.max_attention_values_binary if binary else self.settings.max_attention_values
         if n_values > limit:
-            L, H, T, _ = shape
+            hint = "" if binary else " or ask for the binary answer (Accept: application/x-npz, a larger limit)"
             raise InvalidRequest(
                 "layers",
                 f"the response would hold {n_values:,} attention weights ({L} layers × {H} heads × {T} × {T} "
                 f"tokens), more than the limit of {limit:,}: select fewer layers or heads, use aggregate 'mean', "
-                "or send a shorter text",
+                f"send a shorter text{hint}",
             )
         weights = await served.queue.attention(encoding, selection, timing)
         if request.decimals is not None:
             weights = np.round(weights, request.decimals)
+        tokens = [word.text for word in words] if words is not None else list(encoding.tokens)
+        if binary:
+            archive = {
+                "attention": np.ascontiguousarray(weights, dtype=np.float32),
+                "tokens": np.array(tokens, dtype=np.str_),
+                "layers": np.array(selection.layers, dtype=np.int64),
+                "heads": np.array(selection.heads, dtype=np.int64),
+            }
+            return Reply(construct(AttentionResponse), weights.size, archive=archive)
         response = construct(
             AttentionResponse,
             model=served.name,
-            tokens=list(encoding.tokens),
+            tokens=tokens,
             token_details=pair_token_infos(encoding),
+            **({"words": [construct(Word, text=w.text, tokens=list(w.positions)) for w in words]} if words else {}),
             layers=list(selection.layers),
             heads=list(selection.heads),
             aggregate=selection.aggregate,
+            weighting=selection.weighting,
+            level=request.level,
             shape=list(weights.shape),
             attention=weights,
+        )
+        return Reply(response, weights.size)
+
+    async def head_statistics(
+        self, served: ServedModel, request: HeadStatisticsRequest, timing: Timing | None = None
+    ) -> Reply:
+        """API.md's statistics of every layer and head, averaged over the texts: the texts are cut into slices
+        of at most ``inspection_slice_values`` attention weights, each one pass of the explicit path."""
+        settings = self.settings
+        if len(request.texts) > settings.max_batch_texts:
+            raise InvalidRequest(
+                "texts", f"at most {settings.max_batch_texts} texts per request, got {len(request.texts)}"
+            )
+        config = served.model.config
+        encodings = await served.attention_tokens.encode(request.texts, truncate=request.truncate, param="texts")
+        per_text = config.n_layers * config.n_heads  # attention weights per token² of a text
+        lengths = [len(encoding.ids) for encoding in encodings]
+        n_values = sum(per_text * T * T for T in lengths)
+        if n_values > settings.max_head_statistics_values:
+            raise InvalidRequest(
+                "texts",
+                f"the statistics would take {n_values:,} attention weights (texts × {config.n_layers} layers × "
+                f"{config.n_heads} heads × tokens²), more than the limit of {settings.max_head_statistics_values:,}: "
+                "send fewer or shorter texts, or split them over several requests and average the results",
+            )
+        slices = statistics_slices(lengths, per_text, settings.inspection_slice_values)
+        computations = []
+        for rows in slices:
+            members = [encodings[i] for i in rows]
+            separators, punctuation = key_marks(members, [request.texts[i] for i in rows])
+            computations.append(functools.partial(_head_statistics, members, separators, punctuation))
+        parts = await served.queue.inspect(computations, timing)
+        per_text_statistics = np.concatenate(parts, axis=1)  # (S, N, L, H), the texts in slice order
+        with warnings.catch_warnings():  # a statistic no text has (to_next of one-token texts) stays NaN → null
+            warnings.simplefilter("ignore", RuntimeWarning)
+            means = np.nanmean(per_text_statistics, axis=1)  # (S, L, H)
+        response = construct(
+            HeadStatisticsResponse,
+            model=served.name,
+            layers=config.n_layers,
+            heads=config.n_heads,
+            n_texts=len(encodings),
+            statistics={name: means[s] for s, name in enumerate(HEAD_STATISTICS)},
+        )
+        return Reply(response, means.size)
+
+    async def similarity(self, served: ServedModel, request: SimilarityRequest, timing: Timing | None = None) -> Reply:
+        """Cosine similarity of the source's sentence embedding with each text's, from one shared pass; with
+        ``explain`` each score split into source token × text token contributions (explain_similarity)."""
+        settings = self.settings
+        if len(request.texts) > settings.max_batch_texts:
+            raise InvalidRequest(
+                "texts", f"at most {settings.max_batch_texts} texts per request, got {len(request.texts)}"
+            )
+        model = served.model
+        texts = model.prompted([request.source, *request.texts], None)
+        try:
+            (source_encoding,) = await served.tokens.encode(
+                texts[:1], truncate=request.truncate, param="source", indexed=False
+            )
+            encodings = await served.tokens.encode(texts[1:], truncate=request.truncate, param="texts")
+        except InvalidRequest:
+            raise
+        n_source = len(source_encoding.ids)
+        if request.explain:
+            n_values = sum(n_source * len(encoding.ids) for encoding in encodings)
+            if n_values > settings.max_explanation_values:
+                raise InvalidRequest(
+                    "texts",
+                    f"the explanations would hold {n_values:,} contributions (source tokens × text tokens, summed over "
+                    f"the texts), more than the limit of {settings.max_explanation_values:,}: send fewer or shorter "
+                    "texts, or explain false",
+                )
+        spec = EmbeddingSpec(
+            layer=model.config.n_layers, pooling=model.pooling.mode, normalize=True, token_vectors=request.explain
+        )
+        results = await served.queue.embed([source_encoding, *encodings], spec, timing)
+        sentences = np.stack([result.sentence for result in results])  # (1 + N, D), unit length
+        scores = sentences[1:] @ sentences[0]  # (N,)
+        explanations = None
+        if request.explain:
+            explanations = await asyncio.to_thread(explain_all, results, model.pooling.mode, source_encoding, encodings)
+        data = []
+        for index, score in enumerate(scores):
+            item: dict[str, Any] = {"index": index, "score": float(score)}
+            if explanations is not None:
+                item["explanation"] = explanations[index]
+            data.append(construct(Similarity, **item))
+        n_values = n_source * sum(len(e.ids) for e in encodings) if explanations is not None else 0
+        response = construct(
+            SimilarityResponse, model=served.name, data=data, usage=usage([source_encoding, *encodings])
         )
         return Reply(response, n_values)
 

@@ -108,8 +108,8 @@ def test_multi_head_attention_equals_torch_multihead_attention(n_heads: int) -> 
         expected, expected_weights = reference(
             x, x, x, key_padding_mask=attention_mask == 0, need_weights=True, average_attn_weights=False
         )
-        explicit, weights = ours(x, padding_mask(attention_mask), need_weights=True)
-        fast, none = ours(x, padding_mask(attention_mask), need_weights=False)
+        explicit, weights, _ = ours(x, padding_mask(attention_mask), need_weights=True)
+        fast, none, _ = ours(x, padding_mask(attention_mask), need_weights=False)
     torch.testing.assert_close(explicit, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(fast, expected, atol=1e-5, rtol=1e-5)
@@ -126,7 +126,7 @@ def test_multi_head_attention_equals_seed_numpy_attention_with_causal_mask() -> 
         x[0].numpy(), M.numpy(), ours.qkv.weight.detach().numpy().T, ours.out.weight.detach().numpy().T, H
     )
     with torch.no_grad():
-        y, attn = ours(x, padding_mask(torch.ones(1, T), causal=True), need_weights=True)
+        y, attn, _ = ours(x, padding_mask(torch.ones(1, T), causal=True), need_weights=True)
     assert np.linalg.norm(y[0].numpy() - expected) < 1e-5
     np.testing.assert_allclose(attn[0].numpy(), expected_attn, atol=1e-6)
 
