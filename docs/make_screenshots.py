@@ -16,14 +16,19 @@ from model import DEFAULT_MODEL_NAME, default_model_path  # noqa: E402
 from tests.app.test_viewer import CHROMIUM_ARGS  # noqa: E402
 from tests.helpers import running_server, write_tiny_model  # noqa: E402
 
-VIEWS = {
-    "head": "head-view",
-    "model": "model-view",
-    "heatmap": "heatmap",
-    "pe": "positional-encoding",
-    "similarity": "similarity",
-    "rerank": "rerank",
-}
+# (tab, file name): each view as it opens, some after a step of their own (below); in this order,
+# the rerank view last, since it switches to the cross-encoder.
+VIEWS = [
+    ("head", "head-view"),
+    ("model", "model-view"),
+    ("heatmap", "heatmap"),
+    ("stats", "head-statistics"),
+    ("pe", "positional-encoding"),
+    ("similarity", "similarity"),
+    ("similarity", "similarity-explanation"),
+    ("head", "head-view-norm"),
+    ("rerank", "rerank"),
+]
 # The rerank view needs a cross-encoder: a tiny random one, whose vocabulary has only a few dozen words.
 CROSS_ENCODER = "tiny-cross-encoder"
 QUERY = "the cat sat on the mat"
@@ -45,18 +50,26 @@ def main() -> None:
         page = browser.new_page(viewport={"width": 1200, "height": 800}, device_scale_factor=1)
         page.goto(url + "/")
         page.wait_for_selector("#head-left .token")
-        for tab, name in VIEWS.items():
+        for tab, name in VIEWS:
             if tab == "rerank":
                 page.select_option("#model-select", CROSS_ENCODER)
                 idle(page)
             page.click(f"#tab-{tab}")
-            page.wait_for_function("() => !document.body.hasAttribute('aria-busy')")
+            idle(page)
             if tab == "heatmap":
                 page.select_option("#heat-head", "rollout")
-                page.wait_for_function("() => !document.body.hasAttribute('aria-busy')")
-            if tab == "similarity":
+                idle(page)
+            if name == "head-statistics":
+                page.select_option("#stats-statistic", "to_previous")
+            if name == "similarity":
                 page.click("#sim-form button[type=submit]")
-                page.wait_for_function("() => !document.body.hasAttribute('aria-busy')")
+                idle(page)
+            if name == "similarity-explanation":  # texts 1 and 2: a guitar and an instrument
+                page.click("#sim-grid button[data-row='0'][data-col='1']")
+                idle(page)
+            if name == "head-view-norm":  # the same layer as head-view, for comparison
+                page.check("#head-norm")
+                idle(page)
             if tab == "rerank":
                 page.fill("#rerank-query", QUERY)
                 page.fill("#rerank-docs", "\n".join(DOCUMENTS))
@@ -64,6 +77,7 @@ def main() -> None:
                 idle(page)
                 page.click("#rerank-list button >> nth=0")
                 idle(page)
+            page.mouse.move(0, 0)  # no tooltip left over from a click
             path = ROOT / "docs" / f"viewer-{name}.png"
             page.screenshot(path=str(path), full_page=True)
             print(f"wrote {path.relative_to(ROOT)}")

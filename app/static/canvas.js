@@ -62,3 +62,34 @@ export function fitText(ctx, text, maxWidth) {
   }
   return text.slice(0, low) + "…";
 }
+
+// One button over each cell of a drawn grid (a layout's left, top, cellW, cellH, rows, cols), in
+// reading order, so that the pointer and the keyboard both reach every cell. `label(row, col)` is its
+// accessible name; `pick(row, col)` runs on a click, Enter or Space; `enter(row, col, point)` when the
+// pointer moves over it (point: the pointer's clientX, clientY) or the focus comes to it (point: the
+// cell's top right corner); `leave()` when either goes.
+export function placeGridButtons(container, layout, {label, pick, enter = () => {}, leave = () => {}}) {
+  container.querySelectorAll(":scope > button").forEach((button) => button.remove());
+  for (let row = 0; row < layout.rows; row++) {
+    for (let col = 0; col < layout.cols; col++) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.dataset.row = String(row);
+      button.dataset.col = String(col);
+      button.setAttribute("aria-label", label(row, col));
+      Object.assign(button.style, {
+        left: `${layout.left + col * layout.cellW}px`, top: `${layout.top + row * layout.cellH}px`,
+        width: `${layout.cellW}px`, height: `${layout.cellH}px`,
+      });
+      button.addEventListener("click", () => pick(row, col));
+      button.addEventListener("mousemove", (event) => enter(row, col, event));
+      button.addEventListener("focus", () => {
+        const rect = button.getBoundingClientRect();
+        enter(row, col, {clientX: rect.right, clientY: rect.top});
+      });
+      button.addEventListener("mouseleave", leave);
+      button.addEventListener("blur", leave);
+      container.append(button);
+    }
+  }
+}

@@ -101,8 +101,9 @@ export function modelCell(layout, li, hi) {
   return {x: layout.left + hi * layout.pitch, y: layout.top + li * layout.pitch};
 }
 
-// Heatmap of one (n × n) attention matrix, with the tokens along both edges when the cells are big enough.
-export function heatmapLayout(tokens) {
+// Heatmap of one (n × n) attention matrix, with the tokens along both edges when the cells are big
+// enough; wide enough for its `title` too.
+export function heatmapLayout(tokens, title = "") {
   const n = tokens.length;
   const cell = clamp(Math.floor(HEATMAP.budget / n), HEATMAP.minCell, HEATMAP.maxCell);
   const labels = cell >= HEATMAP.labelsFrom;
@@ -110,7 +111,7 @@ export function heatmapLayout(tokens) {
   const size = margin + n * cell + HEATMAP.padding;
   return {
     labels, rows: n, cols: n, cellW: cell, cellH: cell, left: margin, top: HEATMAP.titleHeight + margin,
-    width: size, height: HEATMAP.titleHeight + size,
+    width: Math.max(size, textWidth([title], FONTS.title) + 2 * TITLE.x), height: HEATMAP.titleHeight + size,
   };
 }
 
@@ -178,5 +179,57 @@ export function rerankLayout(results) {
   return {
     rows: results.length, cols: 1, cellW, cellH: RERANK.row, left, top: RERANK.top, labelWidth,
     width: left + cellW + TITLE.x, height: RERANK.top + results.length * RERANK.row + 4,
+  };
+}
+
+// Explanation of one similarity score: the (source tokens × text tokens) contributions, the source's
+// tokens down the left and the other text's along the top, under a title and a line naming each text;
+// each source token's total (its row's sum) in a strip of bars right of the matrix, each text token's
+// total (its column's sum) in a strip under it.
+export const EXPLAIN = {
+  textRow: 16,   // each of the two lines under the title that name the texts
+  strip: 72,     // the depth of a strip of totals; its zero line runs down (or along) its middle
+  stripGap: 8,   // between the matrix and a strip
+};
+
+export function explanationLayout(sourceTokens, tokens, title = "") {
+  const rows = sourceTokens.length, cols = tokens.length;
+  const cell = clamp(Math.floor(HEATMAP.budget / Math.max(rows, cols, 1)), HEATMAP.minCell, HEATMAP.maxCell);
+  const labels = cell >= HEATMAP.labelsFrom;
+  const font = `${HEATMAP.labelSize}px monospace`;
+  const textsTop = HEATMAP.titleHeight;
+  const left = textWidth(labels ? [...sourceTokens, "total"] : ["total"], font) + HEATMAP.padding;  // "total": the strip under
+  const top = textsTop + 2 * EXPLAIN.textRow + textWidth(labels ? [...tokens, "total"] : ["total"], font) + HEATMAP.padding;
+  const stripX = left + cols * cell + EXPLAIN.stripGap;
+  const stripY = top + rows * cell + EXPLAIN.stripGap;
+  return {
+    labels, rows, cols, cellW: cell, cellH: cell, left, top, textsTop, stripX, stripY,
+    width: Math.max(stripX + EXPLAIN.strip + HEATMAP.padding, HEATMAP.minWidth, textWidth([title], FONTS.title) + 2 * TITLE.x),
+    height: stripY + EXPLAIN.strip + HEATMAP.padding,
+  };
+}
+
+// The part of an explanation's figure under the point (x, y): a cell {row, col}, a source token's
+// total {row, col: cols}, a text token's total {row: rows, col}, or null.
+export function explanationCell(layout, x, y) {
+  const cell = gridCell(layout, x, y);
+  if (cell) return cell;
+  const {rows, cols, cellW, cellH, left, top, stripX, stripY} = layout;
+  const row = Math.floor((y - top) / cellH), col = Math.floor((x - left) / cellW);
+  if (x >= stripX && x < stripX + EXPLAIN.strip && row >= 0 && row < rows) return {row, col: cols};
+  if (y >= stripY && y < stripY + EXPLAIN.strip && col >= 0 && col < cols) return {row: rows, col};
+  return null;
+}
+
+export const STATS = {
+  cell: 56, gap: 2,            // each cell is drawn cell − gap wide, on white
+  left: 64, top: 44, right: 10, bottom: 10,
+};
+
+// Head statistics: one cell per layer (rows) and head (columns).
+export function statsLayout(layers, heads) {
+  return {
+    rows: layers, cols: heads, cellW: STATS.cell, cellH: STATS.cell, left: STATS.left, top: STATS.top,
+    width: STATS.left + heads * STATS.cell + STATS.right, height: STATS.top + layers * STATS.cell + STATS.bottom,
   };
 }

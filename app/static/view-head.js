@@ -1,14 +1,17 @@
 // Head view: lines join each token (left) to the tokens it attends to (right); thicker and darker is
-// more weight, one colour per head.
+// more weight, one colour per head. Norm-weighted values have no bound of 1: they are drawn relative
+// to the largest (data.scale).
 
 import {headColour, INK} from "./colour.js";
 import {FONTS, HEAD, TITLE} from "./layout.js";
 
 // The one draw function, for the screen (lines only, the labels are page elements) and the PNG
 // (layout.labels: a title and both token columns as well).
-// data: {title, tokens, heads: [{head, matrix}] (the heads shown), focus: {side: "left"|"right", index} | null}
+// data: {title, tokens, heads: [{head, matrix}] (the heads shown), scale: the value drawn as weight 1,
+// focus: {side: "left"|"right", index} | null}
 export function drawHeadView(ctx, data, layout) {
   const {tokens, heads, focus} = data;
+  const scale = data.scale || 1;
   const {row, left, top, linesWidth} = layout;
   if (layout.labels) {
     ctx.fillStyle = INK; ctx.font = FONTS.title; ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
@@ -29,7 +32,7 @@ export function drawHeadView(ctx, data, layout) {
       if (focus && focus.side === "left" && focus.index !== i) continue;
       for (let j = 0; j < n; j++) {
         if (focus && focus.side === "right" && focus.index !== j) continue;
-        const w = matrix[i][j];
+        const w = matrix[i][j] / scale;
         if (w < threshold) continue;
         ctx.globalAlpha = Math.min(1, 0.15 + w);
         ctx.lineWidth = 0.5 + 2.5 * w;

@@ -6,13 +6,15 @@ import {drawScaled, matrixImage} from "./canvas.js";
 import {FONTS, TITLE, modelCell} from "./layout.js";
 
 // The one draw function, for the screen and the PNG.
-// data: {model, layers, heads (numbers, as the API names them), attention: [layer][head] → (T, T) weights}
+// data: {model, title, layers, heads (numbers, as the API names them), attention: [layer][head] → (T, T)
+// weights, scale: the value drawn deepest blue (1 for attention weights, the largest for norms)}
 export function drawModelView(ctx, data, layout) {
   const {layers, heads, attention} = data;
   const {cell} = layout;
   ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, layout.width, layout.height);
   ctx.fillStyle = INK; ctx.font = FONTS.title; ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
-  ctx.fillText(`${data.model}: every layer and head`, TITLE.x, TITLE.baseline);
+  ctx.fillText(data.title || `${data.model}: every layer and head`, TITLE.x, TITLE.baseline);
+  const scale = data.scale || 1;
   ctx.fillStyle = MUTED; ctx.font = FONTS.value; ctx.textAlign = "center";
   heads.forEach((h, hi) => ctx.fillText(`head ${h + 1}`, modelCell(layout, 0, hi).x + cell / 2, layout.top - 8));
   ctx.textAlign = "right"; ctx.textBaseline = "middle";
@@ -20,7 +22,7 @@ export function drawModelView(ctx, data, layout) {
   ctx.strokeStyle = LINE; ctx.lineWidth = 1;
   layers.forEach((_, li) => heads.forEach((_, hi) => {
     const {x, y} = modelCell(layout, li, hi);
-    drawScaled(ctx, matrixImage(attention[li][hi], sequential), x, y, cell, cell);
+    drawScaled(ctx, matrixImage(attention[li][hi], (w) => sequential(w / scale)), x, y, cell, cell);
     ctx.strokeRect(x - 0.5, y - 0.5, cell + 1, cell + 1);
   }));
 }

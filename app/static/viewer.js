@@ -3,22 +3,31 @@
 // module, every size in layout.js.
 
 import {api, useModel} from "./api.js";
-import {paint, pngOf, sizeCanvas} from "./canvas.js";
+import {paint, placeGridButtons, pngOf, sizeCanvas} from "./canvas.js";
 import {headColour} from "./colour.js";
-import {HEAD, ROW, crossLayout, gridCell, headLayout, heatmapLayout, modelLayout, peLayout, rerankLayout, similarityLayout} from "./layout.js";
+import {
+  HEAD, ROW, crossLayout, explanationCell, explanationLayout, gridCell, headLayout, heatmapLayout, modelLayout, peLayout,
+  rerankLayout, similarityLayout, statsLayout,
+} from "./layout.js";
 import {drawHeadView, fillTokenColumns, highlightTokens} from "./view-head.js";
 import {drawHeatmap, heatmapText} from "./view-heatmap.js";
 import {drawModelView, placeCellButtons} from "./view-model.js";
 import {drawPositionalEncoding, positionalText} from "./view-positional.js";
 import {drawRerank, fillRerankList, rerankText} from "./view-rerank.js";
-import {drawSimilarity, fillSimilarityTable, similarityText} from "./view-similarity.js";
+import {
+  drawExplanation, drawSimilarity, explanationOf, explanationText, explanationTitle, fillExplanationTable, fillSimilarityTable,
+  similarityText,
+} from "./view-similarity.js";
+import {drawHeadStatistics, fillStatsTable, statisticName, statsData, statsText} from "./view-stats.js";
 
 const $ = (id) => document.getElementById(id);
 
 const state = {
   info: null,
   request: null,      // {text, text_pair}
-  attention: null,    // {model, tokens, token_details, layers, heads}: what every view shares
+  attention: null,    // {model, tokens, token_details, layers, heads, weighting, level}: what every view shares
+  norm: false,        // the views' "Norm-weighted" box: /attention's weighting "norm" instead of "attention"
+  words: false,       // their "Words" box: /attention's level "word" instead of "token"
   byLayer: new Map(), // layer index → (heads, T, T) weights, fetched one layer at a time
   aggregates: {},     // "mean" | "rollout" → /attention response (all layers, heads averaged)
   layer: 0,
@@ -27,7 +36,9 @@ const state = {
   view: "head",
   heatmap: null,      // {matrix, title, tokens}
   pe: null,
-  similarity: null,   // {model, texts, matrix}
+  similarity: null,   // {model, texts, matrix, selected: {row, col} | null}
+  explanation: null,  // the selected pair's score, explained: explanationOf(...)
+  stats: null,        // {response: /attention/heads's answer, texts}
   rerank: null,       // {model, query, results, selected}: /rerank's answer, best first
   pair: null,         // {model, title, rowTokens, colTokens, matrix}: query × document attention
   figures: {},        // view → the figure last drawn on screen, {data, layout, draw}: what its PNG redraws
@@ -46,9 +57,13 @@ function clearError() {
   $("error").textContent = "";
 }
 
+// The page is busy (aria-busy) while any of the work it started is under way, not just the latest.
+let busy = 0;
+
 async function guarded(button, work) {
   clearError();
   if (button) button.disabled = true;
+  busy += 1;
   document.body.setAttribute("aria-busy", "true");
   try {
     await work();
@@ -56,10 +71,12 @@ async function guarded(button, work) {
     showError(error.message);
   } finally {
     if (button) button.disabled = false;
-    document.body.removeAttribute("aria-busy");
+    busy -= 1;
+    if (busy === 0) document.body.removeAttribute("aria-busy");
   }
 }
 
+// event: a pointer event, or any {clientX, clientY} the tooltip should sit next to.
 function showTooltip(event, text) {
   const tip = $("tooltip");
   tip.textContent = text;
@@ -76,39 +93,82 @@ function show(view, canvasId, figure) {
   state.figures[view] = figure;
 }
 
-// Hovering a matrix view's canvas: the cell under the pointer, in words, in a tooltip and the readout
-// (with `context(data)` after it there). `text(data, row, col)` says it; the cells are where the
-// view's figure has them.
-function hoverCells(view, canvasId, readout, text, context = () => "") {
+// A cell of a view's figure in words, `text(data, row, col)`, in a tooltip by `point` and in the readout
+// (with `context(data)` after it there).
+function readCell(view, readout, text, row, col, point, context = () => "") {
+  const figure = state.figures[view];
+  if (!figure) return;
+  const words = text(figure.data, row, col);
+  $(readout).textContent = words + context(figure.data);
+  showTooltip(point, words);
+}
+
+// Hovering a matrix view's canvas: the cell under the pointer, read out. The cells are where the view's
+// figure has them: `hit(layout, x, y)` finds one.
+function hoverCells(view, canvasId, readout, text, {context = () => "", hit = gridCell} = {}) {
   const canvas = $(canvasId);
   canvas.addEventListener("mouseleave", hideTooltip);
   canvas.addEventListener("mousemove", (event) => {
     const figure = state.figures[view];
     if (!figure) return;
     const rect = canvas.getBoundingClientRect();
-    const cell = gridCell(figure.layout, event.clientX - rect.left, event.clientY - rect.top);
+    const cell = hit(figure.layout, event.clientX - rect.left, event.clientY - rect.top);
     if (!cell) { hideTooltip(); return; }
-    const words = text(figure.data, cell.row, cell.col);
-    $(readout).textContent = words + context(figure.data);
-    showTooltip(event, words);
+    readCell(view, readout, text, cell.row, cell.col, event, context);
   });
 }
 
 // ---------- attention: fetching ----------
 
+function formRequest() {
+  const pair = $("text-pair").value;
+  return {text: $("text").value, text_pair: pair === "" ? null : pair};
+}
+
+// What the Norm-weighted and Words boxes add to every /attention request of the attention views
+// (nothing when they are clear, so that the service's defaults apply).
+function attentionOptions() {
+  return {...(state.norm ? {weighting: "norm"} : {}), ...(state.words ? {level: "word"} : {})};
+}
+
+// The weighting and level of what is on show, in words, for the figures' titles ("" for the defaults).
+function optionsText() {
+  const parts = [state.attention.weighting === "norm" ? "norm-weighted" : "", state.attention.level === "word" ? "words" : ""];
+  return parts.filter(Boolean).map((p) => ` · ${p}`).join("");
+}
+
+// The details of each row and column: the tokens' own, or at word level each word's, from the tokens
+// it lists (a special token stays a word of its own); failing both, what the text says.
+const SPECIAL = /^(\[[A-Z]+\]|<\/?s>|<pad>|<mask>|<unk>)$/;
+function tokenDetails(data) {
+  const details = Array.isArray(data.token_details) ? data.token_details : [];
+  if (Array.isArray(data.words) && data.words.length === data.tokens.length) {
+    return data.words.map((word) => {
+      const first = details[word.tokens[0]] || {};
+      return {...first, text: word.text, special: word.tokens.every((k) => Boolean(details[k] && details[k].special))};
+    });
+  }
+  if (details.length === data.tokens.length) return details;
+  return data.tokens.map((text) => ({text, special: SPECIAL.test(text)}));
+}
+
 // One layer per request keeps every response inside the service's limit on attention values
 // (all heads of one layer of a 256-token text is 0.8 M weights; all six layers would be 4.7 M).
-async function runAttention() {
-  const text = $("text").value;
-  const pair = $("text-pair").value;
-  const request = {text, text_pair: pair === "" ? null : pair};
+// A request answered after a later one (the boxes ticked quickly, say) is dropped: the later one wins.
+let attentionAsked = 0;
+
+async function runAttention(request = formRequest()) {
   const layer = Math.min(state.layer, state.info.architecture.layers - 1);
-  const data = await api("/attention", {...request, layers: [layer], decimals: 5});
+  const options = attentionOptions();
+  const asked = ++attentionAsked;
+  const data = await api("/attention", {...request, ...options, layers: [layer], decimals: 5});
+  if (asked !== attentionAsked) return;
   state.request = request;
   state.layer = layer;
   state.attention = {
-    model: data.model, tokens: data.tokens, token_details: data.token_details, heads: data.heads,
+    model: data.model, tokens: data.tokens, token_details: tokenDetails(data), heads: data.heads,
     layers: [...Array(state.info.architecture.layers).keys()],
+    weighting: options.weighting || "attention", level: options.level || "token",
   };
   state.byLayer = new Map([[layer, data.attention[0]]]);
   state.aggregates = {};
@@ -118,19 +178,26 @@ async function runAttention() {
   await render();
 }
 
+// More of the attention on show: the same text, weighting and level. The caches are those of the
+// attention on show when asked, so that an answer for a text or setting since replaced is not kept.
+function sameAttention() {
+  const {weighting, level} = state.attention;
+  return {...state.request, ...(weighting === "norm" ? {weighting} : {}), ...(level === "word" ? {level} : {})};
+}
+
 async function layerAttention(layer) {
-  if (!state.byLayer.has(layer)) {
-    const data = await api("/attention", {...state.request, layers: [layer], decimals: 5});
-    state.byLayer.set(layer, data.attention[0]);
+  const cache = state.byLayer;
+  if (!cache.has(layer)) {
+    const data = await api("/attention", {...sameAttention(), layers: [layer], decimals: 5});
+    cache.set(layer, data.attention[0]);
   }
-  return state.byLayer.get(layer);
+  return cache.get(layer);
 }
 
 async function aggregate(kind) {
-  if (!state.aggregates[kind]) {
-    state.aggregates[kind] = await api("/attention", {...state.request, aggregate: kind});
-  }
-  return state.aggregates[kind];
+  const cache = state.aggregates;
+  if (!cache[kind]) cache[kind] = await api("/attention", {...sameAttention(), aggregate: kind});
+  return cache[kind];
 }
 
 function tokens() { return state.attention ? state.attention.tokens : []; }
@@ -192,13 +259,24 @@ function linesWidth() {
   return parseInt(getComputedStyle($("head-view")).gridTemplateColumns.split(" ")[1]) || HEAD.linesWidth;
 }
 
+// The weight the views draw as their strongest: 1 for attention weights, whose rows sum to 1; the
+// largest value for norms, which have no such bound.
+function fullScale(matrices) {
+  if (state.attention.weighting !== "norm") return 1;
+  let max = 1e-12;
+  for (const matrix of matrices) for (const row of matrix) for (const v of row) if (v > max) max = v;
+  return max;
+}
+
 function drawHeadLines() {
   if (!state.attention || !state.byLayer.has(state.layer)) return;
   const matrices = state.byLayer.get(state.layer);
+  const heads = [...state.heads].map((head) => ({head, matrix: matrices[state.attention.heads.indexOf(head)]}));
   const data = {
-    title: `${state.attention.model} · layer ${state.attention.layers[state.layer] + 1}`,
+    title: `${state.attention.model} · layer ${state.attention.layers[state.layer] + 1}${optionsText()}`,
     tokens: tokens(),
-    heads: [...state.heads].map((head) => ({head, matrix: matrices[state.attention.heads.indexOf(head)]})),
+    heads,
+    scale: fullScale(heads.map((h) => h.matrix)),
     focus: state.focus,
   };
   show("head", "head-canvas", {data, layout: headLayout(data.tokens, {linesWidth: linesWidth()}), draw: drawHeadView});
@@ -213,15 +291,20 @@ async function allLayers() {
 
 async function renderModelView() {
   const {model, layers, heads} = state.attention;
-  const data = {model, layers, heads, attention: await allLayers()};
+  const attention = await allLayers();
+  const data = {model, layers, heads, attention, scale: fullScale(attention.flat()), title: `${model}: every layer and head${optionsText()}`};
   const layout = modelLayout(layers.length, heads.length);
   show("model", "model-canvas", {data, layout, draw: drawModelView});
-  placeCellButtons($("model-grid"), data, layout, (li, h) => {
-    state.layer = li;
-    $("heat-layer").value = String(li);
-    $("heat-head").value = String(h);
-    selectView("heatmap");
-  });
+  placeCellButtons($("model-grid"), data, layout, openHeatmap);
+}
+
+// The heatmap view, showing layer index `li`, head `h` of the text on show.
+function openHeatmap(li, h) {
+  state.layer = li;
+  $("heat-layer").value = String(li);
+  $("head-layer").value = String(li);
+  $("heat-head").value = String(h);
+  selectView("heatmap");
 }
 
 // ---------- heatmap view ----------
@@ -232,16 +315,16 @@ async function currentHeatmap() {
   const layer = state.attention.layers[li];
   if (choice === "mean" || choice === "rollout") {
     const data = await aggregate(choice);
-    return {matrix: data.attention[li][0], title: `layer ${layer + 1}, ${choice === "mean" ? "mean over heads" : "rollout"}`};
+    return {matrix: data.attention[li][0], title: `layer ${layer + 1}, ${choice === "mean" ? "mean over heads" : "rollout"}${optionsText()}`};
   }
   const hi = state.attention.heads.indexOf(Number(choice));
-  return {matrix: (await layerAttention(li))[hi], title: `layer ${layer + 1}, head ${Number(choice) + 1}`};
+  return {matrix: (await layerAttention(li))[hi], title: `layer ${layer + 1}, head ${Number(choice) + 1}${optionsText()}`};
 }
 
 async function renderHeatmap() {
   const {matrix, title} = await currentHeatmap();
   state.heatmap = {matrix, title, tokens: tokens()};
-  show("heatmap", "heat-canvas", {data: state.heatmap, layout: heatmapLayout(state.heatmap.tokens), draw: drawHeatmap});
+  show("heatmap", "heat-canvas", {data: state.heatmap, layout: heatmapLayout(state.heatmap.tokens, title), draw: drawHeatmap});
 }
 
 // ---------- positional encoding ----------
@@ -256,15 +339,92 @@ async function renderPositionalEncoding() {
 
 // ---------- similarity ----------
 
+function similarityFigure() {
+  return {data: state.similarity, layout: similarityLayout(state.similarity.texts), draw: drawSimilarity};
+}
+
 async function renderSimilarity() {
   const texts = $("sim-texts").value.split("\n").map((t) => t.trim()).filter((t) => t !== "");
+  forgetExplanation();
   const data = await api("/encode", {texts, normalize: true});
   const vectors = data.data.map((d) => d.embedding);
   const matrix = vectors.map((a) => vectors.map((b) => a.reduce((sum, x, k) => sum + x * b[k], 0)));
-  state.similarity = {model: data.model, texts, matrix};
-  show("similarity", "sim-canvas", {data: state.similarity, layout: similarityLayout(texts), draw: drawSimilarity});
+  state.similarity = {model: data.model, texts, matrix, selected: null};
+  const figure = similarityFigure();
+  show("similarity", "sim-canvas", figure);
   fillSimilarityTable($("sim-table"), state.similarity);
+  placeGridButtons($("sim-grid"), figure.layout, {
+    label: (i, j) => `${similarityText(state.similarity, i, j)}: explain`,
+    pick: (i, j) => guarded(null, () => explainPair(i, j)),
+    enter: (i, j, point) => readCell("similarity", "sim-readout", similarityText, i, j, point),
+    leave: hideTooltip,
+  });
 }
+
+function forgetExplanation() {
+  state.explanation = null;
+  state.figures["similarity-explain"] = null;
+  $("sim-explain-canvas").hidden = true;
+  $("sim-explain-readout").textContent = "";
+  $("sim-explain-table").innerHTML = "";
+}
+
+// What each pair of tokens contributes to the similarity of text `row` (the source) and text `col`.
+async function explainPair(row, col) {
+  const similarity = state.similarity;
+  if (!similarity) return;
+  similarity.selected = {row, col};
+  show("similarity", "sim-canvas", similarityFigure());
+  $("sim-grid").querySelectorAll("button").forEach((b) => {
+    b.setAttribute("aria-pressed", String(Number(b.dataset.row) === row && Number(b.dataset.col) === col));
+  });
+  const source = similarity.texts[row], text = similarity.texts[col];
+  const data = await api("/similarity", {source, texts: [text], explain: true});
+  if (state.similarity !== similarity || similarity.selected.row !== row || similarity.selected.col !== col) return;  // superseded
+  state.explanation = explanationOf(data.model, source, text, data.data[0]);
+  const explanation = state.explanation;
+  $("sim-explain-canvas").hidden = false;
+  const layout = explanationLayout(explanation.sourceTokens, explanation.tokens, explanationTitle(explanation));
+  show("similarity-explain", "sim-explain-canvas", {data: explanation, layout, draw: drawExplanation});
+  fillExplanationTable($("sim-explain-table"), explanation);
+  $("sim-explain-readout").textContent = `${row + 1} ↔ ${col + 1}: ${explanationTitle(explanation)}. Hover a cell or a total to read it.`;
+}
+
+// ---------- head statistics ----------
+
+function statsTexts() {
+  const more = $("stats-texts").value.split("\n").map((t) => t.trim()).filter((t) => t !== "");
+  return [(state.request || formRequest()).text, ...more];
+}
+
+async function renderStats() {
+  const texts = statsTexts();
+  const response = await api("/attention/heads", {texts});
+  state.stats = {response, texts};
+  const select = $("stats-statistic");
+  const previous = select.value;
+  select.innerHTML = "";
+  Object.keys(response.statistics).forEach((key) => select.add(new Option(statisticName(key), key)));
+  if ([...select.options].some((o) => o.value === previous)) select.value = previous;
+  drawStats();
+}
+
+function drawStats() {
+  if (!state.stats) return;
+  const data = statsData(state.stats.response, $("stats-statistic").value, state.stats.texts);
+  const layout = statsLayout(data.values.length, data.values[0].length);
+  show("stats", "stats-canvas", {data, layout, draw: drawHeadStatistics});
+  fillStatsTable($("stats-table"), data);
+  placeGridButtons($("stats-grid"), layout, {
+    label: (l, h) => `${statsText(data, l, h)}: show its heatmap`,
+    pick: (l, h) => openHeatmap(l, h),
+    enter: (l, h, point) => readCell("stats", "stats-readout", statsText, l, h, point),
+    leave: hideTooltip,
+  });
+}
+
+// The statistics are of the text on show (and the view's other texts): asked again when either changed.
+const statsCurrent = () => state.stats && state.stats.texts.join("\n") === statsTexts().join("\n");
 
 // ---------- rerank ----------
 
@@ -344,8 +504,9 @@ async function switchModel(name) {
   useModel(name);
   Object.assign(state, {
     info: null, attention: null, byLayer: new Map(), aggregates: {}, heatmap: null, pe: null,
-    similarity: null, rerank: null, pair: null, figures: {}, focus: null,
+    similarity: null, explanation: null, stats: null, rerank: null, pair: null, figures: {}, focus: null,
   });
+  forgetExplanation();
   state.heads.clear();
   $("rerank-list").innerHTML = "";
   $("rerank-attn-canvas").hidden = true;
@@ -356,7 +517,7 @@ async function switchModel(name) {
 
 // ---------- views, downloads ----------
 
-const VIEWS = ["head", "model", "heatmap", "pe", "similarity", "rerank"];
+const VIEWS = ["head", "model", "heatmap", "stats", "pe", "similarity", "rerank"];
 
 function selectView(view) {
   state.view = view;
@@ -373,6 +534,7 @@ async function render() {
   if (state.view === "pe") { if (!state.pe) await renderPositionalEncoding(); return; }
   if (state.view === "similarity") { if (!state.similarity) await renderSimilarity(); return; }
   if (state.view === "rerank") { if (!state.rerank) await renderRerank(); return; }
+  if (state.view === "stats") { if (!statsCurrent()) await renderStats(); return; }
   if (!state.attention) return;
   if (state.view === "head") await renderHeadView();
   else if (state.view === "model") await renderModelView();
@@ -388,7 +550,8 @@ function download(name, href) {
 function viewData() {
   switch (state.view) {
     case "pe": return state.pe;
-    case "similarity": return state.similarity;
+    case "similarity": return state.similarity && {...state.similarity, explanation: state.explanation};
+    case "stats": return state.stats && {...state.stats.response, texts: state.stats.texts};
     case "heatmap": return state.heatmap;
     case "rerank": return state.rerank && {...state.rerank, attention: state.pair};
     default: return state.attention && {
@@ -425,7 +588,18 @@ function wire() {
   $("heat-head").addEventListener("change", () => guarded(null, renderHeatmap));
   $("heads-all").addEventListener("click", () => { state.attention.heads.forEach((h) => state.heads.add(h)); buildControls(); drawHeadLines(); });
   $("heads-none").addEventListener("click", () => { state.heads.clear(); buildControls(); drawHeadLines(); });
-  hoverCells("heatmap", "heat-canvas", "heat-readout", heatmapText, (data) => ` (${data.title})`);
+  hoverCells("heatmap", "heat-canvas", "heat-readout", heatmapText, {context: (data) => ` (${data.title})`});
+  hoverCells("similarity-explain", "sim-explain-canvas", "sim-explain-readout", explanationText, {hit: explanationCell});
+  // The two boxes of the head view and the two of the heatmap are one setting each: the views share the attention.
+  for (const [key, ids] of [["norm", ["head-norm", "heat-norm"]], ["words", ["head-word", "heat-word"]]]) {
+    ids.forEach((id) => $(id).addEventListener("change", (event) => {
+      state[key] = event.target.checked;
+      ids.forEach((other) => { $(other).checked = state[key]; });
+      if (state.request && state.info) guarded(null, () => runAttention(state.request));
+    }));
+  }
+  $("stats-form").addEventListener("submit", (event) => { event.preventDefault(); guarded(event.submitter, renderStats); });
+  $("stats-statistic").addEventListener("change", drawStats);
   hoverCells("pe", "pe-canvas", "pe-readout", positionalText);
   hoverCells("similarity", "sim-canvas", "sim-readout", similarityText);
   hoverCells("rerank-pair", "rerank-attn-canvas", "rerank-readout", heatmapText);

@@ -149,7 +149,7 @@ def test_page_loads_without_console_errors_or_outside_requests(viewer: Watched, 
     assert viewer.page.title() == "Encoder inspector"
     assert "all-MiniLM-L6-v2" in viewer.page.inner_text("#model-info")
     submit(viewer.page, TEXT)
-    for tab in ("model", "heatmap", "pe", "similarity", "head"):
+    for tab in ("model", "heatmap", "stats", "pe", "similarity", "head"):
         open_tab(viewer.page, tab)
     assert viewer.errors == []
     outside = [url for url in viewer.requests if not url.startswith(server) and not url.startswith(("data:", "blob:"))]
@@ -334,7 +334,7 @@ def test_an_empty_similarity_request_is_explained(viewer: Watched) -> None:
     assert "texts" in viewer.page.inner_text("#error")
 
 
-@pytest.mark.parametrize("tab", ["head", "model", "heatmap", "pe", "similarity"])
+@pytest.mark.parametrize("tab", ["head", "model", "heatmap", "stats", "pe", "similarity"])
 def test_each_view_downloads_as_png_and_json(viewer: Watched, tab: str) -> None:
     page = viewer.page
     open_tab(page, tab)
@@ -353,6 +353,248 @@ def test_each_view_downloads_as_png_and_json(viewer: Watched, tab: str) -> None:
         page.click("#download-json")
     assert data.value.suggested_filename == f"{tab}.json"
     assert json.loads(open(data.value.path(), encoding="utf-8").read())
+
+
+# ---- the similarity explanation, head statistics, norm weighting and word level ----
+
+SIM_TEXTS = ["A man is playing a guitar.", "Someone plays an instrument.", "Interest rates rose again."]
+PIECES = "unbelievably tokenization"  # two words of several word pieces each
+
+
+def posted(page: Page, path: str, **fields: Any) -> Any:
+    """Waits for the page's next POST to `path` whose JSON body has `fields` (as a context manager)."""
+
+    def matches(request: Any) -> bool:
+        if request.method != "POST" or not request.url.endswith(path):
+            return False
+        body = request.post_data_json
+        return all(body.get(key) == value for key, value in fields.items())
+
+    return page.expect_request(matches)
+
+
+def words(tokens: list[Any]) -> list[str]:
+    """Token texts, whether the service lists them as strings or as /tokenize's objects."""
+    return [t if isinstance(t, str) else t["text"] for t in tokens]
+
+
+def compare(page: Page, texts: list[str] = SIM_TEXTS) -> None:
+    open_tab(page, "similarity")
+    page.fill("#sim-texts", "\n".join(texts))
+    page.click("#sim-form button[type=submit]")
+    idle(page)
+
+
+def texts_of(page: Page, selector: str) -> list[str]:
+    return page.eval_on_selector_all(selector, "cells => cells.map((c) => c.textContent)")
+
+
+def table_numbers(page: Page, selector: str) -> list[float]:
+    return [float(x) for x in texts_of(page, selector)]
+
+
+def check_explanation(page: Page, server: str, body: dict, row: int, col: int) -> dict:
+    """The explanation on show is the service's answer to `body`, drawn, and its totals add up."""
+    assert body == {"source": SIM_TEXTS[row], "texts": [SIM_TEXTS[col]], "explain": True, "model": "all-MiniLM-L6-v2"}
+    item = httpx.post(f"{server}/similarity", json=body).json()["data"][0]
+    explanation = item["explanation"]
+    source, tokens = words(explanation["source_tokens"]), words(explanation["tokens"])
+    assert page.is_visible("#sim-explain-canvas")
+    assert ink(page, "#sim-explain-canvas") > 1000
+    assert page.get_attribute(f"#sim-grid button[data-row='{row}'][data-col='{col}']", "aria-pressed") == "true"
+    # The table equivalent: one row per source token, one column per text token, and the totals.
+    assert texts_of(page, "#sim-explain-table thead th")[1:] == [*tokens, "total"]
+    assert texts_of(page, "#sim-explain-table tbody th") == source
+    cells = table_numbers(page, "#sim-explain-table tbody td:not(.source-total)")
+    flat = [v for line in explanation["contributions"] for v in line]
+    assert cells == pytest.approx(flat, abs=1e-5)
+    source_totals = table_numbers(page, "#sim-explain-table td.source-total")
+    token_totals = table_numbers(page, "#sim-explain-table td.token-total")
+    assert (len(source_totals), len(token_totals)) == (len(source), len(tokens))
+    assert sum(source_totals) == pytest.approx(item["score"], abs=1e-3)
+    assert sum(token_totals) == pytest.approx(item["score"], abs=1e-3)
+    assert table_numbers(page, "#sim-explain-table td.score") == pytest.approx([item["score"]], abs=1e-5)
+    assert f"similarity {item['score']:.4f}" in page.inner_text("#sim-explain-readout")
+    # The score explained is the one the matrix shows for the pair.
+    shown = float(page.locator("#sim-table tbody tr").nth(row).locator("td").nth(col).inner_text())
+    assert shown == pytest.approx(item["score"], abs=0.006)
+    return {"source": source, "tokens": tokens, "item": item}
+
+
+def test_similarity_cell_click_explains_its_score_token_by_token(viewer: Watched, server: str) -> None:
+    page = viewer.page
+    compare(page)
+    assert page.locator("#sim-grid button").count() == len(SIM_TEXTS) ** 2
+    assert page.is_hidden("#sim-explain-canvas")
+    with posted(page, "/similarity") as request:
+        page.click("#sim-grid button[data-row='0'][data-col='1']")
+    idle(page)
+    shown = check_explanation(page, server, request.value.post_data_json, 0, 1)
+    # Hovering the drawing reads a contribution, and a token's total from the strip beside the matrix.
+    source, tokens = shown["source"], shown["tokens"]
+    item = shown["item"]
+    method = item["explanation"].get("method") or item.get("method")
+    title = page.evaluate(
+        "(arg) => import('/static/view-similarity.js').then((v) => v.explanationTitle(arg))",
+        {"model": "all-MiniLM-L6-v2", "score": item["score"], "method": method},
+    )
+    grid = layout(page, "m.explanationLayout(arg[0], arg[1], arg[2])", [source, tokens, title])
+    assert css_size(page, "#sim-explain-canvas") == (grid["width"], grid["height"])
+    page.locator("#sim-explain-canvas").scroll_into_view_if_needed()
+    hover_cell(page, "#sim-explain-canvas", grid, 1, 2)
+    assert page.inner_text("#sim-explain-readout").startswith(f"“{source[1]}” · “{tokens[2]}”: ")
+    box = bounds(page.locator("#sim-explain-canvas"))
+    strip = layout(page, "m.EXPLAIN.strip")
+    page.mouse.move(box["x"] + grid["stripX"] + strip / 2, box["y"] + grid["top"] + 0.5 * grid["cellH"])
+    total = sum(shown["item"]["explanation"]["contributions"][0])
+    assert page.inner_text("#sim-explain-readout") == f"“{source[0]}” (source), total: {total:.4f}"
+    # Its data comes with the similarity view's JSON.
+    with page.expect_download() as data:
+        page.click("#download-json")
+    saved = json.loads(open(data.value.path(), encoding="utf-8").read())
+    assert saved["explanation"]["score"] == pytest.approx(shown["item"]["score"])
+    assert viewer.errors == []
+
+
+def test_similarity_explanation_opens_from_the_keyboard(viewer: Watched, server: str) -> None:
+    page = viewer.page
+    compare(page)
+    cell = page.locator("#sim-grid button[data-row='2'][data-col='0']")
+    cell.focus()
+    assert page.inner_text("#sim-readout").startswith(f"{SIM_TEXTS[2]} ↔ {SIM_TEXTS[0]}: ")  # read on focus
+    with posted(page, "/similarity") as request:
+        page.keyboard.press("Enter")
+    idle(page)
+    check_explanation(page, server, request.value.post_data_json, 2, 0)
+    page.keyboard.press("Tab")  # the next cell, (2, 1), in reading order
+    with posted(page, "/similarity") as request:
+        page.keyboard.press(" ")
+    idle(page)
+    check_explanation(page, server, request.value.post_data_json, 2, 1)
+    assert page.get_attribute("#sim-grid button[data-row='2'][data-col='0']", "aria-pressed") == "false"
+    assert viewer.errors == []
+
+
+def test_head_statistics_grid_has_a_cell_per_layer_and_head_and_opens_its_heatmap(viewer: Watched, server: str) -> None:
+    page = viewer.page
+    with posted(page, "/attention/heads") as request:
+        page.click("#tab-stats")
+    idle(page)
+    body = request.value.post_data_json
+    assert body == {"texts": [TEXT], "model": "all-MiniLM-L6-v2"}
+    expected = httpx.post(f"{server}/attention/heads", json=body).json()
+    statistics = expected["statistics"]
+    assert {"entropy", "distance", "to_cls", "to_sep", "to_punctuation", "to_self", "to_previous", "to_next"} <= set(
+        statistics
+    )
+    options = page.eval_on_selector_all("#stats-statistic option", "os => os.map((o) => o.value)")
+    assert options == list(statistics)
+    assert page.locator("#stats-grid button").count() == 6 * 12
+    assert ink(page, "#stats-canvas") > 1000
+    grid = layout(page, "m.statsLayout(6, 12)")
+    assert css_size(page, "#stats-canvas") == (grid["width"], grid["height"])
+    drawings = set()
+    for statistic in ("entropy", "to_cls"):
+        page.select_option("#stats-statistic", statistic)
+        rows = page.locator("#stats-table tbody tr")
+        assert rows.count() == 6
+        shown = texts_of(page, "#stats-table tbody td")
+        wanted = [v for line in statistics[statistic] for v in line]
+        assert len(shown) == len(wanted) == 6 * 12
+        for got, want in zip(shown, wanted, strict=True):  # null: no query position to average over
+            assert got == "none" if want is None else float(got) == pytest.approx(want, abs=1e-4)
+        drawings.add(page.eval_on_selector("#stats-canvas", "c => c.toDataURL()"))
+    assert len(drawings) == 2
+    # Hover and focus read a head's value; selecting it (keyboard here) opens its heatmap.
+    hover_cell(page, "#stats-canvas", grid, 4, 7)
+    assert page.inner_text("#stats-readout").startswith("layer 5, head 8: ")
+    cell = page.locator("#stats-grid button[data-row='2'][data-col='5']")
+    cell.focus()
+    value = statistics["to_cls"][2][5]
+    assert page.inner_text("#stats-readout").endswith(f"{value:.4f}")
+    page.keyboard.press("Enter")
+    idle(page)
+    assert page.get_attribute("#tab-heatmap", "aria-selected") == "true"
+    assert page.input_value("#heat-layer") == "2" and page.input_value("#heat-head") == "5"
+    assert ink(page, "#heat-canvas") > 0
+    attention = httpx.post(f"{server}/attention", json={"text": TEXT, "layers": [2], "heads": [5]}).json()
+    tokens = attention["tokens"]
+    heat = layout(page, "m.heatmapLayout(arg)", tokens)
+    hover_cell(page, "#heat-canvas", heat, 3, 0)
+    assert page.inner_text("#heat-readout").startswith(
+        f"“{tokens[3]}” → “{tokens[0]}”: {attention['attention'][0][0][3][0]:.4f} (layer 3, head 6)"
+    )
+    assert viewer.errors == []
+
+
+def test_norm_toggle_asks_for_norm_weighting_and_redraws(viewer: Watched, server: str) -> None:
+    page = viewer.page
+    before = page.eval_on_selector("#head-canvas", "c => c.toDataURL()")
+    with posted(page, "/attention", weighting="norm") as request:
+        page.check("#head-norm")
+    idle(page)
+    assert "level" not in request.value.post_data_json
+    assert page.is_checked("#heat-norm")  # one setting, shown in both views
+    assert ink(page, "#head-canvas") > 100
+    assert page.eval_on_selector("#head-canvas", "c => c.toDataURL()") != before
+    # The heatmap of another layer is asked for with the same weighting, and shows the norms.
+    open_tab(page, "heatmap")
+    with posted(page, "/attention", weighting="norm", layers=[0]):
+        page.select_option("#heat-layer", "0")
+    idle(page)
+    page.select_option("#heat-head", "4")
+    idle(page)
+    norms = httpx.post(
+        f"{server}/attention", json={"text": TEXT, "layers": [0], "heads": [4], "weighting": "norm", "decimals": 5}
+    ).json()
+    tokens = norms["tokens"]
+    assert max(sum(row) for row in norms["attention"][0][0]) > 1.01  # rows do not sum to 1: norms are shown
+    heat = layout(page, "m.heatmapLayout(arg)", tokens)
+    hover_cell(page, "#heat-canvas", heat, 2, 1)
+    value = norms["attention"][0][0][2][1]
+    assert page.inner_text("#heat-readout").startswith(f"“{tokens[2]}” → “{tokens[1]}”: {value:.4f}")
+    assert "norm-weighted" in page.inner_text("#heat-readout")
+    with posted(page, "/attention") as request:
+        page.uncheck("#heat-norm")
+    idle(page)
+    assert "weighting" not in request.value.post_data_json
+    assert not page.is_checked("#head-norm")
+    assert viewer.errors == []
+
+
+def test_word_toggle_shows_words_instead_of_word_pieces(viewer: Watched, server: str) -> None:
+    page = viewer.page
+    submit(page, PIECES)
+    pieces = page_tokens(page)
+    assert len(pieces) == n_tokens(server, PIECES) > 4
+    with posted(page, "/attention", level="word") as request:
+        page.check("#head-word")
+    idle(page)
+    assert "weighting" not in request.value.post_data_json
+    expected = httpx.post(f"{server}/attention", json={"text": PIECES, "layers": [0], "level": "word"}).json()["tokens"]
+    assert page_tokens(page) == expected
+    assert len(expected) < len(pieces)
+    assert ink(page, "#head-canvas") > 100
+    # The heatmap has one row and column per word.
+    open_tab(page, "heatmap")
+    assert page.is_checked("#heat-word")
+    height = css_size(page, "#heat-canvas")[1]
+    assert height == layout(page, "m.heatmapLayout(arg)", expected)["height"]
+    with posted(page, "/attention") as request:
+        page.uncheck("#heat-word")
+    idle(page)
+    assert "level" not in request.value.post_data_json
+    assert css_size(page, "#heat-canvas")[1] == layout(page, "m.heatmapLayout(arg)", pieces)["height"] > height
+    # Both at once: words, weighted by norm; the head view follows.
+    with posted(page, "/attention", level="word", weighting="norm"):
+        page.check("#heat-word")
+        page.check("#heat-norm")
+    idle(page)
+    assert css_size(page, "#heat-canvas")[1] == height
+    open_tab(page, "head")
+    assert page.is_checked("#head-word") and page.is_checked("#head-norm")
+    assert page_tokens(page) == expected
+    assert viewer.errors == []
 
 
 def test_keyboard_moves_between_tabs(viewer: Watched) -> None:
