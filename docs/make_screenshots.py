@@ -22,6 +22,7 @@ VIEWS = [
     ("head", "head-view"),
     ("model", "model-view"),
     ("heatmap", "heatmap"),
+    ("neuron", "neuron-view"),
     ("stats", "head-statistics"),
     ("pe", "positional-encoding"),
     ("similarity", "similarity"),
@@ -32,6 +33,8 @@ VIEWS = [
 # The rerank view needs a cross-encoder: a tiny random one, whose vocabulary has only a few dozen words.
 CROSS_ENCODER = "tiny-cross-encoder"
 QUERY = "the cat sat on the mat"
+# The neuron view's query: "it" in "The animal didn't cross the street because it was too tired."
+NEURON_QUERY = 10
 DOCUMENTS = ["a lazy dog", "the cat sat on the mat", "the quick brown fox jumps over the lazy dog", "hello world"]
 
 
@@ -59,6 +62,12 @@ def main() -> None:
             if tab == "heatmap":
                 page.select_option("#heat-head", "rollout")
                 idle(page)
+            if tab == "neuron":  # layer 4, head 2: "it" looks at "animal", the page's example sentence
+                page.select_option("#neuron-layer", "3")
+                idle(page)
+                page.select_option("#neuron-head", "1")
+                idle(page)
+                page.click(f"#neuron-tokens [data-index='{NEURON_QUERY}']")
             if name == "head-statistics":
                 page.select_option("#stats-statistic", "to_previous")
             if name == "similarity":

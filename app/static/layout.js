@@ -233,3 +233,89 @@ export function statsLayout(layers, heads) {
     width: STATS.left + heads * STATS.cell + STATS.right, height: STATS.top + layers * STATS.cell + STATS.bottom,
   };
 }
+
+// Neuron view: one head's attention for one query token i, step by step. A row per key token j, in
+// columns: the token, its key k_j, the elementwise product q_i ⊙ k_j, their dot product omega, the
+// scaled score, the attention weight as a bar, and the value v_j; the query q_i above the keys, the
+// context vector z_i under the values. Each vector of Dh numbers is a strip of Dh cells.
+export const NEURON = {
+  stripBudget: 160,      // px a strip of Dh cells aims to fill
+  maxCell: 8,            // px across a strip's cell at most
+  cellGap: 3,            // px between the strips of two rows (a strip is ROW − cellGap high)
+  gap: 16,               // between two columns
+  number: 64,            // a column of numbers, at least
+  bar: 140,              // an attention weight of 1
+  barValue: 52,          // the weight written after its bar
+  titleHeight: 26,       // the title, and under it the query's row
+  noteHeight: 18,        // the line saying the scores hold a position bias, when they do
+  headingGap: 6,         // between the query's row and the column headings
+  headingLine: 14,       // each of the two lines of a column's heading
+  contextGap: 8,         // between the last key's row and the context vector's
+  padding: 8,
+};
+
+// The shape of each step, as the seed notebooks print them, for T tokens and head width Dh.
+export function neuronShapes(T, dh) {
+  return {
+    query: `(${dh},)`, keys: `(${T}, ${dh})`, products: `(${T}, ${dh})`, omega: `(${T},)`, scaled: `(${T},)`,
+    attention: `(${T},)`, values: `(${T}, ${dh})`, context: `(${dh},)`,
+  };
+}
+
+// How the scores are scaled, in words: 1/√Dh when that is the model's scale, else the number itself.
+export function scaleText(scale, dh) {
+  const root = Math.abs(scale - 1 / Math.sqrt(dh)) < 1e-6;
+  return root ? `× 1/√Dh = ${scale.toFixed(3)}` : `× ${scale.toFixed(3)}`;
+}
+
+// Each column's heading, two lines: its name in the seed notebooks' words, then its shape or formula.
+// bias: whether the model adds a position bias to the scaled scores.
+export function neuronHeadings(T, dh, scale, bias = false) {
+  const s = neuronShapes(T, dh);
+  return {
+    token: ["key token", "j"],
+    keys: ["keys K", s.keys],
+    products: ["q_i ⊙ k_j", s.products],
+    omega: ["omega = q_i · k_j", s.omega],
+    scaled: [bias ? "scaled + position bias" : "scaled score", `${scaleText(scale, dh)} ${s.scaled}`],
+    attention: ["attention weights", `softmax ${s.attention}`],
+    values: ["values V", s.values],
+  };
+}
+
+// The labels beside the query's strip (right of it) and the context vector's (left of it).
+export const neuronQueryLabel = (token, dh) => `query q_i of “${token}” ${neuronShapes(1, dh).query}`;
+export const neuronContextLabel = (dh) => `context vector z_i = Σ_j α_ij v_j ${neuronShapes(1, dh).context}`;
+
+// tokens: the T tokens; dh: the head width; headings: neuronHeadings(...); bias as there; title: the
+// figure's. The grid is the key rows (one column across the whole figure): what hovering reads.
+export function neuronLayout(tokens, dh, headings, {title = "", bias = false} = {}) {
+  const T = tokens.length;
+  const heading = (key) => textWidth(headings[key], FONTS.axis);
+  const cell = clamp(Math.floor(NEURON.stripBudget / Math.max(dh, 1)), 1, NEURON.maxCell);
+  const strip = Math.max(dh * cell, heading("keys"), heading("products"), heading("values"));
+  const labelWidth = Math.max(textWidth(tokens, FONTS.token), heading("token"));
+  const omegaWidth = Math.max(NEURON.number, heading("omega"));
+  const scaledWidth = Math.max(NEURON.number, heading("scaled"));
+  const barsWidth = Math.max(NEURON.bar + NEURON.barValue, heading("attention"));
+  const x = {token: NEURON.padding};
+  x.keys = x.token + labelWidth + NEURON.gap;
+  x.products = x.keys + strip + NEURON.gap;
+  x.omega = x.products + strip + NEURON.gap;
+  x.scaled = x.omega + omegaWidth + NEURON.gap;
+  x.attention = x.scaled + scaledWidth + NEURON.gap;
+  x.values = x.attention + barsWidth + NEURON.gap;
+  const widths = {token: labelWidth, keys: strip, products: strip, omega: omegaWidth, scaled: scaledWidth, attention: barsWidth, values: strip};
+  const noteTop = NEURON.titleHeight;
+  const queryTop = noteTop + (bias ? NEURON.noteHeight : 0);
+  const headingTop = queryTop + ROW + NEURON.headingGap;
+  const top = headingTop + 2 * NEURON.headingLine + NEURON.headingGap;
+  const contextTop = top + T * ROW + NEURON.contextGap;
+  const right = x.values + strip + NEURON.padding;
+  return {
+    rows: T, cols: 1, cellW: right - x.token, cellH: ROW, left: x.token, top,
+    dh, cell, x, widths, noteTop, queryTop, headingTop, contextTop,
+    width: Math.max(right, textWidth([title], FONTS.title) + 2 * TITLE.x),
+    height: contextTop + ROW + NEURON.padding,
+  };
+}

@@ -6,12 +6,15 @@ import {api, useModel} from "./api.js";
 import {paint, placeGridButtons, pngOf, sizeCanvas} from "./canvas.js";
 import {headColour} from "./colour.js";
 import {
-  HEAD, ROW, crossLayout, explanationCell, explanationLayout, gridCell, headLayout, heatmapLayout, modelLayout, peLayout,
-  rerankLayout, similarityLayout, statsLayout,
+  HEAD, ROW, crossLayout, explanationCell, explanationLayout, gridCell, headLayout, heatmapLayout, modelLayout, neuronLayout,
+  peLayout, rerankLayout, similarityLayout, statsLayout,
 } from "./layout.js";
 import {drawHeadView, fillTokenColumns, highlightTokens} from "./view-head.js";
 import {drawHeatmap, heatmapText} from "./view-heatmap.js";
 import {drawModelView, placeCellButtons} from "./view-model.js";
+import {
+  biasText, drawNeuronView, fillNeuronSteps, fillNeuronTable, fillQueryTokens, markQueryToken, neuronData, neuronSummary, neuronText,
+} from "./view-neuron.js";
 import {drawPositionalEncoding, positionalText} from "./view-positional.js";
 import {drawRerank, fillRerankList, rerankText} from "./view-rerank.js";
 import {
@@ -39,6 +42,8 @@ const state = {
   similarity: null,   // {model, texts, matrix, selected: {row, col} | null}
   explanation: null,  // the selected pair's score, explained: explanationOf(...)
   stats: null,        // {response: /attention/heads's answer, texts}
+  neuron: null,       // {response: /attention/neuron's answer, request, layer, head}
+  neuronQuery: null,  // the neuron view's query token (an index into the response's tokens)
   rerank: null,       // {model, query, results, selected}: /rerank's answer, best first
   pair: null,         // {model, title, rowTokens, colTokens, matrix}: query × document attention
   figures: {},        // view → the figure last drawn on screen, {data, layout, draw}: what its PNG redraws
@@ -218,6 +223,7 @@ function buildControls() {
   heatHead.add(new Option("mean over heads", "mean"));
   heatHead.add(new Option("rollout (layers 1…this one)", "rollout"));
   heatHead.value = previous && [...heatHead.options].some((o) => o.value === previous) ? previous : "0";
+  fillNeuronSelects();
 
   const toggles = $("head-toggles");
   toggles.innerHTML = "";
@@ -325,6 +331,71 @@ async function renderHeatmap() {
   const {matrix, title} = await currentHeatmap();
   state.heatmap = {matrix, title, tokens: tokens()};
   show("heatmap", "heat-canvas", {data: state.heatmap, layout: heatmapLayout(state.heatmap.tokens, title), draw: drawHeatmap});
+}
+
+// ---------- neuron view ----------
+
+// The neuron view's layer and head selects, keeping their choice (the last layer and first head at first).
+function fillNeuronSelects() {
+  const {layers, heads} = state.attention;
+  const fill = (select, options, initial) => {
+    const previous = select.value;
+    select.innerHTML = "";
+    options.forEach(([label, value]) => select.add(new Option(label, value)));
+    select.value = [...select.options].some((o) => o.value === previous) ? previous : initial;
+  };
+  fill($("neuron-layer"), layers.map((layer, index) => [`${layer + 1} of ${layers.length}`, String(index)]), String(layers.length - 1));
+  fill($("neuron-head"), heads.map((h) => [`head ${h + 1}`, String(h)]), String(heads[0]));
+}
+
+// A request answered after a later one (the layer changed quickly, say) is dropped: the later one wins.
+let neuronAsked = 0;
+
+async function renderNeuron() {
+  const layer = Number($("neuron-layer").value), head = Number($("neuron-head").value);
+  const request = state.request;
+  const shown = state.neuron;
+  if (shown && shown.request === request && shown.layer === layer && shown.head === head) { drawNeuron(); return; }
+  const asked = ++neuronAsked;
+  let response;
+  try {
+    response = await api("/attention/neuron", {...request, layer, head});
+  } catch (error) {
+    if (asked === neuronAsked) forgetNeuron();  // what is on show is no longer what the controls say
+    throw error;
+  }
+  if (asked !== neuronAsked) return;
+  state.neuron = {response, request, layer, head};
+  const T = response.tokens.length;
+  state.neuronQuery = Math.min(state.neuronQuery === null ? 1 : state.neuronQuery, T - 1);
+  fillQueryTokens($("neuron-tokens"), response.tokens, response.token_details || [], state.neuronQuery, pickQuery);
+  drawNeuron();
+}
+
+function pickQuery(i) {
+  state.neuronQuery = i;
+  markQueryToken($("neuron-tokens"), i);
+  drawNeuron();
+}
+
+function drawNeuron() {
+  if (!state.neuron) return;
+  const data = neuronData(state.neuron.response, state.neuronQuery);
+  const layout = neuronLayout(data.tokens, data.dh, data.headings, {title: data.title, bias: data.hasBias});
+  show("neuron", "neuron-canvas", {data, layout, draw: drawNeuronView});
+  fillNeuronTable($("neuron-table"), data);
+  fillNeuronSteps($("neuron-steps"), data);
+  $("neuron-note").textContent = biasText(data);
+  $("neuron-note").hidden = !data.hasBias;
+  $("neuron-readout").textContent = neuronSummary(data);
+}
+
+function forgetNeuron() {
+  state.neuron = null;
+  state.figures.neuron = null;
+  sizeCanvas($("neuron-canvas"), 0, 0);
+  for (const id of ["neuron-tokens", "neuron-steps", "neuron-table", "neuron-note", "neuron-readout"]) $(id).innerHTML = "";
+  $("neuron-note").hidden = true;
 }
 
 // ---------- positional encoding ----------
@@ -505,8 +576,10 @@ async function switchModel(name) {
   Object.assign(state, {
     info: null, attention: null, byLayer: new Map(), aggregates: {}, heatmap: null, pe: null,
     similarity: null, explanation: null, stats: null, rerank: null, pair: null, figures: {}, focus: null,
+    neuronQuery: null,
   });
   forgetExplanation();
+  forgetNeuron();
   state.heads.clear();
   $("rerank-list").innerHTML = "";
   $("rerank-attn-canvas").hidden = true;
@@ -517,7 +590,7 @@ async function switchModel(name) {
 
 // ---------- views, downloads ----------
 
-const VIEWS = ["head", "model", "heatmap", "stats", "pe", "similarity", "rerank"];
+const VIEWS = ["head", "model", "heatmap", "neuron", "stats", "pe", "similarity", "rerank"];
 
 function selectView(view) {
   state.view = view;
@@ -539,6 +612,7 @@ async function render() {
   if (state.view === "head") await renderHeadView();
   else if (state.view === "model") await renderModelView();
   else if (state.view === "heatmap") await renderHeatmap();
+  else if (state.view === "neuron") await renderNeuron();
 }
 
 function download(name, href) {
@@ -553,6 +627,7 @@ function viewData() {
     case "similarity": return state.similarity && {...state.similarity, explanation: state.explanation};
     case "stats": return state.stats && {...state.stats.response, texts: state.stats.texts};
     case "heatmap": return state.heatmap;
+    case "neuron": return state.neuron && {...state.neuron.response, query: state.neuronQuery};
     case "rerank": return state.rerank && {...state.rerank, attention: state.pair};
     default: return state.attention && {
       ...state.attention,
@@ -600,6 +675,8 @@ function wire() {
   }
   $("stats-form").addEventListener("submit", (event) => { event.preventDefault(); guarded(event.submitter, renderStats); });
   $("stats-statistic").addEventListener("change", drawStats);
+  for (const id of ["neuron-layer", "neuron-head"]) $(id).addEventListener("change", () => guarded(null, renderNeuron));
+  hoverCells("neuron", "neuron-canvas", "neuron-readout", (data, row) => neuronText(data, row));
   hoverCells("pe", "pe-canvas", "pe-readout", positionalText);
   hoverCells("similarity", "sim-canvas", "sim-readout", similarityText);
   hoverCells("rerank-pair", "rerank-attn-canvas", "rerank-readout", heatmapText);

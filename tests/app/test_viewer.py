@@ -149,7 +149,7 @@ def test_page_loads_without_console_errors_or_outside_requests(viewer: Watched, 
     assert viewer.page.title() == "Encoder inspector"
     assert "all-MiniLM-L6-v2" in viewer.page.inner_text("#model-info")
     submit(viewer.page, TEXT)
-    for tab in ("model", "heatmap", "stats", "pe", "similarity", "head"):
+    for tab in ("model", "heatmap", "neuron", "stats", "pe", "similarity", "head"):
         open_tab(viewer.page, tab)
     assert viewer.errors == []
     outside = [url for url in viewer.requests if not url.startswith(server) and not url.startswith(("data:", "blob:"))]
@@ -334,7 +334,7 @@ def test_an_empty_similarity_request_is_explained(viewer: Watched) -> None:
     assert "texts" in viewer.page.inner_text("#error")
 
 
-@pytest.mark.parametrize("tab", ["head", "model", "heatmap", "stats", "pe", "similarity"])
+@pytest.mark.parametrize("tab", ["head", "model", "heatmap", "neuron", "stats", "pe", "similarity"])
 def test_each_view_downloads_as_png_and_json(viewer: Watched, tab: str) -> None:
     page = viewer.page
     open_tab(page, tab)
@@ -595,6 +595,167 @@ def test_word_toggle_shows_words_instead_of_word_pieces(viewer: Watched, server:
     assert page.is_checked("#head-word") and page.is_checked("#head-norm")
     assert page_tokens(page) == expected
     assert viewer.errors == []
+
+
+# ---- the neuron view: one head, one query token, step by step ----
+
+
+def dot(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def neuron_table(page: Page) -> dict[str, list]:
+    """The neuron view's table, column by column: key tokens, omega, scaled scores, attention weights."""
+    return {
+        "tokens": texts_of(page, "#neuron-table tbody th"),
+        "omega": table_numbers(page, "#neuron-table td.omega"),
+        "scaled": table_numbers(page, "#neuron-table td.scaled"),
+        "attention": table_numbers(page, "#neuron-table td.attention"),
+    }
+
+
+def shown_shapes(page: Page) -> dict[str, str]:
+    return page.eval_on_selector_all(
+        "#neuron-steps li",
+        "items => Object.fromEntries(items.map((li) => [li.dataset.step, li.lastChild.textContent]))",
+    )
+
+
+def active(page: Page) -> dict[str, Any]:
+    """The element with the keyboard focus: its id, token index, whether it is checked and shows its focus."""
+    return page.evaluate(
+        "() => { const e = document.activeElement; return {id: e.id, index: e.dataset.index,"
+        " checked: e.getAttribute('aria-checked'), visible: e.matches(':focus-visible')}; }"
+    )
+
+
+def test_neuron_view_walks_a_query_token_through_one_head_from_the_keyboard(viewer: Watched, server: str) -> None:
+    page = viewer.page
+    page.focus("#tab-head")
+    for _ in range(3):  # Head view → Model view → Heatmap → Neuron view
+        page.keyboard.press("ArrowRight")
+    idle(page)
+    assert page.get_attribute("#tab-neuron", "aria-selected") == "true" and page.is_visible("#view-neuron")
+    while active(page)["id"] != "neuron-layer":  # on through the download buttons to the view's controls
+        page.keyboard.press("Tab")
+    assert page.input_value("#neuron-layer") == "5" and page.input_value("#neuron-head") == "0"
+    with posted(page, "/attention/neuron", layer=3):
+        page.keyboard.press("ArrowUp")
+        page.keyboard.press("ArrowUp")
+    idle(page)
+    page.keyboard.press("Tab")
+    assert active(page)["id"] == "neuron-head"
+    with posted(page, "/attention/neuron", layer=3, head=2) as request:
+        page.keyboard.press("ArrowDown")
+        page.keyboard.press("ArrowDown")
+    idle(page)
+    body = request.value.post_data_json
+    assert body == {"text": TEXT, "text_pair": None, "layer": 3, "head": 2, "model": "all-MiniLM-L6-v2"}
+    response = request.value.response()
+    assert response is not None and response.status == 200
+    answer = response.json()
+    tokens = answer["tokens"]
+    T, Dh = len(tokens), len(answer["queries"][0])
+    assert n_tokens(server, TEXT) == T and (T, Dh) == (16, 32)
+
+    # The query token: Tab into the row of tokens (on the chosen one), then arrow keys to "it".
+    page.keyboard.press("Tab")
+    assert active(page) == {"id": "", "index": "1", "checked": "true", "visible": True}
+    i = tokens.index("it")
+    for _ in range(i - 1):
+        page.keyboard.press("ArrowRight")
+    assert active(page)["index"] == str(i) and active(page)["checked"] == "true"
+    assert page.locator("#neuron-tokens [aria-checked='true']").count() == 1
+    assert page.inner_text("#neuron-readout").startswith(f"Query “it” (token {i + 1} of {T})")
+
+    # Drawn, at the layout's size, and its rows read what the table says.
+    assert ink(page, "#neuron-canvas") > 5000
+    grid = page.evaluate(
+        "(arg) => Promise.all([import('/static/view-neuron.js'), import('/static/layout.js')]).then(([v, m]) => {"
+        " const d = v.neuronData(arg.answer, arg.i);"
+        " return m.neuronLayout(d.tokens, d.dh, d.headings, {title: d.title, bias: d.hasBias}); })",
+        {"answer": answer, "i": i},
+    )
+    assert css_size(page, "#neuron-canvas") == (grid["width"], grid["height"])
+    assert grid["rows"] == T and grid["dh"] == Dh
+    query, keys = answer["queries"][i], answer["keys"]
+    hover_cell(page, "#neuron-canvas", grid, 2, 0)
+    assert page.inner_text("#neuron-readout").startswith(f"“it” → “{tokens[2]}”: omega {dot(query, keys[2]):.4f}, ")
+
+    # The table: omega from the response's vectors, the service's scaled scores and its attention row.
+    table = neuron_table(page)
+    assert table["tokens"] == tokens
+    assert table["omega"] == pytest.approx([dot(query, k) for k in keys], abs=1e-4)
+    assert table["scaled"] == pytest.approx(answer["scores"][i], abs=1e-4)
+    assert table["scaled"] == pytest.approx([answer["scale"] * dot(query, k) for k in keys], abs=1e-3)
+    assert table["attention"] == pytest.approx(answer["attention"][i], abs=1e-4)
+    assert sum(table["attention"]) == pytest.approx(1, abs=1e-4)
+    assert page.is_hidden("#neuron-note")  # BERT has no position bias
+    shapes = shown_shapes(page)
+    assert shapes == {
+        "query": f"({Dh},)",
+        "keys": f"({T}, {Dh})",
+        "products": f"({T}, {Dh})",
+        "omega": f"({T},)",
+        "scaled": f"({T},)",
+        "attention": f"({T},)",
+        "values": f"({T}, {Dh})",
+        "context": f"({Dh},)",
+    }
+    assert "1/√Dh = 0.177" in page.inner_text("#neuron-steps")
+    assert len(answer["context"][i]) == Dh and len(answer["values"]) == T
+    # Home and End reach the ends; a click picks a token too; neither asks the service again.
+    asked = sum(url.endswith("/attention/neuron") for url in viewer.requests)
+    page.keyboard.press("End")
+    assert active(page)["index"] == str(T - 1)
+    assert neuron_table(page)["attention"] == pytest.approx(answer["attention"][T - 1], abs=1e-4)
+    page.click("#neuron-tokens [data-index='2']")
+    assert page.get_attribute("#neuron-tokens [data-index='2']", "aria-checked") == "true"
+    assert neuron_table(page)["omega"] == pytest.approx([dot(answer["queries"][2], k) for k in keys], abs=1e-4)
+    assert sum(url.endswith("/attention/neuron") for url in viewer.requests) == asked
+    assert viewer.errors == []
+
+
+def test_neuron_view_shows_the_services_scores_and_says_when_they_hold_a_position_bias(viewer: Watched) -> None:
+    # MiniLM has no position bias: add one to the service's answer, as T5-style models would.
+    page = viewer.page
+
+    def biased(route: Any) -> None:
+        answer = route.fetch().json()
+        answer["scores"] = [[s + 0.25 * (j - k) for k, s in enumerate(row)] for j, row in enumerate(answer["scores"])]
+        route.fulfill(json=answer)
+
+    page.route("**/attention/neuron", biased)
+    with page.expect_response(lambda r: r.url.endswith("/attention/neuron")) as response:
+        open_tab(page, "neuron")
+    answer = response.value.json()
+    assert page.is_visible("#neuron-note")
+    assert "position bias" in page.inner_text("#neuron-note")
+    table = neuron_table(page)
+    query = answer["queries"][1]
+    assert table["scaled"] == pytest.approx(answer["scores"][1], abs=1e-4)  # the service's, bias and all
+    assert table["omega"] == pytest.approx([dot(query, k) for k in answer["keys"]], abs=1e-4)
+    assert "plus the position bias" in page.inner_text("#neuron-steps")
+    assert viewer.errors == []
+
+
+def test_neuron_view_explains_an_error_and_clears_what_it_showed(viewer: Watched) -> None:
+    page = viewer.page
+    open_tab(page, "neuron")
+    assert page.locator("#neuron-table tbody tr").count() > 0
+    # The service refuses an empty text; the page's own text is fine, so send an empty one on its way.
+    page.route(
+        "**/attention/neuron",
+        lambda route: route.continue_(post_data=json.dumps({**route.request.post_data_json, "text": ""})),
+    )
+    page.select_option("#neuron-head", "4")
+    idle(page)
+    assert page.is_visible("#error")
+    assert "did not accept" in page.inner_text("#error") and "must not be empty" in page.inner_text("#error")
+    assert page.locator("#neuron-table tr").count() == 0
+    assert page.eval_on_selector("#neuron-canvas", "c => [c.width, c.height]") == [0, 0]
+    page.click("#download-png")  # nothing to download now
+    assert page.inner_text("#error") == "Nothing is drawn in this view yet."
 
 
 def test_keyboard_moves_between_tabs(viewer: Watched) -> None:
