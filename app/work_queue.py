@@ -199,6 +199,22 @@ class WorkQueue:
         self.put([InspectEntry(ticket, index, compute) for index, compute in enumerate(computations)])
         return await ticket.future
 
+    async def inspect_in_turn(
+        self, computations: Sequence[Callable[[Any], T]], timing: Timing | None = None
+    ) -> list[T]:
+        """As ``inspect``, but each computation is queued only once the one before it is done, so that the
+        requests that arrive meanwhile are computed between them (a large inspection request does not hold
+        the model for its whole length), and nothing more is queued once the request fails or is gone."""
+        results = []
+        for compute in computations:
+            part = Timing()
+            (result,) = await self.inspect([compute], part)
+            results.append(result)
+            if timing is not None:
+                timing.queue_s += part.queue_s
+                timing.inference_s += part.inference_s
+        return results
+
     def put(self, entries: Sequence[Entry]) -> None:
         with self._condition:
             if self._closed:

@@ -246,7 +246,7 @@ class Inspection:
             members = [encodings[i] for i in rows]
             separators, punctuation = key_marks(members, [request.texts[i] for i in rows])
             computations.append(functools.partial(_head_statistics, members, separators, punctuation))
-        parts = await served.queue.inspect(computations, timing)
+        parts = await served.queue.inspect_in_turn(computations, timing)
         per_text_statistics = np.concatenate(parts, axis=1)  # (S, N, L, H), the texts in slice order
         with warnings.catch_warnings():  # a statistic no text has (to_next of one-token texts) stays NaN → null
             warnings.simplefilter("ignore", RuntimeWarning)

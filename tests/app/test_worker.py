@@ -131,6 +131,73 @@ async def test_a_failing_attention_pass_fails_its_request_and_the_thread_goes_on
         worker.stop()
 
 
+async def test_inspection_slices_run_between_other_passes_and_a_failing_slice_fails_only_its_request(
+    tiny_model: TextEncoder,
+) -> None:
+    """A request of several inspection slices: other requests' passes run between its slices, and when one
+    slice raises, that request gets a 503 and its remaining slices are never computed, while the others
+    are answered."""
+    queue = WorkQueue()
+    worker = Worker(queue, tiny_model)
+    calls: list[str] = []
+
+    def slice_(name: str, fail: bool = False):
+        def compute(model: TextEncoder) -> str:
+            calls.append(name)
+            if fail:
+                raise RuntimeError("the kernel failed")
+            return name
+
+        return compute
+
+    try:
+        with queue.paused():
+            good = asyncio.ensure_future(queue.inspect([slice_("good 0"), slice_("good 1")]))
+            embedded = asyncio.ensure_future(queue.embed(encode(tiny_model, ["a", "b"]), SPEC))
+            bad = asyncio.ensure_future(queue.inspect([slice_("bad 0", fail=True), slice_("bad 1")]))
+            await wait_until(lambda: queue.pending() == 6)
+        assert await good == ["good 0", "good 1"]
+        assert len(await embedded) == 2
+        with pytest.raises(InferenceFailed):
+            await bad
+        assert calls == ["good 0", "good 1", "bad 0"]  # the failed request's second slice was dropped
+        assert worker.stats.pass_sizes == [2]  # the embedding pass ran between the two requests' slices
+        assert await queue.inspect([slice_("after")]) == ["after"]
+        assert worker.alive()
+    finally:
+        worker.stop()
+
+
+async def test_slices_inspected_in_turn_let_requests_that_arrive_meanwhile_go_first(tiny_model: TextEncoder) -> None:
+    """A large inspection request (its slices queued one after the other) does not hold the model for its
+    whole length: a request arriving while its first slice computes is computed before its second."""
+    queue = WorkQueue()
+    worker = Worker(queue, tiny_model)
+    release = threading.Event()
+    passes_seen: list[int] = []
+
+    def first(model: TextEncoder) -> str:
+        release.wait(30)
+        return "first"
+
+    def second(model: TextEncoder) -> str:
+        passes_seen.append(len(worker.stats.pass_sizes))  # embedding passes computed so far
+        return "second"
+
+    try:
+        inspection = asyncio.ensure_future(queue.inspect_in_turn([first, second]))
+        await wait_until(lambda: queue.pending() == 0)  # the first slice is computing
+        arriving = asyncio.ensure_future(queue.embed(encode(tiny_model, ["a late request"]), SPEC))
+        await wait_until(lambda: queue.pending() == 1)
+        release.set()
+        assert await inspection == ["first", "second"]
+        assert len(await arriving) == 1
+        assert passes_seen == [1], "the request that arrived during the first slice ran before the second"
+    finally:
+        release.set()
+        worker.stop()
+
+
 async def test_an_attention_entry_runs_alone_between_embedding_passes(tiny_model: TextEncoder) -> None:
     queue = WorkQueue()
     worker = Worker(queue, tiny_model)
