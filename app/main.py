@@ -123,7 +123,7 @@ def create_app(
     app.state.responder = Responder(admission, metrics, settings.request_timeout_s)
     app.state.embeddings = Embeddings(settings)
     app.state.tasks = Tasks(app.state.embeddings)
-    app.state.inspection = Inspection(settings)
+    app.state.inspection = Inspection(settings, app.state.embeddings)
 
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

@@ -154,9 +154,8 @@ class Worker:
         settle([entry.ticket for entry, row in zip(entries, logits) if entry.ticket.set(entry.index, row)])
 
     def _inspect(self, entry: InspectEntry) -> None:
-        """An inspection entry is a pass of its own: a failure is its request's alone."""
-        if entry.ticket.gone():  # an earlier slice of its request failed
-            return
+        """An inspection entry is a pass of its own: a failure is its request's alone (the queue then drops the
+        request's other entries unseen)."""
         entry.ticket.start(time.perf_counter())
         try:
             result = entry.compute(self.model)

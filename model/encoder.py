@@ -35,6 +35,9 @@ class HeadSteps(NamedTuple):
     context: Tensor  # (T, Dh): attention · values
 
 
+HEAD_STEP_ARRAYS = tuple(name for name in HeadSteps._fields if name != "scale")  # the tensors among the steps
+
+
 class AttentionResult(NamedTuple):
     values: Tensor  # (B, T, D) (or the (N, D) packed tokens): what a layer or its attention outputs
     attention: Tensor | None  # (B, H, T, T), only when asked for

@@ -18,7 +18,7 @@ from tokenizers import Encoding
 from torch import Tensor
 
 from model.config import EncoderConfig
-from model.encoder import Encoder, EncoderOutput, HeadSteps
+from model.encoder import HEAD_STEP_ARRAYS, Encoder, EncoderOutput, HeadSteps
 from model.heads import SequenceClassificationHead, read_head_config
 from model.inspection import AttentionSelection, head_statistics, merge_words, norm_weighted, select_attention
 from model.pooling import Pooling, PoolingConfig, sentence_embeddings
@@ -28,7 +28,6 @@ from model.weights import load_head, load_weights
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
-HEAD_STEP_ARRAYS = ("queries", "keys", "values", "scores", "attention", "context")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 

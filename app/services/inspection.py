@@ -34,7 +34,7 @@ from app.schemas import (
     Word,
 )
 from app.serialization import construct
-from app.services.embeddings import pair_token_infos, usage
+from app.services.embeddings import Embeddings, pair_token_infos, usage
 from app.settings import Settings
 from app.work_queue import Timing
 from model import (
@@ -47,7 +47,7 @@ from model import (
     resolve_indices,
     sinusoidal_positional_encoding,
 )
-from model.encoder import rotary_angles
+from model.encoder import HEAD_STEP_ARRAYS, rotary_angles
 from model.inspection import HEAD_STATISTICS, explain_similarity
 from model.pooling import Pooling
 
@@ -90,10 +90,9 @@ def key_marks(encodings: Sequence[Encoding], texts: Sequence[str]) -> tuple[np.n
     return separators, punctuation
 
 
-def _head_statistics(
-    encodings: Sequence[Encoding], separators: np.ndarray, punctuation: np.ndarray, model: TextEncoder
-) -> np.ndarray:
-    return model.head_statistics(encodings, separators, punctuation)
+def _head_statistics(encodings: Sequence[Encoding], texts: Sequence[str], model: TextEncoder) -> np.ndarray:
+    """One slice's statistics, on the inference thread (the key marks too, off the event loop)."""
+    return model.head_statistics(encodings, *key_marks(encodings, texts))
 
 
 def explain_all(
@@ -130,12 +129,9 @@ def resolve(values: list[int] | None, count: int, param: str) -> tuple[int, ...]
 
 
 class Inspection:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, embeddings: Embeddings) -> None:
         self.settings = settings
-
-    def check_batch(self, n_texts: int) -> None:
-        if n_texts > self.settings.max_batch_texts:
-            raise InvalidRequest("texts", f"at most {self.settings.max_batch_texts} texts per request, got {n_texts}")
+        self.embeddings = embeddings  # for its batch limit
 
     async def attention(
         self, served: ServedModel, request: AttentionRequest, timing: Timing | None = None, binary: bool = False
@@ -202,10 +198,7 @@ class Inspection:
             [request.text], [request.text_pair], truncate=request.truncate, param="text", indexed=False
         )
         (steps,) = await served.queue.inspect([lambda model: model.neuron(encoding, layer, head)], timing)
-        arrays = {
-            name: getattr(steps, name).numpy()
-            for name in ("queries", "keys", "values", "scores", "attention", "context")
-        }
+        arrays = {name: getattr(steps, name).numpy() for name in HEAD_STEP_ARRAYS}
         response = construct(
             NeuronResponse,
             model=served.name,
@@ -224,10 +217,7 @@ class Inspection:
         """API.md's statistics of every layer and head, averaged over the texts: the texts are cut into slices
         of at most ``inspection_slice_values`` attention weights, each one pass of the explicit path."""
         settings = self.settings
-        if len(request.texts) > settings.max_batch_texts:
-            raise InvalidRequest(
-                "texts", f"at most {settings.max_batch_texts} texts per request, got {len(request.texts)}"
-            )
+        self.embeddings.check_batch(len(request.texts))
         config = served.model.config
         encodings = await served.attention_tokens.encode(request.texts, truncate=request.truncate, param="texts")
         per_text = config.n_layers * config.n_heads  # attention weights per token² of a text
@@ -241,11 +231,10 @@ class Inspection:
                 "send fewer or shorter texts, or split them over several requests and average the results",
             )
         slices = statistics_slices(lengths, per_text, settings.inspection_slice_values)
-        computations = []
-        for rows in slices:
-            members = [encodings[i] for i in rows]
-            separators, punctuation = key_marks(members, [request.texts[i] for i in rows])
-            computations.append(functools.partial(_head_statistics, members, separators, punctuation))
+        computations = [
+            functools.partial(_head_statistics, [encodings[i] for i in rows], [request.texts[i] for i in rows])
+            for rows in slices
+        ]
         parts = await served.queue.inspect_in_turn(computations, timing)
         per_text_statistics = np.concatenate(parts, axis=1)  # (S, N, L, H), the texts in slice order
         with warnings.catch_warnings():  # a statistic no text has (to_next of one-token texts) stays NaN → null
@@ -265,29 +254,21 @@ class Inspection:
         """Cosine similarity of the source's sentence embedding with each text's, from one shared pass; with
         ``explain`` each score split into source token × text token contributions (explain_similarity)."""
         settings = self.settings
-        if len(request.texts) > settings.max_batch_texts:
-            raise InvalidRequest(
-                "texts", f"at most {settings.max_batch_texts} texts per request, got {len(request.texts)}"
-            )
+        self.embeddings.check_batch(len(request.texts))
         model = served.model
         texts = model.prompted([request.source, *request.texts], None)
-        try:
-            (source_encoding,) = await served.tokens.encode(
-                texts[:1], truncate=request.truncate, param="source", indexed=False
+        (source_encoding,) = await served.tokens.encode(
+            texts[:1], truncate=request.truncate, param="source", indexed=False
+        )
+        encodings = await served.tokens.encode(texts[1:], truncate=request.truncate, param="texts")
+        n_values = len(source_encoding.ids) * sum(len(encoding.ids) for encoding in encodings) if request.explain else 0
+        if n_values > settings.max_explanation_values:  # 0 without explain
+            raise InvalidRequest(
+                "texts",
+                f"the explanations would hold {n_values:,} contributions (source tokens × text tokens, summed over "
+                f"the texts), more than the limit of {settings.max_explanation_values:,}: send fewer or shorter "
+                "texts, or explain false",
             )
-            encodings = await served.tokens.encode(texts[1:], truncate=request.truncate, param="texts")
-        except InvalidRequest:
-            raise
-        n_source = len(source_encoding.ids)
-        if request.explain:
-            n_values = sum(n_source * len(encoding.ids) for encoding in encodings)
-            if n_values > settings.max_explanation_values:
-                raise InvalidRequest(
-                    "texts",
-                    f"the explanations would hold {n_values:,} contributions (source tokens × text tokens, summed over "
-                    f"the texts), more than the limit of {settings.max_explanation_values:,}: send fewer or shorter "
-                    "texts, or explain false",
-                )
         spec = EmbeddingSpec(
             layer=model.config.n_layers, pooling=model.pooling.mode, normalize=True, token_vectors=request.explain
         )
@@ -303,7 +284,6 @@ class Inspection:
             if explanations is not None:
                 item["explanation"] = explanations[index]
             data.append(construct(Similarity, **item))
-        n_values = n_source * sum(len(e.ids) for e in encodings) if explanations is not None else 0
         response = construct(
             SimilarityResponse, model=served.name, data=data, usage=usage([source_encoding, *encodings])
         )

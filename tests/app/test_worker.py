@@ -134,9 +134,9 @@ async def test_a_failing_attention_pass_fails_its_request_and_the_thread_goes_on
 async def test_inspection_slices_run_between_other_passes_and_a_failing_slice_fails_only_its_request(
     tiny_model: TextEncoder,
 ) -> None:
-    """A request of several inspection slices: other requests' passes run between its slices, and when one
-    slice raises, that request gets a 503 and its remaining slices are never computed, while the others
-    are answered."""
+    """Inspection requests of several slices each, an embedding request queued between them: every entry is
+    computed in arrival order, and when one slice raises, that request gets a 503 and its remaining slices
+    are never computed, while the others are answered."""
     queue = WorkQueue()
     worker = Worker(queue, tiny_model)
     calls: list[str] = []
