@@ -1,11 +1,12 @@
 """The models the service holds, by name, each with its own tokenisation, queue and inference thread.
 
-Today the registry holds one model, from ``ENCODER_MODEL_DIR`` (or the bundled one); every request goes
-to its default. Serving several is adding entries here: the routes already ask the registry.
+The models come from ``ENCODER_MODELS`` (name=directory entries, the first the default), else from
+``ENCODER_MODEL_DIR``, else the bundled one; the routes ask the registry for the one a request names.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -186,7 +187,21 @@ def load_registry(
                 "max_tokens": str(model.max_tokens),
             }
         )
+    settle_heap()
     return ModelRegistry(served, executor)
+
+
+def settle_heap() -> None:
+    """Put what is alive now out of the cyclic garbage collector's reach.
+
+    Weights, tokenizers, routes and schemas live as long as the process. Left in the collector's oldest
+    generation, they were traversed by every full collection (about 130 ms on 2 cores for the bundled
+    model, with the GIL held, so the event loop and the inference thread stood still); frozen, a full
+    collection traverses only what requests have made since. Objects frozen here are still freed when
+    their reference count drops to zero.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _sources(settings: Settings, models: Mapping[str, TextEncoder] | None) -> list[tuple[str, Path | TextEncoder]]:

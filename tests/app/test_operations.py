@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import re
@@ -174,3 +175,14 @@ async def test_the_queue_is_bounded_in_texts(bundled_model: TextEncoder) -> None
         assert (await waiting).status_code == 200 and (await fits).status_code == 200
         # alone, a request larger than the whole bound is still served rather than refused forever
         assert (await client.post("/encode", json={"texts": [str(i) for i in range(10)]})).status_code == 200
+
+
+async def test_what_loading_made_is_out_of_the_collectors_reach(bundled_model: TextEncoder) -> None:
+    """Full collections stall the event loop for as long as they traverse; the model, its tokenizer and the
+    application live as long as the process, so once the service is ready they are frozen (not traversed)."""
+    async with serving(Settings(), bundled_model) as running:
+        assert (await running.client.get("/health")).status_code == 200
+        tracked = gc.get_objects()  # every generation the collector traverses; frozen objects are not there
+        long_lived = [running.model.model, running.model.model.tokenizer, running.model.queue]
+        assert not any(obj is candidate for obj in tracked for candidate in long_lived)
+        assert gc.get_freeze_count() > 10_000
