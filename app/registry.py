@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.compute import COMPUTE
 from app.errors import ModelNotFound
 from app.metrics import Metrics
 from app.settings import Settings
@@ -157,7 +158,7 @@ def load_registry(
     try:
         for name, source in _sources(settings, models):
             started, resident_before = time.perf_counter(), resident_bytes()
-            model = _ready(name, source, settings)
+            model = COMPUTE.run(_ready, name, source, settings)  # torch runs on the compute thread alone
             served.append(ServedModel.start(name, model, settings, metrics, executor))
             grown = max(resident_bytes() - resident_before, 0)  # this model's weights, tables and warm-up
             metrics.model_memory.labels(name).set(grown)

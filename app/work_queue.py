@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 from tokenizers import Encoding
@@ -145,6 +145,13 @@ class ClassifyEntry:
 Entry = EmbedEntry | InspectEntry | ClassifyEntry
 
 
+class Scores(NamedTuple):
+    """What a classification pass gives one text (or pair)."""
+
+    logits: np.ndarray  # (labels,) float32
+    probabilities: np.ndarray  # (labels,): softmax, or a sigmoid per label (multi-label heads, cross-encoders)
+
+
 class WorkQueue:
     """Entries waiting for the inference thread, in arrival order, and the rule that cuts them into passes."""
 
@@ -177,8 +184,8 @@ class WorkQueue:
         self.put([EmbedEntry(ticket, index, encoding, spec) for index, encoding in enumerate(encodings)])
         return await ticket.future
 
-    async def classify(self, encodings: Sequence[TokenSequence], timing: Timing | None = None) -> list[np.ndarray]:
-        """Each text's (or pair's) logits, in the request's order."""
+    async def classify(self, encodings: Sequence[TokenSequence], timing: Timing | None = None) -> list[Scores]:
+        """Each text's (or pair's) logits and probabilities, in the request's order."""
         if not encodings:
             return []
         ticket = Ticket(asyncio.get_running_loop(), len(encodings), timing)

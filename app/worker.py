@@ -1,6 +1,7 @@
 """The inference thread: takes a pass of entries from the queue, runs it on the model, answers each entry.
 
-One thread per model, so the model runs one pass at a time and the event loop never waits on it. A
+One thread per model, so the model runs one pass at a time and the event loop never waits on it; the pass
+itself runs on the process's compute thread (app/compute.py), where all of the service's torch work runs. A
 failure stays with the requests it concerns: a pass that raises is retried request by request, and a
 request that fails alone gets a 503 ``inference_failed``; the thread itself outlives every failure.
 When the queue has just emptied, an idle hook runs (by default glibc's malloc_trim, which hands the
@@ -17,11 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import torch
-
+from app.compute import COMPUTE
 from app.errors import InferenceFailed
-from app.work_queue import ClassifyEntry, EmbedEntry, Entry, InspectEntry, Ticket, WorkQueue, settle
+from app.work_queue import ClassifyEntry, EmbedEntry, Entry, InspectEntry, Scores, Ticket, WorkQueue, settle
 from model import TextEncoder
+from model.tokenizer import TokenSequence
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,6 @@ class Worker:
             )
 
     def _run(self) -> None:
-        torch.set_grad_enabled(False)
         worked, last_idle = False, 0.0  # work done since the idle hook last ran, and when that was
         while True:
             timeout = max(0.0, last_idle + IDLE_INTERVAL_S - time.monotonic()) if worked and self.on_idle else None
@@ -131,7 +131,7 @@ class Worker:
         for ticket in _tickets(entries):
             ticket.start(started)
         try:
-            results = self.model.embed_encodings([e.encoding for e in entries], [e.spec for e in entries])
+            results = COMPUTE.run(self.model.embed_encodings, [e.encoding for e in entries], [e.spec for e in entries])
         except Exception:
             self.stats.failed_passes += 1
             self._retry_alone(entries, self._embed)
@@ -145,20 +145,20 @@ class Worker:
         for ticket in _tickets(entries):
             ticket.start(started)
         try:
-            logits = self.model.classify([e.encoding for e in entries]).cpu().numpy()  # (B, labels)
+            scores = COMPUTE.run(classify, self.model, [e.encoding for e in entries])
         except Exception:
             self.stats.failed_passes += 1
             self._retry_alone(entries, self._classify)
             return
         self._count(entries, time.perf_counter() - started)
-        settle([entry.ticket for entry, row in zip(entries, logits) if entry.ticket.set(entry.index, row)])
+        settle([entry.ticket for entry, row in zip(entries, scores) if entry.ticket.set(entry.index, row)])
 
     def _inspect(self, entry: InspectEntry) -> None:
         """An inspection entry is a pass of its own: a failure is its request's alone (the queue then drops the
         request's other entries unseen)."""
         entry.ticket.start(time.perf_counter())
         try:
-            result = entry.compute(self.model)
+            result = COMPUTE.run(entry.compute, self.model)
         except Exception:
             logger.exception("an inspection pass failed: its request gets a 503")
             entry.ticket.fail(InferenceFailed("the model failed to compute this request"))
@@ -194,6 +194,14 @@ class Worker:
         del stats.pass_sizes[:-1000]
         if self.on_pass is not None:
             self.on_pass(rows, real, seconds)
+
+
+def classify(model: TextEncoder, encodings: Sequence[TokenSequence]) -> list[Scores]:
+    """Each text's logits and probabilities, from one pass (on the compute thread)."""
+    assert model.classifier is not None  # the routes send classification entries to classifiers only
+    logits = model.classify(encodings)  # (B, labels)
+    probabilities = model.classifier.probabilities(logits)  # (B, labels)
+    return [Scores(*row) for row in zip(logits.cpu().numpy(), probabilities.cpu().numpy())]
 
 
 def _tickets(entries: Sequence[Entry]) -> list[Ticket]:

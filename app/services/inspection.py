@@ -3,7 +3,6 @@ texts similar, and how it encodes positions."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import math
 import unicodedata
@@ -16,6 +15,7 @@ import numpy as np
 import torch
 from tokenizers import Encoding
 
+from app.compute import COMPUTE
 from app.errors import InvalidRequest
 from app.registry import ServedModel
 from app.schemas import (
@@ -277,7 +277,7 @@ class Inspection:
         scores = sentences[1:] @ sentences[0]  # (N,)
         explanations = None
         if request.explain:
-            explanations = await asyncio.to_thread(explain_all, results, model.pooling.mode, source_encoding, encodings)
+            explanations = await COMPUTE.run_async(explain_all, results, model.pooling.mode, source_encoding, encodings)
         data = []
         for index, score in enumerate(scores):
             item: dict[str, Any] = {"index": index, "score": float(score)}
@@ -308,7 +308,8 @@ class Inspection:
                 )
             if length > table.size(0):
                 raise InvalidRequest("length", f"must be at most {table.size(0)}, the model's positions, got {length}")
-            encoding = table[:length].detach().float().cpu().numpy()
+            rows = table[:length]
+            encoding = await COMPUTE.run_async(lambda: rows.detach().float().cpu().numpy())  # (length, E)
             response = construct(
                 PositionalEncodingResponse,
                 kind=kind,
@@ -339,7 +340,7 @@ class Inspection:
         if not (math.isfinite(base) and base > 1):
             raise InvalidRequest("base", f"must be a finite number greater than 1, got {base}")
         formula = rotary_angles if rotary else sinusoidal_positional_encoding
-        table = await asyncio.to_thread(formula, length, d_model, base)
+        table = await COMPUTE.run_async(formula, length, d_model, base)
         encoding = table.numpy()
         response = construct(
             PositionalEncodingResponse, kind=kind, length=length, d_model=d_model, base=base, encoding=encoding

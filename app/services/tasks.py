@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from app.errors import InvalidRequest
 from app.registry import ServedModel
@@ -41,14 +40,14 @@ class Tasks:
 
     async def rerank(self, served: ServedModel, request: RerankRequest, timing: Timing | None = None) -> Reply:
         """Documents by relevance to the query: a cross-encoder's score of each (query, document) pair."""
-        head = head_of(served, "rerank", labels=1)
+        head_of(served, "rerank", labels=1)
         self.embeddings.check_batch(len(request.documents), "documents")
         queries = [request.query] * len(request.documents)
         # (query, document) pairs, the query first as cross-encoders are trained; a pair too long for the
         # model is named by its document.
         encodings = await served.tokens.encode(queries, request.documents, truncate=request.truncate, param="documents")
-        logits = np.stack(await served.queue.classify(encodings, timing))  # (B, 1)
-        scores = (logits if request.raw_scores else head.probabilities(torch.from_numpy(logits)).numpy())[:, 0]
+        scored = await served.queue.classify(encodings, timing)
+        scores = np.array([(row.logits if request.raw_scores else row.probabilities)[0] for row in scored])  # (B,)
         order = np.argsort(-scores, kind="stable")[: request.top_n]
         results = [
             construct(
@@ -67,8 +66,7 @@ class Tasks:
         self.embeddings.check_batch(len(request.texts))
         pairs = second_segments(request.texts, request.text_pair)
         encodings = await served.tokens.encode(request.texts, pairs, truncate=request.truncate, param="texts")
-        logits = np.stack(await served.queue.classify(encodings, timing))  # (B, labels)
-        probabilities = head.probabilities(torch.from_numpy(logits)).numpy()  # (B, labels)
+        probabilities = np.stack([row.probabilities for row in await served.queue.classify(encodings, timing)])
         labels = head.head.labels
         data = []
         for index, row in enumerate(probabilities):
