@@ -57,7 +57,7 @@ class ServedModel:
         limit = min(settings.max_attention_tokens or model.max_tokens, model.encoder.embeddings.max_length)
         attention_tokenizer = model.tokenizer if limit == model.max_tokens else model.tokenizer.with_max_tokens(limit)
         queue = WorkQueue(
-            max_batch_tokens=settings.max_batch_tokens,
+            max_batch_tokens=settings.max_batch_tokens or pass_tokens(model),
             max_batch_size=settings.max_batch_size,
             max_wait=settings.batch_wait_ms / 1000,
             on_drop=metrics.dropped_texts.inc,
@@ -163,10 +163,12 @@ def load_registry(
             grown = max(resident_bytes() - resident_before, 0)  # this model's weights, tables and warm-up
             metrics.model_memory.labels(name).set(grown)
             logger.info(
-                "ready: %s on %s (%s), loaded and warmed up in %.2f s, %.0f MiB more resident memory",
+                "ready: %s on %s (%s, passes of up to %d padded tokens), loaded and warmed up in %.2f s, %.0f MiB "
+                "more resident memory",
                 name,
                 model.device,
                 str(model.dtype).removeprefix("torch."),
+                served[-1].queue.max_batch_tokens,
                 time.perf_counter() - started,
                 grown / 2**20,
             )
@@ -190,6 +192,27 @@ def load_registry(
         )
     settle_heap()
     return ModelRegistry(served, executor)
+
+
+GPU_PASS_TOKENS = 16384  # padded tokens a pass on a GPU
+CPU_PASS_ACTIVATION_BYTES = 24 * 2**20  # the largest activation of a pass on a CPU
+
+
+def pass_tokens(model: TextEncoder) -> int:
+    """Padded tokens a forward pass takes at most, unless set (ENCODER_MAX_BATCH_TOKENS).
+
+    On a CPU, as many as keep the pass's largest activation (the padded q, k, v, or the feed-forward's
+    hidden layer: 4 bytes × max(3D, F) a token) within 24 MiB. glibc serves larger blocks with fresh
+    mappings, unmapped again when freed, so the kernel faults in and zeroes every page of them on every
+    pass: cross-encoder passes cut at 16,384 tokens (up to 128 pairs) ran at about 0.75× the speed of passes
+    cut at 4,096, which took almost no page faults, and embedding passes lost nothing by the cut
+    (BENCHMARKS.md, ``python -m bench.passes``).
+    """
+    if model.device.type != "cpu":
+        return GPU_PASS_TOKENS
+    config = model.config
+    widest = max(3 * config.d_model, config.d_ff * (2 if config.glu else 1))  # floats a token, in one activation
+    return max(256, min(GPU_PASS_TOKENS, CPU_PASS_ACTIVATION_BYTES // (4 * widest)))
 
 
 def settle_heap() -> None:

@@ -492,6 +492,7 @@ class Limits(BaseModel):
     pe_max_d_model: int
     pe_max_values: int
     max_queue_texts: int
+    max_batch_tokens: int = Field(description="padded tokens in one forward pass of merged work, as in force")
     request_timeout_s: float
 
 

@@ -79,8 +79,11 @@ class Settings(BaseSettings):
     pe_max_d_model: int = Field(4096, ge=2, description="largest `d_model` of /positional-encoding")
     pe_max_values: int = Field(4_194_304, ge=1, description="largest length × d_model of /positional-encoding")
 
-    max_batch_tokens: int = Field(
-        16384, ge=1, description="padded tokens (rows × longest row) in one forward pass of merged /encode work"
+    max_batch_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="padded tokens (rows × longest row) in one forward pass of merged /encode work; unset: 16384 on "
+        "a GPU, and on a CPU as many as keep the pass's largest activation within 24 MiB (4096 for all-MiniLM-L6-v2)",
     )
     max_batch_size: int = Field(256, ge=1, description="texts in one forward pass of merged /encode work")
     batch_wait_ms: float = Field(

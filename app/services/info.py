@@ -9,11 +9,15 @@ from app.settings import Settings
 
 
 def limits(served: ServedModel, settings: Settings) -> Limits:
-    """The settings' limits, by their own names, plus the two that depend on the model."""
+    """The settings' limits, by their own names, plus the three that depend on the model."""
     from_settings = {name: getattr(settings, name) for name in Limits.model_fields if hasattr(settings, name)}
     return Limits(
         **from_settings
-        | {"max_tokens_per_text": served.model.max_tokens, "max_attention_tokens": served.max_attention_tokens}
+        | {
+            "max_tokens_per_text": served.model.max_tokens,
+            "max_attention_tokens": served.max_attention_tokens,
+            "max_batch_tokens": served.queue.max_batch_tokens,
+        }
     )
 
 

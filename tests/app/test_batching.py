@@ -110,6 +110,22 @@ async def test_event_loop_answers_health_while_a_long_batch_computes(bundled_mod
         assert service.model.worker.stats.pass_sizes[-8:] == [8] * 8
 
 
+async def test_cpu_passes_are_cut_where_their_largest_activation_stays_small(bundled_model: TextEncoder) -> None:
+    """Unset, the budget on a CPU keeps a pass's widest activation (the feed-forward's 1,536 floats a token for
+    all-MiniLM-L6-v2) within 24 MiB: 24 MiB / (4 bytes × 1,536) = 4,096 padded tokens, so 64 texts of 253
+    tokens take four passes of 16, and /info reports the budget in force."""
+    async with serving(Settings(), bundled_model) as service:
+        assert (await service.client.get("/info")).json()["limits"]["max_batch_tokens"] == 4096
+        texts = [f"{i} " + "word " * 250 for i in range(64)]
+        with service.model.queue.paused():  # all 64 queued before the first pass is cut
+            request = asyncio.ensure_future(service.client.post("/encode", json={"texts": texts}))
+            await wait_until(lambda: service.model.queue.pending() == 64)
+        assert (await request).status_code == 200
+        assert service.model.worker.stats.pass_sizes[-4:] == [16] * 4
+    async with serving(Settings(max_batch_tokens=1000), bundled_model) as service:  # a setting wins
+        assert (await service.client.get("/info")).json()["limits"]["max_batch_tokens"] == 1000
+
+
 async def test_a_text_too_long_fails_only_its_own_request(client: httpx.AsyncClient, served: ServedModel) -> None:
     with served.queue.paused():
         good = asyncio.ensure_future(client.post("/encode", json={"texts": ["fine"], "truncate": False}))
