@@ -1,14 +1,21 @@
-"""The compute thread: the one thread of the process on which the service runs torch.
+"""The compute lanes: the few threads of the process on which the service runs torch.
 
 Loading and warming up models, every model's passes and the few tensor computations of the routes all
-run here. The reason is OpenMP, which torch's CPU kernels and MKL parallelise with: a thread that opens a
-parallel region gets a team of worker threads of its own, kept for as long as it lives. libgomp lets
+run on a lane. The reason is OpenMP, which torch's CPU kernels and MKL parallelise with: a thread that opens
+a parallel region gets a team of worker threads of its own, kept for as long as it lives. libgomp lets
 those workers spin between parallel regions (they resume within microseconds) only while the process has
-no more OpenMP threads than CPUs; once a second thread has run torch ops, there are more, and every
-barrier of every operator from then on puts the workers to sleep and wakes them through the kernel. A
-one-text pass of all-MiniLM-L6-v2 on 2 cores took 38 ms with a second team alive, 17 ms without
-(BENCHMARKS.md). Model inference threads therefore hand their passes to this thread instead of running
-them; one model computes at a time, as it would on cores that two models share anyway.
+no more OpenMP threads than CPUs; once a second team is alive, every barrier of every operator puts the
+workers to sleep and wakes them through the kernel. A one-text pass of all-MiniLM-L6-v2 on 2 cores took
+38 ms with a second team alive, 17 ms without (BENCHMARKS.md).
+
+Yet one pass at a time, its operators split across the cores, leaves much of a small CPU idle: every
+operator ends in a barrier where the cores wait for the slowest, and a core that the event loop takes for a
+moment holds up the other. Two passes side by side, each on one core, do not wait for each other: on 2
+cores, passes of 16 texts ran at 166 texts/s that way against 131/s with both cores on each pass
+(BENCHMARKS.md). So there are ``lanes`` threads. Lane 0 computes with all of torch's threads when it is the
+only lane at work (a lone request is answered as fast as the cores allow) and with its share otherwise;
+the other lanes take work only while lane 0 is busy, with their share. With the default share of one thread
+a lane on 2 cores, only lane 0 ever opens a team, so the process keeps one team and its workers spin.
 """
 
 from __future__ import annotations
@@ -23,29 +30,92 @@ import torch
 
 T = TypeVar("T")
 
+TORCH_THREADS = torch.get_num_threads()  # the process's intra-op threads (OMP_NUM_THREADS, else the cores)
 
-class ComputeThread:
-    def __init__(self, name: str = "compute") -> None:
-        self._ident: int | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name, initializer=self._started)
+
+class _Lane:
+    def __init__(self, index: int, name: str, threads: int) -> None:
+        self.index = index
+        self.busy = False
+        self.threads = threads  # torch threads it computes with now
+        self.ident: int | None = None
+        self.executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"{name}-{index}", initializer=self._started
+        )
 
     def _started(self) -> None:
-        self._ident = threading.get_ident()
+        self.ident = threading.get_ident()
         torch.set_grad_enabled(False)  # grad mode is per thread: nothing here is ever differentiated
+        torch.set_num_threads(self.threads)  # per thread with OpenMP: this lane's own count
+
+    def use_threads(self, threads: int) -> None:
+        """On the lane's thread: compute with ``threads`` torch threads from now on."""
+        if threads != self.threads:
+            torch.set_num_threads(threads)
+            self.threads = threads
+
+
+class ComputeLanes:
+    def __init__(self, name: str = "compute", lanes: int = 1, threads: int = TORCH_THREADS) -> None:
+        self._name = name
+        self.threads = max(1, threads)
+        self._condition = threading.Condition()
+        self._lanes: list[_Lane] = []
+        self.configure(lanes)
+
+    @property
+    def lanes(self) -> int:
+        return len(self._lanes)
+
+    def share(self) -> int:
+        """Torch threads a lane computes with while another lane is at work."""
+        return max(1, self.threads // len(self._lanes))
+
+    def configure(self, lanes: int) -> None:
+        """Compute on ``lanes`` threads from now on (the current ones finish what they run, then end)."""
+        if lanes < 1:
+            raise ValueError(f"lanes must be at least 1, got {lanes}")
+        with self._condition:
+            if len(self._lanes) == lanes:
+                return
+            old, self._lanes = self._lanes, []
+            self._condition.wait_for(lambda: not any(lane.busy for lane in old))
+            share = max(1, self.threads // lanes)
+            self._lanes = [_Lane(i, self._name, self.threads if i == 0 else share) for i in range(lanes)]
+        for lane in old:
+            lane.executor.shutdown(wait=True)
 
     def on_it(self) -> bool:
-        """Whether the calling thread is the compute thread."""
-        return threading.get_ident() == self._ident
+        """Whether the calling thread is one of the lanes."""
+        ident = threading.get_ident()
+        return any(lane.ident == ident for lane in self._lanes)
 
     def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """fn(*args) on the compute thread, waiting for it (from any thread but the event loop's)."""
+        """fn(*args) on the first free lane, waiting for one (from any thread but the event loop's); on the
+        calling lane itself when called from one."""
         if self.on_it():
             return fn(*args)
-        return self._executor.submit(fn, *args).result()
+        with self._condition:
+            self._condition.wait_for(lambda: any(not lane.busy for lane in self._lanes))
+            lane = next(lane for lane in self._lanes if not lane.busy)
+            lane.busy = True
+            alone = sum(other.busy for other in self._lanes) == 1
+        try:
+            threads = self.threads if lane.index == 0 and alone else self.share()
+            return lane.executor.submit(self._call, lane, threads, fn, args).result()
+        finally:
+            with self._condition:
+                lane.busy = False
+                self._condition.notify()
+
+    @staticmethod
+    def _call(lane: _Lane, threads: int, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        lane.use_threads(threads)
+        return fn(*args)
 
     async def run_async(self, fn: Callable[..., T], *args: Any) -> T:
-        """fn(*args) on the compute thread, awaited from the event loop."""
-        return await asyncio.wrap_future(self._executor.submit(fn, *args))
+        """fn(*args) on a lane, awaited from the event loop (the wait for a free lane happens off the loop)."""
+        return await asyncio.to_thread(self.run, fn, *args)
 
 
-COMPUTE = ComputeThread()  # one per process: OpenMP's thread budget is the process's
+COMPUTE = ComputeLanes()  # one per process: OpenMP's thread budget is the process's; configured at start-up

@@ -1,4 +1,4 @@
-"""The models the service holds, by name, each with its own tokenisation, queue and inference thread.
+"""The models the service holds, by name, each with its own tokenisation, queue and inference threads.
 
 The models come from ``ENCODER_MODELS`` (name=directory entries, the first the default), else from
 ``ENCODER_MODEL_DIR``, else the bundled one; the routes ask the registry for the one a request names.
@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.compute import COMPUTE
+from app.compute import COMPUTE, TORCH_THREADS
 from app.errors import ModelNotFound
 from app.metrics import Metrics
 from app.settings import Settings
@@ -22,6 +22,7 @@ from app.tokenization import Tokenization
 from app.work_queue import WorkQueue
 from app.worker import Worker
 from model import DEFAULT_MODEL_NAME, TextEncoder, default_model_path
+from model.loader import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class ServedModel:
             tokens=Tokenization(model.tokenizer, executor),
             attention_tokens=Tokenization(attention_tokenizer, executor),
             queue=queue,
-            worker=Worker(queue, model, on_pass=metrics.observe_batch, name=f"inference-{name}"),
+            worker=Worker(queue, model, on_pass=metrics.observe_batch, name=f"inference-{name}", threads=COMPUTE.lanes),
         )
 
     @property
@@ -153,22 +154,24 @@ def load_registry(
 
     Raises ModelLoadError naming the model, its directory and the problem.
     """
+    COMPUTE.configure(compute_lanes(settings))
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
     served: list[ServedModel] = []
     try:
         for name, source in _sources(settings, models):
             started, resident_before = time.perf_counter(), resident_bytes()
-            model = COMPUTE.run(_ready, name, source, settings)  # torch runs on the compute thread alone
+            model = COMPUTE.run(_ready, name, source, settings)  # torch runs on the compute lanes alone
             served.append(ServedModel.start(name, model, settings, metrics, executor))
             grown = max(resident_bytes() - resident_before, 0)  # this model's weights, tables and warm-up
             metrics.model_memory.labels(name).set(grown)
             logger.info(
-                "ready: %s on %s (%s, passes of up to %d padded tokens), loaded and warmed up in %.2f s, %.0f MiB "
-                "more resident memory",
+                "ready: %s on %s (%s, passes of up to %d padded tokens, %d at once), loaded and warmed up in %.2f s, "
+                "%.0f MiB more resident memory",
                 name,
                 model.device,
                 str(model.dtype).removeprefix("torch."),
                 served[-1].queue.max_batch_tokens,
+                COMPUTE.lanes,
                 time.perf_counter() - started,
                 grown / 2**20,
             )
@@ -192,6 +195,18 @@ def load_registry(
         )
     settle_heap()
     return ModelRegistry(served, executor)
+
+
+def compute_lanes(settings: Settings) -> int:
+    """Passes computed at once (ENCODER_COMPUTE_LANES), unless set: 2 on a CPU that torch gives at least 2
+    threads, else 1 (a GPU runs one pass at a time anyway). See app/compute.py."""
+    if settings.compute_lanes is not None:
+        return settings.compute_lanes
+    try:
+        device = resolve_device(settings.device)
+    except ValueError:  # loading the model says what is wrong with the device
+        return 1
+    return 2 if device.type == "cpu" and TORCH_THREADS >= 2 else 1
 
 
 GPU_PASS_TOKENS = 16384  # padded tokens a pass on a GPU

@@ -86,6 +86,13 @@ class Settings(BaseSettings):
         "a GPU, and on a CPU as many as keep the pass's largest activation within 24 MiB (4096 for all-MiniLM-L6-v2)",
     )
     max_batch_size: int = Field(256, ge=1, description="texts in one forward pass of merged /encode work")
+    compute_lanes: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="forward passes computed at once, each on its share of the CPU's threads (one that runs alone "
+        "takes them all); unset: 2 on a CPU with 2 or more threads, 1 on a GPU",
+    )
     batch_wait_ms: float = Field(
         0.0,
         ge=0,

@@ -1,11 +1,11 @@
-"""The inference thread: takes a pass of entries from the queue, runs it on the model, answers each entry.
+"""The inference threads: each takes a pass of entries from the queue, runs it on the model, answers each entry.
 
-One thread per model, so the model runs one pass at a time and the event loop never waits on it; the pass
-itself runs on the process's compute thread (app/compute.py), where all of the service's torch work runs. A
-failure stays with the requests it concerns: a pass that raises is retried request by request, and a
-request that fails alone gets a 503 ``inference_failed``; the thread itself outlives every failure.
-When the queue has just emptied, an idle hook runs (by default glibc's malloc_trim, which hands the
-heap that batches took back to the system).
+One thread per compute lane for each model (app/compute.py), so that a model may compute as many passes at
+once as there are lanes, and the event loop never waits on it; the passes themselves run on the lanes,
+where all of the service's torch work runs. A failure stays with the requests it concerns: a pass that
+raises is retried request by request, and a request that fails alone gets a 503 ``inference_failed``; the
+threads themselves outlive every failure. When the queue has just emptied and no pass is running, an idle
+hook runs (by default glibc's malloc_trim, which hands the heap that batches took back to the system).
 """
 
 from __future__ import annotations
@@ -66,22 +66,30 @@ class Worker:
         on_pass: Callable[[int, int, float], None] | None = None,  # (texts, real tokens, seconds) per pass
         on_idle: Callable[[], None] | None = MALLOC_TRIM,
         name: str = "inference",
+        threads: int = 1,  # passes computed at once: one thread for each compute lane
     ) -> None:
         self.queue = queue
         self.model = model
         self.on_pass = on_pass
         self.on_idle = on_idle
         self.stats = WorkerStats()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._lock = threading.Lock()  # guards stats and _computing
+        self._computing = 0  # passes running now
+        self._threads = [
+            threading.Thread(target=self._run, name=f"{name}-{i}" if threads > 1 else name, daemon=True)
+            for i in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return all(thread.is_alive() for thread in self._threads)
 
     def stop(self, timeout: float | None = 30.0) -> None:
-        """Finish what is queued, then end the thread."""
+        """Finish what is queued, then end the threads."""
         self.queue.close()
-        self._thread.join(timeout)
+        for thread in self._threads:
+            thread.join(timeout)
         stats = self.stats
         if stats.passes:
             logger.info(
@@ -108,12 +116,18 @@ class Worker:
                     worked, last_idle = False, time.monotonic()
                     continue
                 worked = True
-                if isinstance(entries[0], InspectEntry):
-                    self._inspect(entries[0])
-                elif isinstance(entries[0], ClassifyEntry):
-                    self._classify(entries)  # type: ignore[arg-type]
-                else:
-                    self._embed(entries)  # type: ignore[arg-type]
+                with self._lock:
+                    self._computing += 1
+                try:
+                    if isinstance(entries[0], InspectEntry):
+                        self._inspect(entries[0])
+                    elif isinstance(entries[0], ClassifyEntry):
+                        self._classify(entries)  # type: ignore[arg-type]
+                    else:
+                        self._embed(entries)  # type: ignore[arg-type]
+                finally:
+                    with self._lock:
+                        self._computing -= 1
             except BaseException:  # a bug outside the model: fail what is left of the pass, keep the thread
                 logger.exception("the inference thread failed outside the model; it goes on")
                 for ticket in _tickets(entries or []):
@@ -121,6 +135,8 @@ class Worker:
 
     def _idle(self) -> None:
         assert self.on_idle is not None
+        if self._computing:  # another thread's pass would take the pages handed back straight back
+            return
         try:
             self.on_idle()
         except Exception:
@@ -182,6 +198,12 @@ class Worker:
     def _count(self, entries: Sequence[EmbedEntry] | Sequence[ClassifyEntry], seconds: float) -> None:
         rows, longest = len(entries), max(entry.tokens for entry in entries)
         real = sum(entry.tokens for entry in entries)
+        with self._lock:
+            self._record(rows, longest, real, seconds)
+        if self.on_pass is not None:
+            self.on_pass(rows, real, seconds)
+
+    def _record(self, rows: int, longest: int, real: int, seconds: float) -> None:
         stats = self.stats
         stats.passes += 1
         stats.texts += rows
@@ -192,8 +214,6 @@ class Worker:
         stats.compute_seconds += seconds
         stats.pass_sizes.append(rows)
         del stats.pass_sizes[:-1000]
-        if self.on_pass is not None:
-            self.on_pass(rows, real, seconds)
 
 
 def classify(model: TextEncoder, encodings: Sequence[TokenSequence]) -> list[Scores]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
 from typing import Any
 
 import httpx
@@ -124,6 +125,33 @@ async def test_cpu_passes_are_cut_where_their_largest_activation_stays_small(bun
         assert service.model.worker.stats.pass_sizes[-4:] == [16] * 4
     async with serving(Settings(max_batch_tokens=1000), bundled_model) as service:  # a setting wins
         assert (await service.client.get("/info")).json()["limits"]["max_batch_tokens"] == 1000
+
+
+async def test_two_lanes_compute_two_passes_of_one_model_at_once(
+    bundled_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With two compute lanes, a model has two inference threads: two passes (one text each here) compute side
+    by side. Each pass waits until the other one runs too, which one lane would never let happen."""
+    both_computing = threading.Barrier(2, timeout=10)
+    embed = bundled_model.embed_encodings
+
+    def meeting(*args: Any) -> Any:
+        both_computing.wait()
+        return embed(*args)
+
+    async with serving(Settings(compute_lanes=2, max_batch_size=1), bundled_model) as service:
+        monkeypatch.setattr(bundled_model, "embed_encodings", meeting)
+        first, second = await asyncio.gather(
+            service.client.post("/encode", json={"texts": ["one pass"]}),
+            service.client.post("/encode", json={"texts": ["and another"]}),
+        )
+        assert (first.status_code, second.status_code) == (200, 200), (first.text, second.text)
+        monkeypatch.undo()
+        reference = bundled_model.embed(["one pass", "and another"]).numpy()
+        assert np.allclose(
+            [first.json()["data"][0]["embedding"], second.json()["data"][0]["embedding"]], reference, atol=1e-5
+        )
+        assert service.model.worker.stats.pass_sizes[-2:] == [1, 1]
 
 
 async def test_a_text_too_long_fails_only_its_own_request(client: httpx.AsyncClient, served: ServedModel) -> None:

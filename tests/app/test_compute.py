@@ -1,43 +1,42 @@
-"""All of the service's torch work runs on the one compute thread (app/compute.py), whatever asks for it."""
+"""All of the service's torch work runs on the compute lanes (app/compute.py), whatever asks for it; the lanes run
+passes side by side, each with its share of torch's threads."""
 
 from __future__ import annotations
 
 import functools
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
-from app.compute import COMPUTE, ComputeThread
+from app.compute import COMPUTE, ComputeLanes
 from app.services import inspection
 from app.settings import Settings
 from model import TextEncoder
 from tests.helpers import serving, write_tiny_model
 
 
-def recording(threads: list[tuple[str, int]], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def recording(threads: list[tuple[str, bool]], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        threads.append((name, threading.get_ident()))
+        threads.append((name, COMPUTE.on_it()))
         return fn(*args, **kwargs)
 
     return wrapper
 
 
-def compute_ident() -> int:
-    return COMPUTE.run(threading.get_ident)
-
-
-async def test_loading_passes_inspection_and_tables_run_on_the_compute_thread(
+async def test_loading_passes_inspection_and_tables_run_on_the_compute_lanes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A classifier, so that /classify runs too; it embeds and attends like any encoder.
     model = TextEncoder.load(
         write_tiny_model(tmp_path / "cls", head="sequence-classification", num_labels=3), device="cpu", name="cls"
     )
-    threads: list[tuple[str, int]] = []
+    threads: list[tuple[str, bool]] = []
     for method in ("warm_up", "embed_encodings", "classify", "attention", "head_statistics", "neuron"):
         monkeypatch.setattr(model, method, recording(threads, method, getattr(model, method)))
     for function in ("sinusoidal_positional_encoding", "rotary_angles", "explain_similarity"):
@@ -72,17 +71,76 @@ async def test_loading_passes_inspection_and_tables_run_on_the_compute_thread(
         "rotary_angles",
         "explain_similarity",
     }
-    elsewhere = sorted({name for name, ident in threads if ident != compute_ident()})
-    assert elsewhere == [], f"torch work off the compute thread: {elsewhere}"
+    elsewhere = sorted({name for name, on_a_lane in threads if not on_a_lane})
+    assert elsewhere == [], f"torch work off the compute lanes: {elsewhere}"
 
 
-def test_the_compute_thread_runs_what_it_is_given_and_its_failures_reach_the_caller() -> None:
-    compute = ComputeThread("compute-test")
+def test_a_lane_runs_what_it_is_given_and_its_failures_reach_the_caller() -> None:
+    compute = ComputeLanes("compute-test")
     caller = threading.get_ident()
     ident = compute.run(threading.get_ident)
     assert ident != caller
-    assert compute.run(lambda: compute.run(threading.get_ident)) == ident  # from itself: runs inline, no deadlock
+    assert compute.run(lambda: compute.run(threading.get_ident)) == ident  # from a lane: runs inline, no deadlock
     assert compute.run(lambda: compute.on_it()) and not compute.on_it()
     with pytest.raises(ZeroDivisionError):
         compute.run(lambda: 1 / 0)
-    assert compute.run(sum, [1, 2, 3]) == 6  # the thread outlives the failure
+    assert compute.run(sum, [1, 2, 3]) == 6  # the lane outlives the failure
+
+
+class Held:
+    """A computation that reports its thread and torch thread count once started, then waits to be let go."""
+
+    def __init__(self) -> None:
+        self.started, self.go = threading.Event(), threading.Event()
+        self.seen: tuple[int, int] | None = None
+
+    def __call__(self) -> tuple[int, int]:
+        self.seen = threading.get_ident(), torch.get_num_threads()
+        self.started.set()
+        assert self.go.wait(5)
+        return self.seen
+
+
+def side_by_side(compute: ComputeLanes, calls: int) -> list[tuple[int, int]]:
+    """Each of ``calls`` threads runs one computation on ``compute`` that waits (2 s at most) until all of them
+    run at once; each reports its lane's thread and its torch thread count."""
+    meeting = threading.Barrier(calls, timeout=2)
+
+    def computation() -> tuple[int, int]:
+        meeting.wait()
+        return threading.get_ident(), torch.get_num_threads()
+
+    with ThreadPoolExecutor(calls) as callers:
+        return list(callers.map(lambda _: compute.run(computation), range(calls)))
+
+
+def test_two_lanes_compute_side_by_side_each_with_its_share_of_the_threads() -> None:
+    compute = ComputeLanes("compute-test", lanes=2, threads=2)
+    assert compute.run(torch.get_num_threads) == 2  # alone: lane 0 takes every thread
+    assert len({ident for ident, _ in side_by_side(compute, 2)}) == 2
+    first, second, third = Held(), Held(), Held()
+    with ThreadPoolExecutor(3) as callers:
+        ran_first = callers.submit(compute.run, first)
+        assert first.started.wait(5)
+        ran_second = callers.submit(compute.run, second)  # lane 0 is busy: lane 1, with its share
+        assert second.started.wait(5)
+        first.go.set()
+        ran_first.result(5)
+        ran_third = callers.submit(compute.run, third)  # lane 0 again, but lane 1 is at work: its share
+        assert third.started.wait(5)
+        second.go.set()
+        third.go.set()
+        (lane_0, alone), (lane_1, beside), (lane_0_again, shared) = (
+            f.result(5) for f in (ran_first, ran_second, ran_third)
+        )
+    assert lane_0 == lane_0_again != lane_1
+    assert (alone, beside, shared) == (2, 1, 1)
+    assert compute.run(torch.get_num_threads) == 2  # alone again: every thread
+
+
+def test_one_lane_computes_one_thing_at_a_time() -> None:
+    compute = ComputeLanes("compute-test", lanes=1, threads=2)
+    with pytest.raises(threading.BrokenBarrierError):  # the second never starts while the first waits for it
+        side_by_side(compute, 2)
+    compute.configure(2)
+    assert len({ident for ident, _ in side_by_side(compute, 2)}) == 2
