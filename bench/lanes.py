@@ -1,0 +1,78 @@
+"""One pass at a time on every core, or passes side by side on a core each: why a CPU service has two lanes.
+
+``python -m bench.lanes``: the bundled model embeds 960 generated sentences in passes of 16 (in their
+order, unsorted, as requests arrive), submitted by two threads the way two inference threads submit
+them, to the service's compute lanes (app/compute.py) set up with one lane (each pass on every torch
+thread) or two (side by side, each with its share of the threads). Each runs alone and beside a Python thread that takes
+1.3 ms of CPU in every 10 (about what the event loop takes under 32 concurrent clients); three rounds,
+alternating. Prints texts a second.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from app.compute import TORCH_THREADS, ComputeLanes
+from bench.run import make_sentences
+from model import TextEncoder
+from model.loader import EmbeddingSpec
+from model.tokenizer import TokenSequence
+
+PASS_TEXTS = 16
+
+
+def rate(compute: ComputeLanes, model: TextEncoder, encodings: Sequence[TokenSequence]) -> float:
+    spec = EmbeddingSpec(model.config.n_layers, model.pooling.mode, True)
+    passes = [encodings[i : i + PASS_TEXTS] for i in range(0, len(encodings), PASS_TEXTS)]
+    started = time.perf_counter()
+    with ThreadPoolExecutor(2) as submitters:  # two inference threads
+        list(submitters.map(lambda p: compute.run(model.embed_encodings, p, [spec] * len(p)), passes))
+    return len(encodings) / (time.perf_counter() - started)
+
+
+class Busy:
+    """A Python thread that spins for 1.3 ms in every 10 while on."""
+
+    def __init__(self) -> None:
+        self.on = threading.Event()
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop:
+            if self.on.is_set():
+                started = time.perf_counter()
+                while time.perf_counter() - started < 0.0013:
+                    pass
+            time.sleep(0.0087)
+
+
+def main(rounds: int = 3) -> None:
+    # As in the service, no torch work runs anywhere but on the lanes (a thread that has run an operator holds an
+    # OpenMP team, and a second team slows the first): one set of lanes, which loads the model too.
+    compute = ComputeLanes("bench")
+    model = compute.run(TextEncoder.load)
+    encodings = model.tokenizer.encode(make_sentences(960))
+    busy = Busy()
+    results: dict[tuple[str, bool], list[float]] = {}
+    for _ in range(rounds):
+        for beside in (False, True):
+            busy.on.set() if beside else busy.on.clear()
+            for name, lanes in (("one lane, every thread on each pass", 1), ("two lanes side by side", 2)):
+                compute.configure(lanes)  # fresh threads: the previous lanes and their team are gone
+                rate(compute, model, encodings[:64])  # warm-up
+                results.setdefault((name, beside), []).append(rate(compute, model, encodings))
+    busy.stop = True
+    print(f"torch threads: {TORCH_THREADS}; {len(encodings)} texts in passes of {PASS_TEXTS}, texts/s (rounds; median)")
+    for (name, beside), rates in results.items():
+        where = "beside the busy thread" if beside else "alone"
+        print(f"{name:38s} {where:23s}", " ".join(f"{r:6.1f}" for r in rates), f"; {statistics.median(rates):.1f}")
+
+
+if __name__ == "__main__":
+    main()
