@@ -11,7 +11,7 @@ workers to sleep and wakes them through the kernel. A one-text pass of all-MiniL
 Yet one pass at a time, its operators split across the cores, leaves much of a small CPU idle: every
 operator ends in a barrier where the cores wait for the slowest, and a core that the event loop takes for a
 moment holds up the other. Two passes side by side, each on one core, do not wait for each other: on 2
-cores, passes of 16 texts ran at 166 texts/s that way against 131/s with both cores on each pass
+cores, passes of 16 texts ran at 152 texts/s that way against 137/s with both cores on each pass
 (BENCHMARKS.md). So there are ``lanes`` threads. Lane 0 computes with all of torch's threads when it is the
 only lane at work (a lone request is answered as fast as the cores allow) and with its share otherwise;
 the other lanes take work only while lane 0 is busy, with their share. With the default share of one thread

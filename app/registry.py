@@ -52,7 +52,7 @@ class ServedModel:
     def start(
         cls, name: str, model: TextEncoder, settings: Settings, metrics: Metrics, executor: ThreadPoolExecutor
     ) -> ServedModel:
-        """Wrap a loaded model: its tokenisation stages, its queue, and its inference thread (started)."""
+        """Wrap a loaded model: its tokenisation stages, its queue, and its inference threads (started)."""
         # Inspection may look at texts longer than the embeddings are made for (all-MiniLM-L6-v2: 256 tokens for
         # sentence-transformers, 512 positions): up to the position table, when the setting asks for it.
         limit = min(settings.max_attention_tokens or model.max_tokens, model.encoder.embeddings.max_length)
@@ -77,7 +77,7 @@ class ServedModel:
         return self.attention_tokens.max_tokens
 
     def close(self) -> None:
-        """Finish the queued work and stop the inference thread."""
+        """Finish the queued work and stop the inference threads."""
         self.worker.stop()
 
 
@@ -108,7 +108,7 @@ class ModelRegistry:
         return iter(self._models.values())
 
     def stopped(self) -> list[str]:
-        """Names of the models whose inference thread has stopped (it should never, short of shutdown)."""
+        """Names of the models whose inference threads have stopped (they should never, short of shutdown)."""
         return [served.name for served in self if not served.worker.alive()]
 
     def queued(self) -> int:
@@ -150,7 +150,7 @@ def model_sources(settings: Settings) -> list[tuple[str, Path]]:
 def load_registry(
     settings: Settings, metrics: Metrics, models: Mapping[str, TextEncoder] | None = None
 ) -> ModelRegistry:
-    """Load every model (unless given), warm each up and start its inference thread.
+    """Load every model (unless given), warm each up and start its inference threads.
 
     Raises ModelLoadError naming the model, its directory and the problem.
     """
@@ -197,16 +197,17 @@ def load_registry(
     return ModelRegistry(served, executor)
 
 
-def compute_lanes(settings: Settings) -> int:
-    """Passes computed at once (ENCODER_COMPUTE_LANES), unless set: 2 on a CPU that torch gives at least 2
-    threads, else 1 (a GPU runs one pass at a time anyway). See app/compute.py."""
+def compute_lanes(settings: Settings, threads: int = TORCH_THREADS) -> int:
+    """Passes computed at once (ENCODER_COMPUTE_LANES), unless set: 2 on a CPU that torch gives 2 or 3 threads,
+    else 1. With 2 or 3 threads a lane's share is one thread, so only lane 0 ever holds an OpenMP team
+    (app/compute.py); with more, both lanes would, which was not measured. A GPU runs one pass at a time."""
     if settings.compute_lanes is not None:
         return settings.compute_lanes
     try:
         device = resolve_device(settings.device)
     except ValueError:  # loading the model says what is wrong with the device
         return 1
-    return 2 if device.type == "cpu" and TORCH_THREADS >= 2 else 1
+    return 2 if device.type == "cpu" and 2 <= threads <= 3 else 1
 
 
 GPU_PASS_TOKENS = 16384  # padded tokens a pass on a GPU

@@ -90,8 +90,8 @@ class Settings(BaseSettings):
         None,
         ge=1,
         le=64,
-        description="forward passes computed at once, each on its share of the CPU's threads (one that runs alone "
-        "takes them all); unset: 2 on a CPU with 2 or more threads, 1 on a GPU",
+        description="forward passes computed at once, each on its share of torch's threads (one that runs alone "
+        "takes them all); unset: 2 on a CPU where torch has 2 or 3 threads, else 1",
     )
     batch_wait_ms: float = Field(
         0.0,

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from app.compute import COMPUTE, ComputeLanes
+from app.registry import compute_lanes
 from app.services import inspection
 from app.settings import Settings
 from model import TextEncoder
@@ -144,3 +145,10 @@ def test_one_lane_computes_one_thing_at_a_time() -> None:
         side_by_side(compute, 2)
     compute.configure(2)
     assert len({ident for ident, _ in side_by_side(compute, 2)}) == 2
+
+
+def test_two_lanes_by_default_where_a_lanes_share_is_one_cpu_thread() -> None:
+    cpu = Settings(device="cpu")
+    assert [compute_lanes(cpu, threads) for threads in (1, 2, 3, 4, 16)] == [1, 2, 2, 1, 1]
+    assert compute_lanes(Settings(device="cpu", compute_lanes=3), 16) == 3  # a setting wins
+    assert compute_lanes(Settings(device="cuda:7"), 2) == 1  # a device that cannot be had: loading will say so
