@@ -61,6 +61,7 @@ class ComputeLanes:
         self.threads = max(1, threads)
         self._condition = threading.Condition()
         self._lanes: list[_Lane] = []
+        self._share = self.threads
         self.configure(lanes)
 
     @property
@@ -69,7 +70,7 @@ class ComputeLanes:
 
     def share(self) -> int:
         """Torch threads a lane computes with while another lane is at work."""
-        return max(1, self.threads // len(self._lanes))
+        return self._share
 
     def configure(self, lanes: int) -> None:
         """Compute on ``lanes`` threads from now on (the current ones finish what they run, then end)."""
@@ -80,8 +81,8 @@ class ComputeLanes:
                 return
             old, self._lanes = self._lanes, []
             self._condition.wait_for(lambda: not any(lane.busy for lane in old))
-            share = max(1, self.threads // lanes)
-            self._lanes = [_Lane(i, self._name, self.threads if i == 0 else share) for i in range(lanes)]
+            self._share = max(1, self.threads // lanes)
+            self._lanes = [_Lane(i, self._name, self.threads if i == 0 else self._share) for i in range(lanes)]
         for lane in old:
             lane.executor.shutdown(wait=True)
 
