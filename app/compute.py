@@ -12,16 +12,22 @@ Yet one pass at a time, its operators split across the cores, leaves much of a s
 operator ends in a barrier where the cores wait for the slowest, and a core that the event loop takes for a
 moment holds up the other. Two passes side by side, each on one core, do not wait for each other: on 2
 cores, passes of 16 texts ran at 152 texts/s that way against 137/s with both cores on each pass
-(BENCHMARKS.md). So there are ``lanes`` threads. Lane 0 computes with all of torch's threads when it is the
-only lane at work (a lone request is answered as fast as the cores allow) and with its share otherwise;
-the other lanes take work only while lane 0 is busy, with their share. With the default share of one thread
-a lane on 2 cores, only lane 0 ever opens a team, so the process keeps one team and its workers spin.
+(BENCHMARKS.md). So there are ``lanes`` threads, each computing with its share of torch's threads. Lane 0 alone may
+compute a pass *wide*, with all of them, so that a lone request is answered as fast as the cores allow: when
+no other lane is at work or waited for, nothing more is queued behind the pass (the caller says so with
+``spread``), and no pass has computed with a share for ``quiet_s`` (so not under a steady load, where the
+next pass is a moment away). A wide pass has the cores to itself: work for the other lanes waits until it
+ends, because a second pass beside it leaves three threads on two cores, and every barrier of the wide pass
+then waits for a thread that is off its core (under load, a one-text pass took 589 ms so, 18-32 ms
+without). With the default share of one thread a lane on 2 cores, only lane 0 ever opens a team, so the
+process keeps one team and its workers spin.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -31,6 +37,7 @@ import torch
 T = TypeVar("T")
 
 TORCH_THREADS = torch.get_num_threads()  # the process's intra-op threads (OMP_NUM_THREADS, else the cores)
+QUIET_S = 0.05  # no pass with a share for this long: a pass may go wide
 
 
 class _Lane:
@@ -56,12 +63,18 @@ class _Lane:
 
 
 class ComputeLanes:
-    def __init__(self, name: str = "compute", lanes: int = 1, threads: int = TORCH_THREADS) -> None:
+    def __init__(
+        self, name: str = "compute", lanes: int = 1, threads: int = TORCH_THREADS, quiet_s: float = QUIET_S
+    ) -> None:
         self._name = name
         self.threads = max(1, threads)
+        self.quiet_s = quiet_s
         self._condition = threading.Condition()
         self._lanes: list[_Lane] = []
         self._share = self.threads
+        self._wide = False  # a pass computes with every thread: nothing else starts
+        self._waiting = 0  # callers waiting for a lane
+        self._shared_until = -float("inf")  # when the last pass computed with a share ended (monotonic)
         self.configure(lanes)
 
     @property
@@ -91,23 +104,37 @@ class ComputeLanes:
         ident = threading.get_ident()
         return any(lane.ident == ident for lane in self._lanes)
 
-    def run(self, fn: Callable[..., T], *args: Any) -> T:
+    def run(self, fn: Callable[..., T], *args: Any, spread: bool = True) -> T:
         """fn(*args) on the first free lane, waiting for one (from any thread but the event loop's); on the
-        calling lane itself when called from one."""
+        calling lane itself when called from one. ``spread``: the call may compute wide (False when more work
+        is queued behind it)."""
         if self.on_it():
             return fn(*args)
         with self._condition:
-            self._condition.wait_for(lambda: any(not lane.busy for lane in self._lanes))
+            self._waiting += 1
+            self._condition.wait_for(lambda: not self._wide and any(not lane.busy for lane in self._lanes))
+            self._waiting -= 1
             lane = next(lane for lane in self._lanes if not lane.busy)
             lane.busy = True
-            alone = sum(other.busy for other in self._lanes) == 1
+            wide = (
+                lane.index == 0
+                and self.threads > self._share
+                and spread
+                and not self._waiting
+                and sum(other.busy for other in self._lanes) == 1
+                and time.monotonic() - self._shared_until > self.quiet_s
+            )
+            self._wide = wide
         try:
-            threads = self.threads if lane.index == 0 and alone else self.share()
-            return lane.executor.submit(self._call, lane, threads, fn, args).result()
+            return lane.executor.submit(self._call, lane, self.threads if wide else self._share, fn, args).result()
         finally:
             with self._condition:
                 lane.busy = False
-                self._condition.notify()
+                if wide:
+                    self._wide = False
+                else:
+                    self._shared_until = time.monotonic()
+                self._condition.notify_all()
 
     @staticmethod
     def _call(lane: _Lane, threads: int, fn: Callable[..., T], args: tuple[Any, ...]) -> T:

@@ -62,6 +62,7 @@ class ServedModel:
             max_batch_size=settings.max_batch_size,
             max_wait=settings.batch_wait_ms / 1000,
             on_drop=metrics.dropped_texts.inc,
+            lanes=COMPUTE.lanes,
         )
         return cls(
             name=name,

@@ -73,8 +73,7 @@ class Worker:
         self.on_pass = on_pass
         self.on_idle = on_idle
         self.stats = WorkerStats()
-        self._lock = threading.Lock()  # guards stats and _computing
-        self._computing = 0  # passes running now
+        self._lock = threading.Lock()  # guards stats
         self._threads = [
             threading.Thread(target=self._run, name=f"{name}-{i}" if threads > 1 else name, daemon=True)
             for i in range(threads)
@@ -116,8 +115,6 @@ class Worker:
                     worked, last_idle = False, time.monotonic()
                     continue
                 worked = True
-                with self._lock:
-                    self._computing += 1
                 try:
                     if isinstance(entries[0], InspectEntry):
                         self._inspect(entries[0])
@@ -126,8 +123,7 @@ class Worker:
                     else:
                         self._embed(entries)  # type: ignore[arg-type]
                 finally:
-                    with self._lock:
-                        self._computing -= 1
+                    self.queue.finished(len(entries))
             except BaseException:  # a bug outside the model: fail what is left of the pass, keep the thread
                 logger.exception("the inference thread failed outside the model; it goes on")
                 for ticket in _tickets(entries or []):
@@ -135,7 +131,7 @@ class Worker:
 
     def _idle(self) -> None:
         assert self.on_idle is not None
-        if self._computing:  # another thread's pass would take the pages handed back straight back
+        if self.queue.computing():  # another thread's pass would take the pages handed back straight back
             return
         try:
             self.on_idle()
@@ -147,7 +143,12 @@ class Worker:
         for ticket in _tickets(entries):
             ticket.start(started)
         try:
-            results = COMPUTE.run(self.model.embed_encodings, [e.encoding for e in entries], [e.spec for e in entries])
+            results = COMPUTE.run(
+                self.model.embed_encodings,
+                [e.encoding for e in entries],
+                [e.spec for e in entries],
+                spread=not self.queue.pending(),
+            )
         except Exception:
             self.stats.failed_passes += 1
             self._retry_alone(entries, self._embed)
@@ -161,7 +162,7 @@ class Worker:
         for ticket in _tickets(entries):
             ticket.start(started)
         try:
-            scores = COMPUTE.run(classify, self.model, [e.encoding for e in entries])
+            scores = COMPUTE.run(classify, self.model, [e.encoding for e in entries], spread=not self.queue.pending())
         except Exception:
             self.stats.failed_passes += 1
             self._retry_alone(entries, self._classify)
@@ -174,7 +175,7 @@ class Worker:
         request's other entries unseen)."""
         entry.ticket.start(time.perf_counter())
         try:
-            result = COMPUTE.run(entry.compute, self.model)
+            result = COMPUTE.run(entry.compute, self.model, spread=not self.queue.pending())
         except Exception:
             logger.exception("an inspection pass failed: its request gets a 503")
             entry.ticket.fail(InferenceFailed("the model failed to compute this request"))

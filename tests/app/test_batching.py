@@ -54,7 +54,11 @@ async def test_concurrent_mixed_requests_equal_sequential_ones(client: httpx.Asy
         n_texts = sum(len(texts) if isinstance(texts := r["texts"], list) else 1 for r in MIXED_REQUESTS)
         await wait_until(lambda: served.queue.pending() >= n_texts)
     responses = await asyncio.gather(*tasks)
-    assert served.worker.stats.passes == passes_before + 1  # all of them in one forward pass
+    # All of them in one forward pass, or with several compute lanes in one pass a lane, shared out evenly.
+    lanes = served.queue.lanes
+    assert served.worker.stats.passes == passes_before + lanes
+    sizes = served.worker.stats.pass_sizes[-lanes:]
+    assert sum(sizes) == n_texts and max(sizes) - min(sizes) <= 1
     for response, alone in zip(responses, sequential, strict=True):
         assert response.status_code == 200
         assert_same_response(response.json(), alone)
@@ -139,12 +143,15 @@ async def test_two_lanes_compute_two_passes_of_one_model_at_once(
         both_computing.wait()
         return embed(*args)
 
-    async with serving(Settings(compute_lanes=2, max_batch_size=1), bundled_model) as service:
+    async with serving(Settings(compute_lanes=2), bundled_model) as service:
         monkeypatch.setattr(bundled_model, "embed_encodings", meeting)
-        first, second = await asyncio.gather(
-            service.client.post("/encode", json={"texts": ["one pass"]}),
-            service.client.post("/encode", json={"texts": ["and another"]}),
-        )
+        with service.model.queue.paused():  # both queued: each lane takes its share, one text
+            requests = [
+                asyncio.ensure_future(service.client.post("/encode", json={"texts": [text]}))
+                for text in ("one pass", "and another")
+            ]
+            await wait_until(lambda: service.model.queue.pending() == 2)
+        first, second = await asyncio.gather(*requests)
         assert (first.status_code, second.status_code) == (200, 200), (first.text, second.text)
         monkeypatch.undo()
         reference = bundled_model.embed(["one pass", "and another"]).numpy()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -104,7 +105,8 @@ class Held:
 
 def side_by_side(compute: ComputeLanes, calls: int) -> list[tuple[int, int]]:
     """Each of ``calls`` threads runs one computation on ``compute`` that waits (2 s at most) until all of them
-    run at once; each reports its lane's thread and its torch thread count."""
+    run at once; each reports its lane's thread and its torch thread count. Each says that more work is queued
+    behind it (``spread=False``), as passes under load do: one alone would go wide and keep the others out."""
     meeting = threading.Barrier(calls, timeout=2)
 
     def computation() -> tuple[int, int]:
@@ -112,16 +114,15 @@ def side_by_side(compute: ComputeLanes, calls: int) -> list[tuple[int, int]]:
         return threading.get_ident(), torch.get_num_threads()
 
     with ThreadPoolExecutor(calls) as callers:
-        return list(callers.map(lambda _: compute.run(computation), range(calls)))
+        return list(callers.map(lambda _: compute.run(computation, spread=False), range(calls)))
 
 
 def test_two_lanes_compute_side_by_side_each_with_its_share_of_the_threads() -> None:
-    compute = ComputeLanes("compute-test", lanes=2, threads=2)
-    assert compute.run(torch.get_num_threads) == 2  # alone: lane 0 takes every thread
+    compute = ComputeLanes("compute-test", lanes=2, threads=2, quiet_s=0.0)
     assert len({ident for ident, _ in side_by_side(compute, 2)}) == 2
     first, second, third = Held(), Held(), Held()
     with ThreadPoolExecutor(3) as callers:
-        ran_first = callers.submit(compute.run, first)
+        ran_first = callers.submit(compute.run, first, spread=False)  # more is queued behind it: its share
         assert first.started.wait(5)
         ran_second = callers.submit(compute.run, second)  # lane 0 is busy: lane 1, with its share
         assert second.started.wait(5)
@@ -131,12 +132,38 @@ def test_two_lanes_compute_side_by_side_each_with_its_share_of_the_threads() -> 
         assert third.started.wait(5)
         second.go.set()
         third.go.set()
-        (lane_0, alone), (lane_1, beside), (lane_0_again, shared) = (
+        (lane_0, first_threads), (lane_1, beside), (lane_0_again, shared) = (
             f.result(5) for f in (ran_first, ran_second, ran_third)
         )
     assert lane_0 == lane_0_again != lane_1
-    assert (alone, beside, shared) == (2, 1, 1)
-    assert compute.run(torch.get_num_threads) == 2  # alone again: every thread
+    assert (first_threads, beside, shared) == (1, 1, 1)
+    assert compute.run(torch.get_num_threads) == 2  # alone, nothing queued behind: every thread
+
+
+def test_a_pass_with_every_thread_has_the_cores_to_itself() -> None:
+    """Beside a wide pass a second one would leave three threads on two cores: it waits for the wide one."""
+    compute = ComputeLanes("compute-test", lanes=2, threads=2, quiet_s=0.0)
+    wide, after = Held(), Held()
+    with ThreadPoolExecutor(2) as callers:
+        ran_wide = callers.submit(compute.run, wide)
+        assert wide.started.wait(5)
+        ran_after = callers.submit(compute.run, after)
+        assert not after.started.wait(0.3)  # a lane is free, yet it does not start
+        wide.go.set()
+        assert after.started.wait(5)
+        after.go.set()
+        assert (ran_wide.result(5)[1], ran_after.result(5)[1]) == (2, 2)  # each alone in its turn
+
+
+def test_no_pass_goes_wide_until_passes_with_a_share_have_stopped_for_a_while() -> None:
+    compute = ComputeLanes("compute-test", lanes=2, threads=2, quiet_s=0.5)
+    assert compute.run(torch.get_num_threads) == 2  # nothing has run yet: quiet
+    side_by_side(compute, 2)  # under load: two passes with their shares
+    assert compute.run(torch.get_num_threads) == 1  # alone, but load was a moment ago: the next pass is near
+    time.sleep(0.6)
+    assert compute.run(torch.get_num_threads) == 2
+    one_lane = ComputeLanes("compute-test", lanes=1, threads=2)
+    assert [one_lane.run(torch.get_num_threads, spread=spread) for spread in (False, True)] == [2, 2]
 
 
 def test_one_lane_computes_one_thing_at_a_time() -> None:

@@ -88,6 +88,98 @@ async def test_passes_keep_to_their_size_and_token_limits(
         worker.stop()
 
 
+class Queued:
+    """Requests of one text each put on a queue from the test's event loop (never answered: no worker)."""
+
+    def __init__(self, queue: WorkQueue, model: TextEncoder) -> None:
+        self.queue, self.model = queue, model
+        self.requests: list[asyncio.Future] = []
+
+    async def put(self, n: int, taken: bool = False) -> None:
+        """Queue ``n`` requests; wait until they are queued, or with ``taken`` until a waiting lane took them."""
+        before = self.queue.pending()
+        self.requests += [
+            asyncio.ensure_future(self.queue.embed(encode(self.model, ["a text"]), SPEC)) for _ in range(n)
+        ]
+        await wait_until(lambda: self.queue.pending() == (0 if taken else before + n))
+
+    def close(self) -> None:
+        for request in self.requests:
+            request.cancel()
+
+
+async def taken(queue: WorkQueue) -> int:
+    """How many entries the next pass takes (0 if none within 5 s), taken off the event loop as a worker does."""
+    batch = await asyncio.to_thread(queue.take, 5)
+    return len(batch or [])
+
+
+async def test_with_two_lanes_each_pass_takes_its_fair_share(tiny_model: TextEncoder) -> None:
+    queue = WorkQueue(lanes=2, balance_wait=5.0)
+    queued = Queued(queue, tiny_model)
+    try:
+        await queued.put(12)
+        first = await taken(queue)
+        second = await taken(queue)  # 6 computing, 6 queued: its share is there, no wait
+        assert (first, second, queue.computing()) == (6, 6, 12)
+        queue.finished(6)
+        queue.finished(6)
+        await queued.put(3)
+        assert await taken(queue) == 2  # nothing computing: half, rounded up
+        queue.finished(2)
+        alone = Queued(WorkQueue(), tiny_model)
+        await alone.put(12)
+        queued.requests += alone.requests
+        assert await taken(alone.queue) == 12  # one lane takes all it may
+    finally:
+        queued.close()
+
+
+async def test_a_free_lane_waits_for_as_many_texts_as_the_pass_computing(tiny_model: TextEncoder) -> None:
+    queue = WorkQueue(lanes=2, balance_wait=5.0)
+    queued = Queued(queue, tiny_model)
+    try:
+        await queued.put(8)
+        for _ in range(2):
+            await taken(queue)
+        queue.finished(4)  # one pass of 4 done, the other computes
+        await queued.put(1)
+        taking = asyncio.ensure_future(taken(queue))
+        await asyncio.sleep(0.3)
+        assert not taking.done()  # one text queued beside a pass of 4: the lane waits
+        await queued.put(2)
+        await asyncio.sleep(0.3)
+        assert not taking.done()
+        await queued.put(1, taken=True)
+        assert await asyncio.wait_for(taking, 5) == 4  # 4 queued: as many as computing
+        queue.finished(4)
+        await queued.put(1)
+        taking = asyncio.ensure_future(taken(queue))
+        await asyncio.sleep(0.3)
+        assert not taking.done()
+        queue.finished(4)  # the other pass ends: nothing left to balance with, the lane takes what there is
+        assert await asyncio.wait_for(taking, 5) == 1
+        queue.finished(1)
+    finally:
+        queued.close()
+
+
+async def test_a_free_lane_waits_for_its_share_no_longer_than_the_balance_wait(tiny_model: TextEncoder) -> None:
+    queue = WorkQueue(lanes=2, balance_wait=0.2)
+    queued = Queued(queue, tiny_model)
+    try:
+        await queued.put(8)
+        await taken(queue)  # a pass of 4 computes
+        await taken(queue)
+        queue.finished(4)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await queued.put(1)
+        assert await taken(queue) == 1 and loop.time() - started >= 0.15
+    finally:
+        queued.close()
+
+
 async def test_a_failing_pass_fails_only_the_request_that_breaks_it(tiny_model: TextEncoder) -> None:
     failing = FailingModel(tiny_model)
     queue = WorkQueue()
