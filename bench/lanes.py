@@ -6,6 +6,10 @@ them, to the service's compute lanes (app/compute.py) set up with one lane (each
 thread) or two (side by side, each with its share of the threads). Each runs alone and beside a Python thread that takes
 1.3 ms of CPU in every 10 (about what the event loop takes under 32 concurrent clients); three rounds,
 alternating. Prints texts a second.
+
+Then what a pass of n texts costs on one core, as a lane computes it under load: 320 of the sentences in
+passes of 1, 2, 4, 8, 16 and 32, one pass at a time (why the queue gives each lane its fair share, rather
+than the few texts that have arrived when it comes free).
 """
 
 from __future__ import annotations
@@ -23,14 +27,23 @@ from model.loader import EmbeddingSpec
 from model.tokenizer import TokenSequence
 
 PASS_TEXTS = 16
+PASS_SIZES = (1, 2, 4, 8, 16, 32)
 
 
-def rate(compute: ComputeLanes, model: TextEncoder, encodings: Sequence[TokenSequence]) -> float:
+def rate(
+    compute: ComputeLanes,
+    model: TextEncoder,
+    encodings: Sequence[TokenSequence],
+    pass_texts: int = PASS_TEXTS,
+    submitters: int = 2,
+) -> float:
+    """Texts a second, in passes of ``pass_texts`` submitted by ``submitters`` threads (inference threads), each
+    pass with more queued behind it, as under load."""
     spec = EmbeddingSpec(model.config.n_layers, model.pooling.mode, True)
-    passes = [encodings[i : i + PASS_TEXTS] for i in range(0, len(encodings), PASS_TEXTS)]
+    passes = [encodings[i : i + pass_texts] for i in range(0, len(encodings), pass_texts)]
     started = time.perf_counter()
-    with ThreadPoolExecutor(2) as submitters:  # two inference threads
-        list(submitters.map(lambda p: compute.run(model.embed_encodings, p, [spec] * len(p)), passes))
+    with ThreadPoolExecutor(submitters) as threads:
+        list(threads.map(lambda p: compute.run(model.embed_encodings, p, [spec] * len(p), spread=False), passes))
     return len(encodings) / (time.perf_counter() - started)
 
 
@@ -72,6 +85,16 @@ def main(rounds: int = 3) -> None:
     for (name, beside), rates in results.items():
         where = "beside the busy thread" if beside else "alone"
         print(f"{name:38s} {where:23s}", " ".join(f"{r:6.1f}" for r in rates), f"; {statistics.median(rates):.1f}")
+
+    compute.configure(2)  # one pass at a time, with a lane's share of the threads
+    sizes: dict[int, list[float]] = {}
+    for _ in range(rounds):
+        for n in PASS_SIZES:
+            rate(compute, model, encodings[:32], n, submitters=1)  # warm-up
+            sizes.setdefault(n, []).append(rate(compute, model, encodings[:320], n, submitters=1))
+    print(f"one pass at a time with {compute.share()} thread(s), 320 texts, texts/s (rounds; median)")
+    for n, rates in sizes.items():
+        print(f"passes of {n:2d}", " ".join(f"{r:6.1f}" for r in rates), f"; {statistics.median(rates):.1f}")
 
 
 if __name__ == "__main__":

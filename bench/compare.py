@@ -1,0 +1,128 @@
+"""Two versions of the service side by side, under the loads of ``make bench``: how a change is measured here.
+
+``python -m bench.compare BEFORE [AFTER]``: BEFORE and AFTER are checkouts of this repository (AFTER, by
+default, this one; ``git worktree add ../before <commit>`` makes one). Each is started as ``make bench``
+starts the service (all-MiniLM-L6-v2 as ``minilm`` and a MiniLM-sized random cross-encoder as ``ce``), with
+this environment's Python, and both stay up. The cases then run in short phases that alternate between the
+two (the order reversed every round), so that the machine's drift from minute to minute falls on both
+alike; a two-core virtual machine's speed swings by a quarter within minutes. Prints each case's median
+over the rounds, then the rounds.
+
+Cases: a (32 clients × 1 text, /encode, texts/s), b (4 × 32 texts, texts/s), idle (1 client × 1 text, p50
+ms), d (/rerank 4 × 32 documents, pairs/s), e (/v1/embeddings 32 × 1, texts/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import orjson
+
+from bench.run import ROOT, Run, drive, free_port, make_sentences, wait_ready, write_cross_encoder
+
+HOST = "127.0.0.1"
+UNITS = {"a": "texts/s", "b": "texts/s", "idle": "p50 ms", "d": "pairs/s", "e": "texts/s"}
+
+
+def start(checkout: Path, port: int, models: str) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", HOST, "--port", str(port)]
+        + ["--log-level", "warning", "--no-access-log"],
+        cwd=checkout,  # ``-m`` puts the checkout first on the path: its app/ and model/ are the ones served
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "ENCODER_MODELS": models},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_ready(process, port)
+    return process
+
+
+class Loads:
+    def __init__(self) -> None:
+        s = make_sentences(2000)
+        self.singles = [orjson.dumps({"texts": [t]}) for t in s]
+        self.v1 = [orjson.dumps({"input": t, "model": "minilm"}) for t in s]
+        self.batches = [orjson.dumps({"texts": s[i : i + 32]}) for i in range(0, len(s) - 31, 32)]
+        self.reranks = [
+            orjson.dumps({"query": s[i], "documents": s[i + 1 : i + 33], "model": "ce"})
+            for i in range(0, len(s) - 33, 33)
+        ]
+
+    async def run(self, case: str, port: int, seconds: float) -> float:
+        runs: dict[str, tuple[str, list[bytes], int, int, str]] = {
+            "a": ("/encode", self.singles, 1, 32, "data"),
+            "b": ("/encode", self.batches, 32, 4, "data"),
+            "idle": ("/encode", self.singles[:150], 1, 1, "data"),
+            "d": ("/rerank", self.reranks, 32, 4, "results"),
+            "e": ("/v1/embeddings", self.v1, 1, 32, "data"),
+        }
+        path, bodies, per_request, clients, key = runs[case]
+        run: Run = await drive(case, HOST, port, path, bodies, per_request, clients, seconds, key=key)
+        if run.errors:
+            raise RuntimeError(f"{run.errors} failed requests in case {case} on port {port}")
+        return run.percentile(50) if case == "idle" else run.rate
+
+
+async def compare(ports: dict[str, int], cases: list[str], rounds: int, seconds: float) -> None:
+    loads = Loads()
+    for port in ports.values():
+        await drive("warm-up", HOST, port, "/encode", loads.singles[:64], 1, 8, 30)
+    results: dict[tuple[str, str], list[float]] = {}
+    for round_ in range(rounds):
+        order = list(ports.items())
+        if round_ % 2:
+            order.reverse()
+        for case in cases:
+            for name, port in order:
+                results.setdefault((case, name), []).append(await loads.run(case, port, seconds))
+    for case in cases:
+        cells = []
+        for name in ports:
+            values = results[(case, name)]
+            cells.append(f"{name} {statistics.median(values):.1f} ({', '.join(f'{v:.1f}' for v in values)})")
+        print(f"{case:4s} {UNITS[case]:8s} " + "  ".join(cells))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("before", type=Path, help="a checkout of the version to compare against")
+    parser.add_argument("after", type=Path, nargs="?", default=ROOT, help="a checkout (default: this one)")
+    parser.add_argument("--cases", default="a,b,idle,d,e", help="comma-separated, of: " + ", ".join(UNITS))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
+    args = parser.parse_args()
+    cases = args.cases.split(",")
+    if unknown := set(cases) - set(UNITS):
+        sys.exit(f"unknown cases: {', '.join(sorted(unknown))}")
+
+    from model import default_model_path
+
+    cross_encoder = write_cross_encoder(Path(tempfile.mkdtemp(prefix="compare-")) / "cross-encoder")
+    models = f"minilm={default_model_path()},ce={cross_encoder}"
+    services: dict[str, subprocess.Popen] = {}
+    ports: dict[str, int] = {}
+    try:
+        for name, checkout in (("before", args.before), ("after", args.after)):
+            ports[name] = free_port()
+            services[name] = start(checkout.resolve(), ports[name], models)
+        asyncio.run(compare(ports, cases, args.rounds, args.seconds))
+    finally:
+        for process in services.values():
+            process.send_signal(signal.SIGTERM)
+        for process in services.values():
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+if __name__ == "__main__":
+    main()
