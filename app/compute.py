@@ -26,6 +26,7 @@ process keeps one team and its workers spin.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -96,6 +97,7 @@ class ComputeLanes:
             self._condition.wait_for(lambda: not any(lane.busy for lane in old))
             self._share = max(1, self.threads // lanes)
             self._lanes = [_Lane(i, self._name, self.threads if i == 0 else self._share) for i in range(lanes)]
+            self._condition.notify_all()  # callers that came while there were no lanes
         for lane in old:
             lane.executor.shutdown(wait=True)
 
@@ -112,8 +114,10 @@ class ComputeLanes:
             return fn(*args)
         with self._condition:
             self._waiting += 1
-            self._condition.wait_for(lambda: not self._wide and any(not lane.busy for lane in self._lanes))
-            self._waiting -= 1
+            try:
+                self._condition.wait_for(lambda: not self._wide and any(not lane.busy for lane in self._lanes))
+            finally:
+                self._waiting -= 1
             lane = next(lane for lane in self._lanes if not lane.busy)
             lane.busy = True
             wide = (
@@ -142,8 +146,9 @@ class ComputeLanes:
         return fn(*args)
 
     async def run_async(self, fn: Callable[..., T], *args: Any) -> T:
-        """fn(*args) on a lane, awaited from the event loop (the wait for a free lane happens off the loop)."""
-        return await asyncio.to_thread(self.run, fn, *args)
+        """fn(*args) on a lane, awaited from the event loop (the wait for a free lane happens off the loop). These
+        are the routes' side computations: never wide, so that they never hold the passes up."""
+        return await asyncio.to_thread(functools.partial(self.run, fn, *args, spread=False))
 
 
 COMPUTE = ComputeLanes()  # one per process: OpenMP's thread budget is the process's; configured at start-up

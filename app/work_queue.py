@@ -257,6 +257,11 @@ class WorkQueue:
         """Entries taken for passes that have not finished."""
         return self._computing
 
+    def alone(self, entries: Sequence[Entry]) -> bool:
+        """Whether the pass of ``entries`` is all this queue has: nothing queued, no other pass taken."""
+        with self._condition:
+            return not self._entries and self._computing == len(entries)
+
     def close(self) -> None:
         """Take no more entries; the worker finishes what is queued, then stops."""
         with self._condition:
@@ -326,10 +331,12 @@ class WorkQueue:
 
     def _balance(self) -> None:
         """While another pass of this queue computes, wait up to ``balance_wait`` until the queue holds a fair
-        share (condition held). Inspection entries run alone and do not wait."""
+        share, rounded down (condition held): three texts split two and one without a wait for a fourth.
+        Inspection entries run alone and do not wait."""
         deadline = time.monotonic() + self.balance_wait
         while self._computing and self._entries and not self._closed and not self._paused:
-            if isinstance(self._entries[0], InspectEntry) or len(self._entries) >= self._fair_share():
+            queued = len(self._entries)
+            if isinstance(self._entries[0], InspectEntry) or queued >= (self._computing + queued) // self.lanes:
                 return
             left = deadline - time.monotonic()
             if left <= 0:
@@ -341,8 +348,8 @@ class WorkQueue:
         deadline = time.monotonic() + self.max_wait
         while len(self._entries) < self.max_batch_size and not self._closed:
             left = deadline - time.monotonic()
-            if left <= 0 or self._paused or isinstance(self._entries[0], InspectEntry):
-                return
+            if left <= 0 or self._paused or not self._entries or isinstance(self._entries[0], InspectEntry):
+                return  # (another worker may have taken every entry meanwhile)
             self._condition.wait(left)
 
     def _cut(self, limit: int) -> list[Entry]:

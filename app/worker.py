@@ -147,7 +147,7 @@ class Worker:
                 self.model.embed_encodings,
                 [e.encoding for e in entries],
                 [e.spec for e in entries],
-                spread=not self.queue.pending(),
+                spread=self.queue.alone(entries),
             )
         except Exception:
             self.stats.failed_passes += 1
@@ -162,7 +162,7 @@ class Worker:
         for ticket in _tickets(entries):
             ticket.start(started)
         try:
-            scores = COMPUTE.run(classify, self.model, [e.encoding for e in entries], spread=not self.queue.pending())
+            scores = COMPUTE.run(classify, self.model, [e.encoding for e in entries], spread=self.queue.alone(entries))
         except Exception:
             self.stats.failed_passes += 1
             self._retry_alone(entries, self._classify)
@@ -175,7 +175,7 @@ class Worker:
         request's other entries unseen)."""
         entry.ticket.start(time.perf_counter())
         try:
-            result = COMPUTE.run(entry.compute, self.model, spread=not self.queue.pending())
+            result = COMPUTE.run(entry.compute, self.model, spread=self.queue.alone([entry]))
         except Exception:
             logger.exception("an inspection pass failed: its request gets a 503")
             entry.ticket.fail(InferenceFailed("the model failed to compute this request"))

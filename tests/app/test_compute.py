@@ -156,11 +156,11 @@ def test_a_pass_with_every_thread_has_the_cores_to_itself() -> None:
 
 
 def test_no_pass_goes_wide_until_passes_with_a_share_have_stopped_for_a_while() -> None:
-    compute = ComputeLanes("compute-test", lanes=2, threads=2, quiet_s=0.5)
+    compute = ComputeLanes("compute-test", lanes=2, threads=2, quiet_s=3.0)
     assert compute.run(torch.get_num_threads) == 2  # nothing has run yet: quiet
     side_by_side(compute, 2)  # under load: two passes with their shares
     assert compute.run(torch.get_num_threads) == 1  # alone, but load was a moment ago: the next pass is near
-    time.sleep(0.6)
+    time.sleep(3.2)
     assert compute.run(torch.get_num_threads) == 2
     one_lane = ComputeLanes("compute-test", lanes=1, threads=2)
     assert [one_lane.run(torch.get_num_threads, spread=spread) for spread in (False, True)] == [2, 2]

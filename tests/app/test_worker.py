@@ -126,7 +126,9 @@ async def test_with_two_lanes_each_pass_takes_its_fair_share(tiny_model: TextEnc
         queue.finished(6)
         await queued.put(3)
         assert await taken(queue) == 2  # nothing computing: half, rounded up
+        assert await asyncio.wait_for(taken(queue), 2) == 1  # the rest at once: no wait for a text to pair it
         queue.finished(2)
+        queue.finished(1)
         alone = Queued(WorkQueue(), tiny_model)
         await alone.put(12)
         queued.requests += alone.requests
@@ -135,7 +137,7 @@ async def test_with_two_lanes_each_pass_takes_its_fair_share(tiny_model: TextEnc
         queued.close()
 
 
-async def test_a_free_lane_waits_for_as_many_texts_as_the_pass_computing(tiny_model: TextEncoder) -> None:
+async def test_a_free_lane_waits_for_about_as_many_texts_as_the_pass_computing(tiny_model: TextEncoder) -> None:
     queue = WorkQueue(lanes=2, balance_wait=5.0)
     queued = Queued(queue, tiny_model)
     try:
@@ -147,19 +149,50 @@ async def test_a_free_lane_waits_for_as_many_texts_as_the_pass_computing(tiny_mo
         taking = asyncio.ensure_future(taken(queue))
         await asyncio.sleep(0.3)
         assert not taking.done()  # one text queued beside a pass of 4: the lane waits
-        await queued.put(2)
+        await queued.put(1)
         await asyncio.sleep(0.3)
-        assert not taking.done()
+        assert not taking.done()  # two: still short of half of the 6 queued and computing
         await queued.put(1, taken=True)
-        assert await asyncio.wait_for(taking, 5) == 4  # 4 queued: as many as computing
+        assert await asyncio.wait_for(taking, 5) == 3  # 3 of 7: the share, rounded down, has come
         queue.finished(4)
         await queued.put(1)
         taking = asyncio.ensure_future(taken(queue))
         await asyncio.sleep(0.3)
-        assert not taking.done()
-        queue.finished(4)  # the other pass ends: nothing left to balance with, the lane takes what there is
+        assert not taking.done()  # 1 queued beside a pass of 3
+        queue.finished(3)  # the other pass ends: nothing left to balance with, the lane takes what there is
         assert await asyncio.wait_for(taking, 5) == 1
         queue.finished(1)
+    finally:
+        queued.close()
+
+
+async def test_a_pass_is_alone_only_with_nothing_queued_and_no_other_pass_taken(tiny_model: TextEncoder) -> None:
+    """What the worker tells the compute lanes: only a pass that is alone may take every thread."""
+    queue = WorkQueue(lanes=2, balance_wait=5.0)
+    queued = Queued(queue, tiny_model)
+    try:
+        await queued.put(2)
+        first = await asyncio.to_thread(queue.take, 5) or []
+        assert len(first) == 1 and not queue.alone(first)  # one more is queued
+        second = await asyncio.to_thread(queue.take, 5) or []
+        assert len(second) == 1 and not queue.alone(second)  # the first is taken, its pass not finished
+        queue.finished(len(first))
+        assert queue.alone(second)
+    finally:
+        queued.close()
+
+
+async def test_a_lingering_lane_whose_entries_another_lane_took_waits_again(tiny_model: TextEncoder) -> None:
+    queue = WorkQueue(lanes=2, max_wait=0.3)
+    queued = Queued(queue, tiny_model)
+    try:
+        await queued.put(1)
+        first = asyncio.ensure_future(asyncio.to_thread(queue.take, 5))  # lingers 0.3 s, then takes the text
+        await asyncio.sleep(0.1)
+        second = asyncio.ensure_future(asyncio.to_thread(queue.take, 1.0))  # lingers until 0.4 s
+        assert len(await first or []) == 1
+        queue.finished(1)  # wakes the second while it lingers, with nothing queued
+        assert await second == []  # nothing came within its timeout
     finally:
         queued.close()
 
