@@ -18,8 +18,8 @@ no other lane is at work or waited for, nothing more is queued behind the pass (
 ``spread``), and no pass has computed with a share for ``quiet_s`` (so not under a steady load, where the
 next pass is a moment away). A wide pass has the cores to itself: work for the other lanes waits until it
 ends, because a second pass beside it leaves three threads on two cores, and every barrier of the wide pass
-then waits for a thread that is off its core (under load, a one-text pass took 589 ms so, 18-32 ms
-without). With the default share of one thread a lane on 2 cores, only lane 0 ever opens a team, so the
+then waits for a thread that is off its core (under load a one-text pass took 589 ms that way, against
+18-32 ms without). With the default share of one thread a lane on 2 cores, only lane 0 ever opens a team, so the
 process keeps one team and its workers spin.
 """
 

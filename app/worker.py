@@ -150,7 +150,8 @@ class Worker:
                 spread=self.queue.alone(entries),
             )
         except Exception:
-            self.stats.failed_passes += 1
+            with self._lock:
+                self.stats.failed_passes += 1
             self._retry_alone(entries, self._embed)
             return
         seconds = time.perf_counter() - started
@@ -164,7 +165,8 @@ class Worker:
         try:
             scores = COMPUTE.run(classify, self.model, [e.encoding for e in entries], spread=self.queue.alone(entries))
         except Exception:
-            self.stats.failed_passes += 1
+            with self._lock:
+                self.stats.failed_passes += 1
             self._retry_alone(entries, self._classify)
             return
         self._count(entries, time.perf_counter() - started)

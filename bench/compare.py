@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import statistics
 import subprocess
@@ -26,23 +25,10 @@ from pathlib import Path
 
 import orjson
 
-from bench.run import ROOT, Run, drive, free_port, make_sentences, wait_ready, write_cross_encoder
+from bench.run import ROOT, Run, drive, free_port, make_sentences, rerank_bodies, start_service, write_cross_encoder
 
 HOST = "127.0.0.1"
 UNITS = {"a": "texts/s", "b": "texts/s", "idle": "p50 ms", "d": "pairs/s", "e": "texts/s"}
-
-
-def start(checkout: Path, port: int, models: str) -> subprocess.Popen:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", HOST, "--port", str(port)]
-        + ["--log-level", "warning", "--no-access-log"],
-        cwd=checkout,  # ``-m`` puts the checkout first on the path: its app/ and model/ are the ones served
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "ENCODER_MODELS": models},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_ready(process, port)
-    return process
 
 
 class Loads:
@@ -51,10 +37,7 @@ class Loads:
         self.singles = [orjson.dumps({"texts": [t]}) for t in s]
         self.v1 = [orjson.dumps({"input": t, "model": "minilm"}) for t in s]
         self.batches = [orjson.dumps({"texts": s[i : i + 32]}) for i in range(0, len(s) - 31, 32)]
-        self.reranks = [
-            orjson.dumps({"query": s[i], "documents": s[i + 1 : i + 33], "model": "ce"})
-            for i in range(0, len(s) - 33, 33)
-        ]
+        self.reranks = rerank_bodies(s)
 
     async def run(self, case: str, port: int, seconds: float) -> float:
         runs: dict[str, tuple[str, list[bytes], int, int, str]] = {
@@ -112,7 +95,7 @@ def main() -> None:
     try:
         for name, checkout in (("before", args.before), ("after", args.after)):
             ports[name] = free_port()
-            services[name] = start(checkout.resolve(), ports[name], models)
+            services[name] = start_service(ports[name], {"ENCODER_MODELS": models}, checkout.resolve(), quiet=True)
         asyncio.run(compare(ports, cases, args.rounds, args.seconds))
     finally:
         for process in services.values():

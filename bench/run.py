@@ -189,7 +189,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_service(port: int, env: dict[str, str]) -> subprocess.Popen:
+def start_service(port: int, env: dict[str, str], checkout: Path = ROOT, quiet: bool = False) -> subprocess.Popen:
+    """The service of ``checkout`` (``-m`` puts it first on the path: its app/ and model/ are the ones served),
+    on 127.0.0.1:``port``, once ready; ``quiet`` drops its output."""
+    output = subprocess.DEVNULL if quiet else None
     process = subprocess.Popen(
         [
             sys.executable,
@@ -205,8 +208,10 @@ def start_service(port: int, env: dict[str, str]) -> subprocess.Popen:
             "warning",
             "--no-access-log",
         ],
-        cwd=ROOT,
+        cwd=checkout,
         env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
+        stdout=output,
+        stderr=output,
     )
     wait_ready(process, port)
     return process
@@ -263,6 +268,14 @@ def start_infinity(port: int, embedder: Path, cross_encoder: Path) -> subprocess
     return process
 
 
+def rerank_bodies(sentences: list[str]) -> list[bytes]:
+    """/rerank requests for the cross-encoder ``ce``: each a sentence as the query and the next 32 as documents."""
+    return [
+        orjson.dumps({"query": sentences[i], "documents": sentences[i + 1 : i + 33], "model": "ce"})
+        for i in range(0, len(sentences) - 33, 33)
+    ]
+
+
 async def shared_runs(
     port: int, path: str, body: Callable[[list[str]], bytes], sentences: list[str], quick: bool
 ) -> dict[str, Run]:
@@ -272,10 +285,7 @@ async def shared_runs(
     limit = 60 if quick else 120
     singles = [body([s]) for s in sentences]
     batches = [body(sentences[i : i + 32]) for i in range(0, len(sentences) - 31, 32)]
-    reranks = [
-        orjson.dumps({"query": sentences[i], "documents": sentences[i + 1 : i + 33], "model": "ce"})
-        for i in range(0, (len(sentences) if not quick else 640) - 33, 33)
-    ]
+    reranks = rerank_bodies(sentences if not quick else sentences[:640])
     await drive("warm-up", host, port, path, singles[:64], 1, 8, limit)
     return {
         "a": await drive("(a) 32 clients × 1 text", host, port, path, singles, 1, 32, limit),

@@ -6,7 +6,9 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -103,8 +105,21 @@ class Queued:
         ]
         await wait_until(lambda: self.queue.pending() == (0 if taken else before + n))
 
-    def close(self) -> None:
-        for request in self.requests:
+    async def one_pass_of_four_computing(self) -> None:
+        """8 texts, taken as two passes of 4 (two lanes), the first of them finished."""
+        await self.put(8)
+        assert (await taken(self.queue), await taken(self.queue)) == (4, 4)
+        self.queue.finished(4)
+
+
+@contextmanager
+def queueing(model: TextEncoder, **options: Any) -> Iterator[Queued]:
+    """A ``WorkQueue(**options)`` to put requests on; they are cancelled at the end."""
+    queued = Queued(WorkQueue(**options), model)
+    try:
+        yield queued
+    finally:
+        for request in queued.requests:
             request.cancel()
 
 
@@ -115,9 +130,8 @@ async def taken(queue: WorkQueue) -> int:
 
 
 async def test_with_two_lanes_each_pass_takes_its_fair_share(tiny_model: TextEncoder) -> None:
-    queue = WorkQueue(lanes=2, balance_wait=5.0)
-    queued = Queued(queue, tiny_model)
-    try:
+    with queueing(tiny_model, lanes=2, balance_wait=5.0) as queued:
+        queue = queued.queue
         await queued.put(12)
         first = await taken(queue)
         second = await taken(queue)  # 6 computing, 6 queued: its share is there, no wait
@@ -129,22 +143,15 @@ async def test_with_two_lanes_each_pass_takes_its_fair_share(tiny_model: TextEnc
         assert await asyncio.wait_for(taken(queue), 2) == 1  # the rest at once: no wait for a text to pair it
         queue.finished(2)
         queue.finished(1)
-        alone = Queued(WorkQueue(), tiny_model)
+    with queueing(tiny_model) as alone:
         await alone.put(12)
-        queued.requests += alone.requests
         assert await taken(alone.queue) == 12  # one lane takes all it may
-    finally:
-        queued.close()
 
 
 async def test_a_free_lane_waits_for_about_as_many_texts_as_the_pass_computing(tiny_model: TextEncoder) -> None:
-    queue = WorkQueue(lanes=2, balance_wait=5.0)
-    queued = Queued(queue, tiny_model)
-    try:
-        await queued.put(8)
-        for _ in range(2):
-            await taken(queue)
-        queue.finished(4)  # one pass of 4 done, the other computes
+    with queueing(tiny_model, lanes=2, balance_wait=5.0) as queued:
+        queue = queued.queue
+        await queued.one_pass_of_four_computing()
         await queued.put(1)
         taking = asyncio.ensure_future(taken(queue))
         await asyncio.sleep(0.3)
@@ -162,15 +169,12 @@ async def test_a_free_lane_waits_for_about_as_many_texts_as_the_pass_computing(t
         queue.finished(3)  # the other pass ends: nothing left to balance with, the lane takes what there is
         assert await asyncio.wait_for(taking, 5) == 1
         queue.finished(1)
-    finally:
-        queued.close()
 
 
 async def test_a_pass_is_alone_only_with_nothing_queued_and_no_other_pass_taken(tiny_model: TextEncoder) -> None:
     """What the worker tells the compute lanes: only a pass that is alone may take every thread."""
-    queue = WorkQueue(lanes=2, balance_wait=5.0)
-    queued = Queued(queue, tiny_model)
-    try:
+    with queueing(tiny_model, lanes=2, balance_wait=5.0) as queued:
+        queue = queued.queue
         await queued.put(2)
         first = await asyncio.to_thread(queue.take, 5) or []
         assert len(first) == 1 and not queue.alone(first)  # one more is queued
@@ -178,14 +182,11 @@ async def test_a_pass_is_alone_only_with_nothing_queued_and_no_other_pass_taken(
         assert len(second) == 1 and not queue.alone(second)  # the first is taken, its pass not finished
         queue.finished(len(first))
         assert queue.alone(second)
-    finally:
-        queued.close()
 
 
 async def test_a_lingering_lane_whose_entries_another_lane_took_waits_again(tiny_model: TextEncoder) -> None:
-    queue = WorkQueue(lanes=2, max_wait=0.3)
-    queued = Queued(queue, tiny_model)
-    try:
+    with queueing(tiny_model, lanes=2, max_wait=0.3) as queued:
+        queue = queued.queue
         await queued.put(1)
         first = asyncio.ensure_future(asyncio.to_thread(queue.take, 5))  # lingers 0.3 s, then takes the text
         await asyncio.sleep(0.1)
@@ -193,24 +194,15 @@ async def test_a_lingering_lane_whose_entries_another_lane_took_waits_again(tiny
         assert len(await first or []) == 1
         queue.finished(1)  # wakes the second while it lingers, with nothing queued
         assert await second == []  # nothing came within its timeout
-    finally:
-        queued.close()
 
 
 async def test_a_free_lane_waits_for_its_share_no_longer_than_the_balance_wait(tiny_model: TextEncoder) -> None:
-    queue = WorkQueue(lanes=2, balance_wait=0.2)
-    queued = Queued(queue, tiny_model)
-    try:
-        await queued.put(8)
-        await taken(queue)  # a pass of 4 computes
-        await taken(queue)
-        queue.finished(4)
+    with queueing(tiny_model, lanes=2, balance_wait=0.2) as queued:
+        await queued.one_pass_of_four_computing()
         loop = asyncio.get_running_loop()
         started = loop.time()
         await queued.put(1)
-        assert await taken(queue) == 1 and loop.time() - started >= 0.15
-    finally:
-        queued.close()
+        assert await taken(queued.queue) == 1 and loop.time() - started >= 0.15
 
 
 async def test_a_failing_pass_fails_only_the_request_that_breaks_it(tiny_model: TextEncoder) -> None:
