@@ -1,0 +1,50 @@
+"""The benchmark's bookkeeping: rounds share the inputs out, pool back, and ratios point the right way."""
+
+from __future__ import annotations
+
+import orjson
+
+from bench.run import ROUNDS, Rounds, Run, pooled, ratio, rerank_bodies, rerank_pairs, share
+
+
+def test_the_rounds_share_every_input_out_once_in_order() -> None:
+    items = list(range(20))
+    shares = [share(items, round_) for round_ in range(ROUNDS)]
+    assert [x for part in shares for x in part] == items
+    assert max(map(len, shares)) - min(map(len, shares)) <= 1
+
+
+def test_pooled_rounds_add_their_items_time_and_latencies() -> None:
+    runs = [Run("a", 10, 2.0, [0.1, 0.3], 0), Run("a", 30, 3.0, [0.2], 1)]
+    total = pooled(runs)
+    assert (total.name, total.sentences, total.seconds, total.errors) == ("a", 40, 5.0, 1)
+    assert total.rate == 8.0
+    assert sorted(total.latencies) == [0.1, 0.2, 0.3]
+    assert total.percentile(50) == 200.0  # milliseconds
+
+
+def test_ratios_compare_rates_or_median_latencies() -> None:
+    faster = Run("x", 30, 1.0, [0.010, 0.020, 0.030])
+    slower = Run("y", 20, 1.0, [0.040, 0.050, 0.060])
+    assert ratio(faster, slower, "a") == 1.5  # a rate: above 1 is better
+    assert ratio(faster, slower, "idle") == 0.4  # a p50: below 1 is better
+    assert ratio(faster, slower, "c") == 0.4
+
+
+def test_rounds_keep_each_party_and_case_round_by_round() -> None:
+    rounds = Rounds()
+    for round_ in range(ROUNDS):
+        rounds.add("service", "a", Run("a", 10 * (round_ + 1), 1.0))
+        rounds.add("reference", "a", Run("a", 10, 1.0))
+    assert [run.sentences for run in rounds.runs["service"]["a"]] == [10, 20, 30]
+    assert rounds.pooled("service")["a"].sentences == 60
+    assert rounds.pooled("peer") == {}
+
+
+def test_the_reference_reranks_the_pairs_the_service_is_sent() -> None:
+    sentences = [f"sentence {i}" for i in range(100)]
+    bodies, pairs = rerank_bodies(sentences), rerank_pairs(sentences)
+    assert len(bodies) == len(pairs) == 3  # queries 0, 33 and 66, each with the next 32
+    for body, request in zip(bodies, pairs):
+        sent = orjson.loads(body)
+        assert [(sent["query"], document) for document in sent["documents"]] == request
