@@ -603,12 +603,14 @@ def report(rounds: Rounds, device: str, command: str, quick: bool, served: str, 
         f"{cells('d', 'd')} ≥ 1.0 |",
         f"| (e) /v1/embeddings rate ÷ {st} ({ref['e'].rate:.0f}/s) |{cells('e', 'e')} ≥ 1.0 |",
     ]
+    parties = "the service, the references in this process and infinity-emb"
+    if not peers:
+        parties = "the service and the references in this process"
     notes = [
         "",
-        f"Each case ran in {ROUNDS} rounds, each on a third of its inputs; in every round the service, the references",
-        "in this process" + (" and infinity-emb" if peers else "") + " took their turns on the same share, the order",
-        "rotated from round to round. Figures pool the rounds; each ratio compares figures of the same rounds, and",
-        "`rounds` gives it round by round.",
+        f"Each case ran in {ROUNDS} rounds, each on a third of its inputs; in every round {parties} took their",
+        "turns on the same share, the order rotated from round to round. Figures pool the rounds; each ratio",
+        "compares figures of the same rounds, and `rounds` gives it round by round.",
     ]
     if peers:
         notes += [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from bench.run import ROUNDS, Rounds, Run, pooled, ratio, rerank_bodies, rerank_pairs, share
 
@@ -48,3 +49,24 @@ def test_the_reference_reranks_the_pairs_the_service_is_sent() -> None:
     for body, request in zip(bodies, pairs):
         sent = orjson.loads(body)
         assert [(sent["query"], document) for document in sent["documents"]] == request
+
+
+def test_the_report_gives_each_ratio_pooled_and_round_by_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.run
+
+    monkeypatch.setattr(bench.run, "machine", lambda: "a test machine")
+    monkeypatch.setattr(bench.run, "cpu_flags", lambda: "none")
+    monkeypatch.setattr(bench.run, "peer_version", lambda: "0.0")
+    rounds = Rounds()
+    for case in ("a", "b", "idle", "d", "c", "e"):
+        for served in (10, 20, 30):  # texts a second in rounds 1, 2, 3; the reference 20 in each
+            rounds.add("service", case, Run(case, served, 1.0, [0.010]))
+            rounds.add("reference", case, Run(case, 20, 1.0, [0.020]))
+    for case in ("e", "b", "idle", "d"):
+        rounds.add("peer", case, Run(f"peer {case}", 5, 1.0, [0.040]))
+    text = bench.run.report(rounds, "CPU", "make bench-peers", False, "on cpu", "memory")
+    a_row = "| (a) HTTP rate ÷ sentence-transformers in-process (20/s) | 1.00 | 0.50, 1.00, 1.50 | 0.25 | ≥ 1.0 |"
+    assert a_row in text  # the peer's 5/s in the rounds of (e), against the reference's 20
+    assert "one text (20.0 ms) | 0.50 | 0.50, 0.50, 0.50 | 2.00 | ≤ 1.0 |" in text
+    assert "in-process (20 ms) | 0.50 | 0.50, 0.50, 0.50 | — | ≤ 0.1 |" in text  # (c): no peer
+    assert text.index("infinity-emb: peer e") < text.index("infinity-emb: peer b") < text.index("infinity-emb: peer d")
