@@ -23,41 +23,35 @@ import sys
 import tempfile
 from pathlib import Path
 
-import orjson
-
-from bench.run import ROOT, Run, drive, free_port, make_sentences, rerank_bodies, start_service, write_cross_encoder
+from bench.run import (
+    LATENCY_CASES,
+    ROOT,
+    Load,
+    drive,
+    free_port,
+    make_sentences,
+    service_loads,
+    start_service,
+    write_cross_encoder,
+)
 
 HOST = "127.0.0.1"
 UNITS = {"a": "texts/s", "b": "texts/s", "idle": "p50 ms", "d": "pairs/s", "e": "texts/s"}
+IDLE_TEXTS = 150  # an idle phase: at most this many sequential texts
 
 
-class Loads:
-    def __init__(self) -> None:
-        s = make_sentences(2000)
-        self.singles = [orjson.dumps({"texts": [t]}) for t in s]
-        self.v1 = [orjson.dumps({"input": t, "model": "minilm"}) for t in s]
-        self.batches = [orjson.dumps({"texts": s[i : i + 32]}) for i in range(0, len(s) - 31, 32)]
-        self.reranks = rerank_bodies(s)
-
-    async def run(self, case: str, port: int, seconds: float) -> float:
-        runs: dict[str, tuple[str, list[bytes], int, int, str]] = {
-            "a": ("/encode", self.singles, 1, 32, "data"),
-            "b": ("/encode", self.batches, 32, 4, "data"),
-            "idle": ("/encode", self.singles[:150], 1, 1, "data"),
-            "d": ("/rerank", self.reranks, 32, 4, "results"),
-            "e": ("/v1/embeddings", self.v1, 1, 32, "data"),
-        }
-        path, bodies, per_request, clients, key = runs[case]
-        run: Run = await drive(case, HOST, port, path, bodies, per_request, clients, seconds, key=key)
-        if run.errors:
-            raise RuntimeError(f"{run.errors} failed requests in case {case} on port {port}")
-        return run.percentile(50) if case == "idle" else run.rate
+async def run_case(loads: dict[str, Load], case: str, port: int, seconds: float) -> float:
+    """One phase of ``case`` on ``port``: texts (or pairs) a second, or the p50 in ms for idle."""
+    run = await loads[case].drive(port, seconds)
+    if run.errors:
+        raise RuntimeError(f"{run.errors} failed requests in case {case} on port {port}")
+    return run.percentile(50) if case in LATENCY_CASES else run.rate
 
 
 async def compare(ports: dict[str, int], cases: list[str], rounds: int, seconds: float) -> None:
-    loads = Loads()
+    loads = service_loads(make_sentences(2000), "", IDLE_TEXTS, 0)  # no /attention case here
     for port in ports.values():
-        await drive("warm-up", HOST, port, "/encode", loads.singles[:64], 1, 8, 30)
+        await drive("warm-up", HOST, port, "/encode", loads["a"].bodies[:64], 1, 8, 30)
     results: dict[tuple[str, str], list[float]] = {}
     for round_ in range(rounds):
         order = list(ports.items())
@@ -65,7 +59,7 @@ async def compare(ports: dict[str, int], cases: list[str], rounds: int, seconds:
             order.reverse()
         for case in cases:
             for name, port in order:
-                results.setdefault((case, name), []).append(await loads.run(case, port, seconds))
+                results.setdefault((case, name), []).append(await run_case(loads, case, port, seconds))
     for case in cases:
         cells = []
         for name in ports:

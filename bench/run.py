@@ -271,11 +271,18 @@ def start_infinity(port: int, embedder: Path, cross_encoder: Path) -> subprocess
     return process
 
 
-def rerank_bodies(sentences: list[str]) -> list[bytes]:
-    """/rerank requests for the cross-encoder ``ce``: each a sentence as the query and the next 32 as documents."""
+def rerank_pairs(sentences: list[str]) -> list[list[tuple[str, str]]]:
+    """The (query, document) pairs of each /rerank request: a sentence as the query, the next 32 as documents."""
     return [
-        orjson.dumps({"query": sentences[i], "documents": sentences[i + 1 : i + 33], "model": "ce"})
-        for i in range(0, len(sentences) - 33, 33)
+        [(sentences[i], document) for document in sentences[i + 1 : i + 33]] for i in range(0, len(sentences) - 33, 33)
+    ]
+
+
+def rerank_bodies(sentences: list[str]) -> list[bytes]:
+    """The /rerank requests for the cross-encoder ``ce``, one for each request of rerank_pairs."""
+    return [
+        orjson.dumps({"query": pairs[0][0], "documents": [document for _, document in pairs], "model": "ce"})
+        for pairs in rerank_pairs(sentences)
     ]
 
 
@@ -298,13 +305,6 @@ def pooled(runs: list[Run]) -> Run:
     )
 
 
-def rerank_pairs(sentences: list[str]) -> list[list[tuple[str, str]]]:
-    """The (query, document) pairs of each request of rerank_bodies, request by request."""
-    return [
-        [(sentences[i], document) for document in sentences[i + 1 : i + 33]] for i in range(0, len(sentences) - 33, 33)
-    ]
-
-
 @dataclass
 class Load:
     """One case over HTTP: ``clients`` connections POST ``bodies`` to ``path``, ``per_request`` items in each."""
@@ -317,14 +317,14 @@ class Load:
     key: str = "data"
     check: bool = True
 
-    async def drive(self, port: int, round_: int, limit_s: float) -> Run:
-        bodies = share(self.bodies, round_)
+    async def drive(self, port: int, limit_s: float, round_: int | None = None) -> Run:
+        """The load on 127.0.0.1:``port``: its share of round ``round_``, or all of its bodies."""
         return await drive(
             self.name,
             "127.0.0.1",
             port,
             self.path,
-            bodies,
+            self.bodies if round_ is None else share(self.bodies, round_),
             self.per_request,
             self.clients,
             limit_s,
@@ -508,10 +508,10 @@ async def take_turns(
             parties = ["service", "reference"] + (["peer"] if case in peers else [])
             for party in parties[round_ % len(parties) :] + parties[: round_ % len(parties)]:
                 if party == "service":
-                    rounds.add(party, case, await load.drive(port, round_, limit))
+                    rounds.add(party, case, await load.drive(port, limit, round_))
                 elif party == "peer":
                     assert peer_port is not None
-                    rounds.add(party, case, await peers[case].drive(peer_port, round_, limit))
+                    rounds.add(party, case, await peers[case].drive(peer_port, limit, round_))
                 else:
                     rounds.add(party, case, reference(case, load.name, round_))
     return rounds

@@ -46,6 +46,7 @@ def test_the_reference_reranks_the_pairs_the_service_is_sent() -> None:
     sentences = [f"sentence {i}" for i in range(100)]
     bodies, pairs = rerank_bodies(sentences), rerank_pairs(sentences)
     assert len(bodies) == len(pairs) == 3  # queries 0, 33 and 66, each with the next 32
+    assert pairs[1] == [("sentence 33", f"sentence {i}") for i in range(34, 66)]
     for body, request in zip(bodies, pairs):
         sent = orjson.loads(body)
         assert [(sent["query"], document) for document in sent["documents"]] == request
