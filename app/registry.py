@@ -199,16 +199,20 @@ def load_registry(
 
 
 def compute_lanes(settings: Settings, threads: int = TORCH_THREADS) -> int:
-    """Passes computed at once (ENCODER_COMPUTE_LANES), unless set: 2 on a CPU that torch gives 2 or 3 threads,
-    else 1. With 2 or 3 threads a lane's share is one thread, so only lane 0 ever holds an OpenMP team
-    (app/compute.py); with more, both lanes would, which was not measured. A GPU runs one pass at a time."""
+    """Passes computed at once (ENCODER_COMPUTE_LANES), unless set: 3 on a CPU that torch gives 2 threads, 2 on
+    one it gives 3, else 1. A lane's share is then one thread, so only lane 0 ever holds an OpenMP team
+    (app/compute.py); with more threads, several lanes would, which was not measured. On 2 threads a third lane
+    computes while another waits for its share of the queue: under 32 concurrent clients the two lanes were
+    idle about a sixth of the time (BENCHMARKS.md). A GPU runs one pass at a time."""
     if settings.compute_lanes is not None:
         return settings.compute_lanes
     try:
         device = resolve_device(settings.device)
     except ValueError:  # loading the model says what is wrong with the device
         return 1
-    return 2 if device.type == "cpu" and 2 <= threads <= 3 else 1
+    if device.type != "cpu":
+        return 1
+    return {2: 3, 3: 2}.get(threads, 1)
 
 
 GPU_PASS_TOKENS = 16384  # padded tokens a pass on a GPU

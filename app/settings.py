@@ -91,7 +91,7 @@ class Settings(BaseSettings):
         ge=1,
         le=64,
         description="forward passes computed at once, each on its share of torch's threads (one that runs alone "
-        "takes them all); unset: 2 on a CPU where torch has 2 or 3 threads, else 1",
+        "takes them all); unset: 3 on a CPU where torch has 2 threads, 2 where it has 3, else 1",
     )
     batch_wait_ms: float = Field(
         0.0,

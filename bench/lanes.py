@@ -1,4 +1,4 @@
-"""One pass at a time on every core, or passes side by side on a core each: why a CPU service has two lanes.
+"""One pass at a time on every core, or passes side by side on a core each: why a CPU service has lanes.
 
 ``python -m bench.lanes``: the bundled model embeds 960 generated sentences in passes of 16 (in their
 order, unsorted, as requests arrive), submitted by two threads the way two inference threads submit
@@ -10,6 +10,9 @@ alternating. Prints texts a second.
 Then what a pass of n texts costs on one core, as a lane computes it under load: 320 of the sentences in
 passes of 1, 2, 4, 8, 16 and 32, one pass at a time (why the queue gives each lane its fair share, rather
 than the few texts that have arrived when it comes free).
+
+Why two cores get a third lane shows only under HTTP load, where a lane waits for its share of the queue
+while the event loop answers and reads requests (BENCHMARKS.md, "A third compute lane on two cores").
 """
 
 from __future__ import annotations

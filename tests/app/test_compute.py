@@ -174,8 +174,8 @@ def test_one_lane_computes_one_thing_at_a_time() -> None:
     assert len({ident for ident, _ in side_by_side(compute, 2)}) == 2
 
 
-def test_two_lanes_by_default_where_a_lanes_share_is_one_cpu_thread() -> None:
+def test_lanes_by_default_where_a_lanes_share_is_one_cpu_thread() -> None:
     cpu = Settings(device="cpu")
-    assert [compute_lanes(cpu, threads) for threads in (1, 2, 3, 4, 16)] == [1, 2, 2, 1, 1]
+    assert [compute_lanes(cpu, threads) for threads in (1, 2, 3, 4, 16)] == [1, 3, 2, 1, 1]
     assert compute_lanes(Settings(device="cpu", compute_lanes=3), 16) == 3  # a setting wins
     assert compute_lanes(Settings(device="cuda:7"), 2) == 1  # a device that cannot be had: loading will say so
