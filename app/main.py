@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from app import __version__
 from app.admission import Admission
@@ -26,7 +27,7 @@ from app.dependencies import ApiKey
 from app.errors import install_error_handlers
 from app.logs import configure_logging
 from app.metrics import Metrics
-from app.middleware import BodySizeLimit, RequestLog
+from app.middleware import BodySizeLimit, OneWriteResponses, RequestLog
 from app.registry import ModelRegistry, load_registry
 from app.responding import Responder
 from app.routes import attention, embeddings, openai_compat, positional_encoding, service, tasks, tokenize, viewer
@@ -39,6 +40,13 @@ from model import TextEncoder
 logger = logging.getLogger("app")
 TIMING_HEADERS = ["X-Request-ID", "X-Queue-Time", "X-Inference-Time", "X-Serialization-Time"]
 EXIT_LOAD_FAILED = 1
+
+
+class Service(FastAPI):
+    """FastAPI with one layer outside Starlette's own error handling: each response in one write."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return OneWriteResponses(super().build_middleware_stack())
 
 
 def exit_process(message: str) -> None:
@@ -94,7 +102,7 @@ def create_app(
                 await asyncio.to_thread(app.state.registry.close)
             logger.info("stopped")
 
-    app = FastAPI(
+    app = Service(
         title="encoder-service",
         version=__version__,
         description="Tokens, sentence and token embeddings, attention matrices and positional encodings "

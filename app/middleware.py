@@ -6,6 +6,7 @@ import logging
 import random
 import re
 import time
+from typing import Any
 
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -78,6 +79,81 @@ class BodySizeLimit:
             413, "payload_too_large", f"request body is {what}; the limit is {self.max_bytes:,} bytes"
         )
         await response(scope, receive, send)
+
+
+class OneWriteResponses:
+    """Write a response's status line and headers together with the first part of its body.
+
+    uvicorn writes the headers to the socket when the application starts a response and the body when
+    it comes: two system calls. A process killed between the two (SIGKILL, the OOM killer) leaves its
+    peer with headers and no body; a load balancer has already passed the headers on to its client and
+    can no longer try another replica. One write is all or nothing: the peer gets the whole response, or
+    nothing and retries it elsewhere.
+
+    It reaches the server's transport through the ASGI ``send`` it is given (uvicorn's request-response
+    cycle, whose ``transport`` it wraps for this request). Under a server that does not look like that it
+    passes everything through unchanged. It must be the outermost layer, outside Starlette's own.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        cycle = getattr(send, "__self__", None)
+        transport = getattr(cycle, "transport", None)
+        if scope["type"] != "http" or not callable(getattr(transport, "write", None)):
+            await self.app(scope, receive, send)
+            return
+        held = HeldWrites(transport)
+        cycle.transport = held  # type: ignore[union-attr]
+
+        async def send_once(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                held.holding = True  # the headers wait for the body
+                await send(message)
+            elif message["type"] == "http.response.body":
+                held.holding = False
+                try:
+                    await send(message)  # the body's write carries the headers with it
+                finally:
+                    held.flush()  # an empty body is not written at all: the headers go alone
+            else:
+                await send(message)
+
+        try:
+            await self.app(scope, receive, send_once)
+        finally:
+            held.flush()
+
+
+class HeldWrites:
+    """A transport whose writes wait, while ``holding``, to go out joined with the next one."""
+
+    def __init__(self, transport: Any) -> None:
+        self._transport = transport
+        self._pending: list[bytes] = []
+        self.holding = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self.holding:
+            self._pending.append(bytes(data))
+            return
+        if self._pending:
+            data = b"".join([*self._pending, data])
+            self._pending.clear()
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        self.holding = False
+        if self._pending:
+            self.write(b"")
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:  # everything else is the transport's own
+        return getattr(self._transport, name)
 
 
 class RequestLog:
