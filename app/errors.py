@@ -147,6 +147,14 @@ def validation_message(error: dict[str, Any]) -> tuple[str, str | None]:
     return (f"{param}: {problem}" if param else problem), param
 
 
+def is_json(content_type: str | None) -> bool:
+    """Whether a Content-Type header declares JSON (application/json, or any type ending in +json)."""
+    if not content_type:
+        return False
+    subtype = content_type.split(";", 1)[0].strip().lower().rpartition("/")[2]
+    return subtype == "json" or subtype.endswith("+json")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
@@ -155,7 +163,15 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def request_validation_error(request: Request, exc: RequestValidationError) -> Response:
-        message, param = validation_message(exc.errors()[0])
+        error = exc.errors()[0]
+        message, param = validation_message(error)
+        if tuple(error.get("loc", ())) == ("body",) and error.get("type") != "missing":  # the body as a whole
+            content_type = request.headers.get("content-type")
+            if is_json(content_type):
+                message = "the body must be a JSON object"
+            else:  # FastAPI reads a body as JSON only when it is declared so; else validation sees bytes
+                sent = f"this request's Content-Type is {content_type!r}" if content_type else "this request has none"
+                message = f"the body must be JSON, sent with Content-Type: application/json; {sent}"
         logger.info("422 validation_error: %s", message)  # the problem, never the body
         return error_response(422, "validation_error", message, param)
 

@@ -107,13 +107,36 @@ async def test_tokenize_rejects_mismatched_pairs(limited: httpx.AsyncClient) -> 
         (b'{"texts": ', "malformed JSON"),  # cut short
         (b"not json at all", "malformed JSON"),
         (b"", "request body is required"),  # no body
-        (b"[1, 2]", "valid dictionary"),  # JSON, but not an object
+        (b"[1, 2]", "the body must be a JSON object"),  # JSON, but not an object
+        (b'"texts"', "the body must be a JSON object"),
         (b'{"texts": "\xff\xfe"}', "malformed JSON"),  # not UTF-8
     ],
 )
 async def test_malformed_bodies_are_422(limited: httpx.AsyncClient, content: bytes, words: str) -> None:
     response = await limited.post("/encode", content=content, headers={"content-type": "application/json"})
     assert_error(response, 422, "validation_error", None, words)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "content_type", "says"),
+    [
+        ("/encode", b'{"texts": ["a"]}', "application/x-www-form-urlencoded", "is 'application/x-www-form-urlencoded'"),
+        ("/v1/embeddings", b'{"input": "a"}', "text/plain", "Content-Type is 'text/plain'"),
+        ("/attention", b'{"text": "a"}', None, "this request has none"),
+    ],
+)
+async def test_a_json_body_not_declared_as_json_is_422_naming_the_content_type(
+    limited: httpx.AsyncClient, path: str, body: bytes, content_type: str | None, says: str
+) -> None:
+    headers = {} if content_type is None else {"content-type": content_type}
+    request = limited.build_request("POST", path, content=body, headers=headers)
+    assert request.headers.get("content-type") == content_type
+    response = await limited.send(request)
+    error = assert_error(response, 422, "validation_error", None, "sent with Content-Type: application/json")
+    assert error["message"].endswith(says), error
+    for declared in ("application/json", "application/json; charset=utf-8", "application/vnd.example+json"):
+        response = await limited.post(path, content=body, headers={"content-type": declared})
+        assert response.status_code == 200, (declared, response.text)
 
 
 async def test_unknown_route_is_404_and_wrong_method_is_405(limited: httpx.AsyncClient) -> None:
