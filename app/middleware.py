@@ -131,22 +131,24 @@ class HeldWrites:
 
     def __init__(self, transport: Any) -> None:
         self._transport = transport
-        self._pending: list[bytes] = []
+        self._pending: list[bytes | bytearray | memoryview] = []
         self.holding = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self.holding:
             self._pending.append(bytes(data))
-            return
-        if self._pending:
-            data = b"".join([*self._pending, data])
-            self._pending.clear()
-        self._transport.write(data)
+        elif self._pending:
+            self._pending.append(data)
+            self.flush()
+        else:
+            self._transport.write(data)
 
     def flush(self) -> None:
+        """Write what is held, in one system call (a writev: a large body is not copied to join it)."""
         self.holding = False
         if self._pending:
-            self.write(b"")
+            pending, self._pending = self._pending, []
+            self._transport.writelines(pending)
 
     def close(self) -> None:
         self.flush()

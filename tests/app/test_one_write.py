@@ -28,7 +28,11 @@ from tests.helpers import assert_error, free_port, wait_until_ready
 
 @pytest.fixture
 def server_writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bytes]]:
-    """(local port, bytes) of every write on an asyncio socket transport, the client's included."""
+    """(local port, bytes) of every write on an asyncio socket transport, the client's included.
+
+    ``writelines`` is one write of its parts joined (as asyncio does it on Python 3.11; uvloop and later
+    asyncio send the parts with one ``writev``/``sendmsg``).
+    """
     writes: list[tuple[int, bytes]] = []
     transport_class = selector_events._SelectorSocketTransport  # type: ignore[attr-defined]
     original = transport_class.write
@@ -37,7 +41,11 @@ def server_writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bytes]]:
         writes.append((self.get_extra_info("sockname")[1], bytes(data)))
         original(self, data)
 
+    def recording_lines(self: asyncio.Transport, parts: list[bytes]) -> None:  # one call, one system call
+        recording(self, b"".join(parts))
+
     monkeypatch.setattr(transport_class, "write", recording)
+    monkeypatch.setattr(transport_class, "writelines", recording_lines)
     return writes
 
 
