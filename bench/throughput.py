@@ -1,0 +1,208 @@
+"""The largest-batch throughput of the embedding pass, in tokens/s, and the share of the device's peak it reaches.
+
+    .venv/bin/python -m bench.throughput [--model DIR] [--length 128] [--rows 128 512 2048]
+
+Runs on CUDA when there is one (float16, as the service does), else on the CPU (the service's ``auto`` dtype).
+For each batch shape (rows × length, every row a full ``length`` tokens: no padding, so that every product
+counts) it times, after a warm-up:
+
+- ours: the service's embedding pass (``TextEncoder.last_hidden_state``, the traced graph) on tensors already
+  on the device;
+- transformers: ``AutoModel`` in the same dtype (its default attention, SDPA), on the same tensors;
+
+and prints tokens/s, the matrix-product rate that implies (the FLOPs of the products a token needs, counted
+from the config, 2 per multiply-add, attention's two products included), and that rate as a share of a
+plain float16 (bfloat16 on a CPU) 8192³ matrix product measured on the same device a moment before. On a
+GPU whose dense float16 peak is in PEAKS it is also given as a share of that datasheet figure.
+
+Device time is measured with CUDA events around ``repeats`` passes (host clock on the CPU); the median
+of ``rounds`` such runs is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from model import TextEncoder
+from model.config import EncoderConfig
+
+# Dense (no sparsity) float16 tensor-core peaks from the vendors' datasheets, TFLOP/s, by device-name fragment.
+PEAKS = {
+    "H100 80GB HBM3": 989.4,  # H100 SXM5
+    "H100 PCIe": 756.0,
+    "H100 NVL": 835.0,
+    "H200": 989.4,
+    "A100": 312.0,
+    "L40S": 362.1,
+    "L4": 121.0,
+    "A10G": 125.0,
+    "A10": 125.0,
+    "T4": 65.0,
+}
+
+
+def flops_per_token(config: EncoderConfig, length: int) -> float:
+    """Multiply-adds × 2 of one token's matrix products through every layer, at sequence length ``length``:
+    the fused q/k/v and output projections, the feed-forward (two halves of the first product under a GLU),
+    and attention's scores and weighted sum. Embeddings, norms, softmax and activations are not products."""
+    d, f = config.d_model, config.d_ff
+    projections = 3 * d * d + d * d
+    feed_forward = d * f * (2 if config.glu else 1) + f * d
+    attention = 2 * length * d
+    return 2.0 * config.n_layers * (projections + feed_forward + attention)
+
+
+def timed(run: Callable[[], object], device: torch.device, repeats: int, rounds: int) -> float:
+    """Median seconds of one call of ``run``, over ``rounds`` runs of ``repeats`` calls each."""
+    for _ in range(3):
+        run()
+    results = []
+    for _ in range(rounds):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(repeats):
+                run()
+            end.record()
+            end.synchronize()
+            results.append(start.elapsed_time(end) / 1000 / repeats)
+        else:
+            started = time.perf_counter()
+            for _ in range(repeats):
+                run()
+            results.append((time.perf_counter() - started) / repeats)
+    return statistics.median(results)
+
+
+def matmul_rate(device: torch.device, dtype: torch.dtype, size: int) -> float:
+    """FLOP/s of a size³ matrix product in ``dtype`` on random data, measured here."""
+    generator = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+    b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+    seconds = timed(lambda: torch.mm(a, b), device, repeats=10 if device.type == "cuda" else 1, rounds=5)
+    return 2 * size**3 / seconds
+
+
+def datasheet_peak(device: torch.device) -> tuple[str, float] | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for fragment, tflops in PEAKS.items():
+        if fragment in name:
+            return name, tflops * 1e12
+    return None
+
+
+def write_bert_base(directory: Path) -> Path:
+    """A checkpoint of BERT-base's shape (768 wide, 12 layers of 12 heads, 3,072 in the feed-forward) with random
+    weights and the bundled tokenizer: the share of the peak a wider model reaches (no pretrained BERT-base
+    can be fetched where this runs, and the speed does not depend on the weights)."""
+    import shutil
+
+    from transformers import BertConfig, BertModel
+
+    from model import default_model_path
+
+    source = default_model_path()
+    config = BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(directory)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (source / name).is_file():
+            shutil.copy(source / name, directory / name)
+    return directory
+
+
+def ours(model: TextEncoder, inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> object:
+    with torch.inference_mode():
+        return model.last_hidden_state(*inputs)
+
+
+def theirs(reference: torch.nn.Module, model: TextEncoder, inputs: tuple[torch.Tensor, ...]) -> object:
+    input_ids, mask, segments = inputs
+    kwargs = {"input_ids": input_ids, "attention_mask": mask}
+    if model.config.type_vocab_size > 1:
+        kwargs["token_type_ids"] = segments
+    autocast = model.device.type == "cpu" and model.dtype != torch.float32  # as ours: float32 weights, autocast
+    with torch.inference_mode(), torch.autocast(model.device.type, dtype=model.dtype, enabled=autocast):
+        return reference(**kwargs).last_hidden_state
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None, help="a model directory (default: the bundled one)")
+    parser.add_argument("--length", type=int, default=128, help="tokens in every row")
+    parser.add_argument("--rows", type=int, nargs="+", default=None, help="rows a pass (default: by device)")
+    parser.add_argument("--dtype", default="auto", help="as ENCODER_DTYPE (default: auto)")
+    parser.add_argument("--bert-base", action="store_true", help="a random checkpoint of BERT-base's shape instead")
+    parser.add_argument("--no-reference", action="store_true", help="skip transformers")
+    args = parser.parse_args()
+
+    path = args.model
+    if args.bert_base:
+        import tempfile
+
+        path = write_bert_base(Path(tempfile.mkdtemp(prefix="bert-base-")))
+    model = TextEncoder.load(path, dtype=args.dtype, name="BERT-base shape, random weights" if args.bert_base else None)
+    device, dtype = model.device, model.dtype
+    cuda = device.type == "cuda"
+    rows_list = args.rows or ([128, 512, 2048] if cuda else [32, 128])
+    length = min(args.length, model.max_tokens)
+    per_token = flops_per_token(model.config, length)
+    sheet = datasheet_peak(device)
+    where = torch.cuda.get_device_name(device) if cuda else (platform.processor() or platform.machine())
+    print(
+        f"{model.name} on {device} ({where}), {str(dtype).removeprefix('torch.')} products, torch {torch.__version__}"
+    )
+    print(f"{per_token / 1e6:.1f} MFLOP of matrix products a token at {length} tokens a row")
+    size, dtype_name = 8192 if cuda else 2048, str(dtype).removeprefix("torch.")
+    peak = matmul_rate(device, dtype, size)
+    print(f"a {size}³ {dtype_name} matrix product here: {peak / 1e12:.1f} TFLOP/s")
+    if sheet is not None:
+        print(f"datasheet dense float16 peak of the {sheet[0]}: {sheet[1] / 1e12:.1f} TFLOP/s")
+
+    reference = None
+    if not args.no_reference:
+        from transformers import AutoModel
+
+        reference = AutoModel.from_pretrained(model.path, dtype=dtype if cuda else torch.float32).to(device).eval()
+
+    header = "| rows × tokens | who | tokens/s | TFLOP/s | of the measured product |"
+    header += " of the datasheet peak |" if sheet else ""
+    print()
+    print(header)
+    print("|---|---|---:|---:|---:|" + ("---:|" if sheet else ""))
+    generator = torch.Generator().manual_seed(0)
+    for rows in rows_list:
+        ids = torch.randint(1000, model.config.vocab_size, (rows, length), generator=generator)
+        input_ids = ids.to(device)  # random tokens: the time does not depend on which
+        mask = torch.ones_like(input_ids)
+        segments = torch.zeros_like(input_ids)
+        tokens = rows * length
+        repeats = max(1, min(50, (2 << 20) // tokens)) if cuda else 1
+        inputs = (input_ids, mask, segments)
+        passes: list[tuple[str, Callable[[], object]]] = [("ours", partial(ours, model, inputs))]
+        if reference is not None:
+            passes.append(("transformers", partial(theirs, reference, model, inputs)))
+        for who, run in passes:
+            seconds = timed(run, device, repeats, rounds=5 if cuda else 3)
+            rate = tokens / seconds
+            tflops = rate * per_token
+            line = f"| {rows} × {length} | {who} | {rate:,.0f} | {tflops / 1e12:.1f} | {tflops / peak:.1%} |"
+            line += f" {tflops / sheet[1]:.1%} |" if sheet else ""
+            print(line, flush=True)
+    if cuda:
+        print(f"\npeak GPU memory held by torch's tensors: {torch.cuda.max_memory_allocated(device) / 2**20:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
