@@ -26,7 +26,7 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
         "auto",
         description="what the matrix products run in: auto = float16 on CUDA; on a CPU bfloat16 where it has native "
-        "bfloat16 matrix units (AMX, AVX512-BF16), float32 elsewhere",
+        "bfloat16 matrix units (AMX), float32 elsewhere (AVX512-BF16 alone measured slower than float32)",
     )
     traced_pass: bool = Field(
         True,

@@ -52,9 +52,13 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 
 def native_bfloat16() -> bool:
-    """Whether this CPU multiplies bfloat16 matrices natively (AMX or AVX512-BF16), as torch detects it."""
-    checks = (getattr(torch.cpu, "_is_amx_tile_supported", None), getattr(torch.cpu, "_is_avx512_bf16_supported", None))
-    return any(check is not None and bool(check()) for check in checks)
+    """Whether this CPU has bfloat16 matrix units (AMX), as torch detects it.
+
+    AVX512-BF16 alone is not enough: on an Intel Xeon with AVX512-BF16 and no AMX, all-MiniLM-L6-v2 embedded
+    batches of 32 at 0.65× the texts/s of float32, and single texts took 1.4 to 2.3× as long (BENCHMARKS.md).
+    """
+    check = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return check is not None and bool(check())
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ class Precision:
 
 def resolve_precision(dtype: str, device: torch.device) -> Precision:
     """'auto': float16 on CUDA; on the CPU bfloat16 products where the CPU has native bfloat16 matrix units
-    (AMX or AVX512-BF16), float32 elsewhere."""
+    (AMX), float32 elsewhere."""
     if dtype == "auto":
         if device.type == "cuda":
             return Precision(torch.float16, torch.float16)

@@ -210,7 +210,9 @@ def start_server(
 
     On a free port unless ``port`` is given (a replica started again where a load balancer expects it).
     Its output goes to a file (``server_log(process)``), never a pipe: a pipe nobody reads fills up and
-    blocks the server at its next log line.
+    blocks the server at its next log line. It runs on the CPU in float32 unless ``env`` says otherwise, also where
+    a GPU or AMX is present: these tests check float32's numbers and a CPU's timing (the GPU's own:
+    tests/app/test_gpu.py).
     """
     port = port or free_port()
     log = tempfile.NamedTemporaryFile(prefix="encoder-service-", suffix=".log", delete=False)
@@ -227,7 +229,7 @@ def start_server(
             str(port),
         ],
         cwd=ROOT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "ENCODER_DEVICE": "cpu", "ENCODER_DTYPE": "float32", **(env or {})},
         stdout=log,
         stderr=subprocess.STDOUT,
     )
