@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from functools import partial
+
+import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -51,12 +54,32 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.model_gpu_memory = Gauge(
+            "encoder_model_gpu_memory_bytes",
+            "GPU memory torch's tensors grew by while loading and warming up each model: its weights and tables "
+            "(and cuBLAS's workspace, for the first model on a device); on a GPU only",
+            ["model"],
+            registry=r,
+        )
 
     def observe_batch(self, texts: int, tokens: int, seconds: float) -> None:
         """Called on the inference thread after each forward pass (prometheus_client is thread-safe)."""
         self.batch_texts.observe(texts)
         self.batch_tokens.observe(tokens)
         self.batch_seconds.observe(seconds)
+
+    def watch_gpu(self, devices: list[torch.device]) -> None:
+        """Expose the GPU memory torch holds on each device: allocated now, at peak, and reserved by its cache."""
+        for name, what, read in (
+            ("allocated", "held by live tensors now", torch.cuda.memory_allocated),
+            ("peak", "held by live tensors at the most, since start", torch.cuda.max_memory_allocated),
+            ("reserved", "reserved by torch's caching allocator now", torch.cuda.memory_reserved),
+        ):
+            gauge = Gauge(
+                f"encoder_gpu_memory_{name}_bytes", f"GPU memory {what} (torch)", ["device"], registry=self.registry
+            )
+            for device in devices:
+                gauge.labels(str(device)).set_function(partial(read, device))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from app.compute import COMPUTE, TORCH_THREADS
 from app.errors import ModelNotFound
 from app.metrics import Metrics
@@ -139,6 +141,13 @@ def resident_bytes() -> int:
     return 0
 
 
+def gpu_allocated_bytes() -> int:
+    """GPU memory held by torch's live tensors on every device (0 before CUDA is first used, or without it)."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return 0
+    return sum(torch.cuda.memory_allocated(index) for index in range(torch.cuda.device_count()))
+
+
 def model_sources(settings: Settings) -> list[tuple[str, Path]]:
     """(name, directory) of every model to serve, from the settings."""
     if settings.models:
@@ -160,11 +169,13 @@ def load_registry(
     served: list[ServedModel] = []
     try:
         for name, source in _sources(settings, models):
-            started, resident_before = time.perf_counter(), resident_bytes()
+            started, resident_before, gpu_before = time.perf_counter(), resident_bytes(), gpu_allocated_bytes()
             model = COMPUTE.run(_ready, name, source, settings)  # torch runs on the compute lanes alone
             served.append(ServedModel.start(name, model, settings, metrics, executor))
             grown = max(resident_bytes() - resident_before, 0)  # this model's weights, tables and warm-up
             metrics.model_memory.labels(name).set(grown)
+            if model.device.type == "cuda":  # live tensors only: the warm-up's activations are freed by now
+                metrics.model_gpu_memory.labels(name).set(max(gpu_allocated_bytes() - gpu_before, 0))
             logger.info(
                 "ready: %s on %s (%s, passes of up to %d padded tokens, %d at once), loaded and warmed up in %.2f s, "
                 "%.0f MiB more resident memory",
@@ -194,6 +205,9 @@ def load_registry(
                 "max_tokens": str(model.max_tokens),
             }
         )
+    gpus = {model_served.model.device for model_served in served if model_served.model.device.type == "cuda"}
+    if gpus:
+        metrics.watch_gpu(sorted(gpus, key=str))
     settle_heap()
     return ModelRegistry(served, executor)
 
@@ -273,6 +287,7 @@ def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEnc
                 name=name,
                 max_tokens=settings.max_tokens_per_text,
                 traced=settings.traced_pass,
+                cuda_graphs=settings.cuda_graphs,
             )
         model.warm_up()
     except Exception as error:

@@ -33,6 +33,11 @@ class Settings(BaseSettings):
         description="run the embedding and classification passes as a traced graph, which needs no GIL while it "
         "runs (false: eagerly, operation by operation)",
     )
+    cuda_graphs: bool = Field(
+        True,
+        description="on a GPU, replay the embedding and classification passes of up to 16,384 padded tokens as "
+        "CUDA graphs, one per bucket of batch shape, recorded at start-up (false: launch them kernel by kernel)",
+    )
 
     max_batch_texts: int = Field(256, ge=1, description="texts per /encode or /tokenize request")
     max_tokens_per_text: int | None = Field(

@@ -175,7 +175,41 @@ def memory_note(port: int, pid: int, at_start: dict[str, int]) -> str:
         if at_start and now
         else ""
     )
-    return f"Resident memory per loaded model (grown while loading and warming it up): {models}{whole}."
+    note = f"Resident memory per loaded model (grown while loading and warming it up): {models}{whole}."
+    per_model_gpu = re.findall(r'^encoder_model_gpu_memory_bytes\{model="([^"]+)"\} (\S+)$', metrics, re.MULTILINE)
+    if per_model_gpu:
+        gpu_models = ", ".join(f"{name} {float(value) / 2**20:.0f} MiB" for name, value in per_model_gpu)
+        torch_held = {
+            kind: sum(
+                float(v) for v in re.findall(rf"^encoder_gpu_memory_{kind}_bytes\{{[^}}]*\}} (\S+)$", metrics, re.M)
+            )
+            for kind in ("peak", "reserved")
+        }
+        note += (
+            f" GPU memory per loaded model (torch's tensors its loading added: weights, graphs): {gpu_models};"
+            f" torch's tensors at peak"
+            f" {torch_held['peak'] / 2**20:.0f} MiB, its cache {torch_held['reserved'] / 2**20:.0f} MiB after the run"
+            f"{gpu_process_note(pid)}."
+        )
+    return note
+
+
+def gpu_process_note(pid: int) -> str:
+    """The GPU memory nvidia-smi sees the process use (its CUDA context included), where nvidia-smi answers."""
+    try:
+        found = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    for line in found.stdout.splitlines():
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) == 2 and fields[0] == str(pid) and fields[1].isdigit():
+            return f"; nvidia-smi: {fields[1]} MiB for the whole process, its CUDA context included"
+    return ""
 
 
 def served_precision(port: int) -> str:
@@ -419,8 +453,12 @@ class References:
         if device == "cuda":  # the service runs float16 on CUDA: compare like with like
             self.st.half()
             self.cross_encoder.half()
-        self.st.encode(sentences[:64], batch_size=32)
-        self.cross_encoder.predict([(sentences[0], s) for s in sentences[1:65]], batch_size=32)
+        # Warm up. On a GPU, on every input once: the first pass of each new batch shape picks its kernels, which
+        # took the reference 4× as long over the first case's rounds as over the same inputs later (an H100).
+        warm = sentences if device == "cuda" else sentences[:64]
+        self.st.encode(warm, batch_size=32)
+        pairs = [pair for request in rerank_pairs(sentences) for pair in request] if device == "cuda" else []
+        self.cross_encoder.predict(pairs or [(sentences[0], s) for s in sentences[1:65]], batch_size=32)
         tokenizer = AutoTokenizer.from_pretrained(path)
         self.bert = BertModel.from_pretrained(path, attn_implementation="eager").eval().to(device)
         self.attention_inputs = tokenizer(attention_text, return_tensors="pt", truncation=True, max_length=128).to(

@@ -91,10 +91,11 @@ def scaled_dot_product_attention(
     return Attended(attention @ v, attention)  # (B, H, T, Dh), (B, H, T, T)
 
 
-def rotary_angles(length: int, head_dim: int, base: float) -> Tensor:
+def rotary_angles(length: int, head_dim: int, base: float, device: torch.device | None = None) -> Tensor:
     """θ[pos, i] = pos / base^(2i/Dh): the seeds' sinusoid frequencies, as rotation angles. (T, Dh/2), float32."""
-    position = torch.arange(length, dtype=torch.float64).unsqueeze(1)  # (T, 1)
-    frequency = 1.0 / torch.pow(base, torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (Dh/2,)
+    position = torch.arange(length, dtype=torch.float64, device=device).unsqueeze(1)  # (T, 1)
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim  # (Dh/2,)
+    frequency = 1.0 / torch.pow(base, exponents)  # (Dh/2,)
     return (position * frequency).to(torch.float32)  # (T, Dh/2)
 
 
@@ -433,8 +434,8 @@ class Encoder(nn.Module):
         position_bias = self.position_bias(T, device)  # (1, H, T, T) | None
         angles: dict[bool, Tensor | None] = {False: None, True: None}  # rotation angles of global, local layers
         if config.position_embedding == "rotary":
-            angles[False] = rotary_angles(T, config.head_dim, config.rope_theta).to(device)  # (T, Dh/2)
-            angles[True] = rotary_angles(T, config.head_dim, config.local_rope_theta).to(device)
+            angles[False] = rotary_angles(T, config.head_dim, config.rope_theta, device)  # (T, Dh/2)
+            angles[True] = rotary_angles(T, config.head_dim, config.local_rope_theta, device)
         return mask, local_mask, position_bias, angles
 
     def head_steps(self, input_ids: Tensor, token_type_ids: Tensor, layer: int, head: int) -> HeadSteps:
@@ -462,6 +463,7 @@ class Encoder(nn.Module):
         return_value_norms: bool = False,  # and the norms of every head's transformed values (with attentions)
         causal: bool = False,  # also hide future positions (the decoder mask of the paper)
         n_layers: int | None = None,  # stop after this many layers (all by default)
+        pack: bool = True,  # skip the padding (the fast path); False computes it, masked (what a CUDA graph records)
     ) -> EncoderOutput:
         config = self.config
         if attention_mask is None:
@@ -476,7 +478,8 @@ class Encoder(nn.Module):
 
         x = self.embeddings(input_ids, token_type_ids, attention_mask)  # (B, T, D)
         # Fast path with padding: per-token work on the real tokens only (padded rows come back as zeros).
-        packing = None if return_attentions or bool(attention_mask.all()) else Packing.from_mask(attention_mask)
+        skip = pack and not return_attentions and not bool(attention_mask.all())
+        packing = Packing.from_mask(attention_mask) if skip else None
         if packing is not None:
             x = packing.pack(x)  # (N, D)
         unpack = packing.unpack if packing is not None else (lambda t: t)

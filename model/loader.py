@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
@@ -19,6 +20,7 @@ from torch import Tensor
 
 from model.config import EncoderConfig
 from model.encoder import HEAD_STEP_ARRAYS, Encoder, EncoderOutput, HeadSteps
+from model.graphs import GraphedPass
 from model.heads import SequenceClassificationHead, read_head_config
 from model.inspection import AttentionSelection, head_statistics, merge_words, norm_weighted, select_attention
 from model.pooling import Pooling, PoolingConfig, sentence_embeddings
@@ -65,9 +67,11 @@ def native_bfloat16() -> bool:
 class Precision:
     """The dtype the weights are kept in and the one the matrix products run in.
 
-    On the GPU both are the same. On the CPU the weights, the norms and the softmax stay float32 and a
-    lower compute dtype applies to the matrix products alone (autocast): bfloat16 products run on the
-    CPU's matrix units where it has them, and the embeddings keep cosine ≥ 0.9999 against float32.
+    On the GPU both are the same: the embedding pass runs on a copy of the weights in that dtype. On the CPU
+    the weights, the norms and the softmax stay float32 and a lower compute dtype applies to the matrix
+    products alone (autocast): bfloat16 products run on the CPU's matrix units where it has them, and the
+    embeddings keep cosine ≥ 0.9999 against float32. The explicit paths (attention maps, inspection) run in
+    float32 on every device, on float32 weights.
     """
 
     weights: torch.dtype
@@ -194,8 +198,14 @@ class TextEncoder:
     classifier: SequenceClassificationHead | None = None  # when the checkpoint is a sequence classifier
     prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' named prompts ("query: ", …)
     default_prompt_name: str | None = None  # the prompt put before every text unless another is named
-    weights_dtype: torch.dtype | None = None  # what the weights are kept in; ``dtype`` when None
+    weights_dtype: torch.dtype | None = None  # what the embedding pass's weights are kept in; ``dtype`` when None
     graph: PassGraph | None = None  # the embedding pass as a traced graph (trace_pass), or eager when None
+    # The embedding and classification passes' own copy of the encoder in a lower dtype (on a GPU under float16 or
+    # bfloat16); None where they use ``encoder`` itself (float32, or the CPU's autocast over float32 weights).
+    # ``encoder`` stays float32 on every device: the explicit paths (/attention, the inspection endpoints) run on
+    # it and equal transformers in float32.
+    pass_encoder: Encoder | None = None
+    graphs: GraphedPass | None = None  # on a GPU, the embedding pass as CUDA graphs (model/graphs.py)
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
@@ -229,10 +239,12 @@ class TextEncoder:
         name: str | None = None,
         max_tokens: int | None = None,
         traced: bool = True,
+        cuda_graphs: bool = True,
     ) -> TextEncoder:
         """Load a directory holding config.json, model.safetensors and tokenizer.json (the bundled
         all-MiniLM-L6-v2 when ``path`` is None). With ``traced`` the embedding pass runs as a traced graph
-        (``trace``); without it, eagerly."""
+        (``trace``); without it, eagerly. On a GPU, with ``cuda_graphs``, passes of up to 16,384 padded tokens
+        replay CUDA graphs instead (model/graphs.py), larger ones take the traced or eager pass."""
         started = time.perf_counter()
         model_dir = default_model_path() if path is None else Path(path)
         if name is None:
@@ -254,7 +266,11 @@ class TextEncoder:
 
         encoder = Encoder(config)
         load_weights(encoder, model_dir / "model.safetensors")
-        encoder = encoder.to(device=torch_device, dtype=torch_dtype).eval().requires_grad_(False)
+        encoder = encoder.eval().requires_grad_(False)
+        pass_encoder = None
+        if torch_dtype != torch.float32:  # a GPU under float16 or bfloat16: a copy for the embedding pass
+            pass_encoder = copy.deepcopy(encoder).to(device=torch_device, dtype=torch_dtype)
+        encoder = encoder.to(device=torch_device)
         head_config = read_head_config(model_dir, config)
         classifier = None
         if head_config is not None:
@@ -279,9 +295,15 @@ class TextEncoder:
             dtype=precision.compute,
             weights_dtype=precision.weights,
             classifier=classifier,
+            pass_encoder=pass_encoder,
         )
         if traced:
             model.trace()
+        if cuda_graphs and torch_device.type == "cuda":
+            try:
+                model.graphs = GraphedPass(model.passes, config.pad_token_id, limit)
+            except RuntimeError as error:  # a family whose pass cannot be recorded: it runs as before
+                logger.warning("the embedding pass of %s could not be recorded as CUDA graphs: %s", name, error)
         logger.info(
             "loaded %s from %s on %s (%s%s) in %.2f s",
             name,
@@ -296,11 +318,20 @@ class TextEncoder:
     def trace(self) -> None:
         """Record the embedding pass as a graph (``trace_pass``), used from then on by embed_encodings and classify."""
         example = self.to_tensors(self.tokenizer.pad(self.tokenizer.encode(["a graph", "of the pass, traced"])))
-        self.graph = trace_pass(self.encoder, example, self.autocast_dtype)
+        self.graph = trace_pass(self.passes, example, self.autocast_dtype)
+
+    @property
+    def passes(self) -> Encoder:
+        """The encoder the embedding and classification passes run: ``pass_encoder`` where there is one."""
+        return self.pass_encoder if self.pass_encoder is not None else self.encoder
 
     def last_hidden_state(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
         """The last layer's output (B, T, D) of a padded batch, in the embedding pass's precision: the traced
         graph where there is one, else eagerly."""
+        if self.graphs is not None:
+            hidden = self.graphs(input_ids, attention_mask, token_type_ids)
+            if hidden is not None:
+                return hidden
         if self.graph is not None:
             # The embeddings' own length check ran once, at tracing, and is not in the graph: it runs here.
             length = input_ids.size(1)
@@ -309,7 +340,7 @@ class TextEncoder:
             with torch.jit.optimized_execution(False):  # as recorded: no re-optimisation for each new shape
                 return self.graph(input_ids, attention_mask, token_type_ids)
         with self.computing():
-            return self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state
+            return self.passes(input_ids, attention_mask, token_type_ids).last_hidden_state
 
     def to_tensors(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
         """The batch's arrays as tensors on the model's device."""
@@ -328,7 +359,7 @@ class TextEncoder:
         return_value_norms: bool = False,
         n_layers: int | None = None,
     ) -> EncoderOutput:
-        """Run the encoder on a padded batch."""
+        """Run the encoder on a padded batch: the explicit path, float32 on every device."""
         input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
         return self.encoder(
             input_ids,
@@ -384,7 +415,7 @@ class TextEncoder:
             output = EncoderOutput(self.last_hidden_state(input_ids, attention_mask, token_type_ids))
         else:
             with self.computing():
-                output = self.encoder(
+                output = self.passes(
                     input_ids, attention_mask, token_type_ids, return_hidden_states=mixed_layers, n_layers=deepest
                 )
 
