@@ -414,24 +414,31 @@ def peer_loads(sentences: list[str], idle_texts: int) -> dict[str, Load]:
     return {"e": loads.pop("a"), **loads}  # keyed like the service's /v1/embeddings run, first as (a) is
 
 
-def write_cross_encoder(directory: Path) -> Path:
-    """A cross-encoder the size of all-MiniLM-L6-v2 (random weights: speed does not depend on them), with
-    the bundled tokenizer: no pretrained cross-encoder can be fetched where this runs."""
+def with_bundled_tokenizer(directory: Path, model: object) -> Path:
+    """Save a transformers model (random weights: speed does not depend on them) into ``directory`` with the
+    bundled model's tokenizer: no other pretrained checkpoint can be fetched where this runs."""
     import shutil
 
+    from model import default_model_path
+
+    source = default_model_path()
+    model.save_pretrained(directory)  # type: ignore[attr-defined]
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (source / name).is_file():
+            shutil.copy(source / name, directory / name)
+    return directory
+
+
+def write_cross_encoder(directory: Path) -> Path:
+    """A cross-encoder the size of all-MiniLM-L6-v2, random weights, the bundled tokenizer."""
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
     from model import default_model_path
 
-    source = default_model_path()
-    config = BertConfig.from_pretrained(source, num_labels=1)
+    config = BertConfig.from_pretrained(default_model_path(), num_labels=1)
     torch.manual_seed(0)
-    BertForSequenceClassification(config).save_pretrained(directory)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        if (source / name).is_file():
-            shutil.copy(source / name, directory / name)
-    return directory
+    return with_bundled_tokenizer(directory, BertForSequenceClassification(config))
 
 
 class References:

@@ -106,20 +106,13 @@ def write_bert_base(directory: Path) -> Path:
     """A checkpoint of BERT-base's shape (768 wide, 12 layers of 12 heads, 3,072 in the feed-forward) with random
     weights and the bundled tokenizer: the share of the peak a wider model reaches (no pretrained BERT-base
     can be fetched where this runs, and the speed does not depend on the weights)."""
-    import shutil
-
     from transformers import BertConfig, BertModel
 
-    from model import default_model_path
+    from bench.run import with_bundled_tokenizer
 
-    source = default_model_path()
     config = BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
     torch.manual_seed(0)
-    BertModel(config).save_pretrained(directory)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        if (source / name).is_file():
-            shutil.copy(source / name, directory / name)
-    return directory
+    return with_bundled_tokenizer(directory, BertModel(config))
 
 
 def ours(model: TextEncoder, inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> object:
