@@ -24,6 +24,7 @@ from app.tokenization import Tokenization
 from app.work_queue import WorkQueue
 from app.worker import Worker
 from model import DEFAULT_MODEL_NAME, TextEncoder, default_model_path
+from model.graphs import GPU_PASS_TOKENS
 from model.loader import resolve_device
 
 logger = logging.getLogger(__name__)
@@ -229,7 +230,6 @@ def compute_lanes(settings: Settings, threads: int = TORCH_THREADS) -> int:
     return {2: 3, 3: 2}.get(threads, 1)
 
 
-GPU_PASS_TOKENS = 16384  # padded tokens a pass on a GPU
 CPU_PASS_ACTIVATION_BYTES = 24 * 2**20  # the largest activation of a pass on a CPU
 
 
@@ -288,6 +288,7 @@ def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEnc
                 max_tokens=settings.max_tokens_per_text,
                 traced=settings.traced_pass,
                 cuda_graphs=settings.cuda_graphs,
+                graph_tokens=settings.max_batch_tokens or GPU_PASS_TOKENS,  # the largest pass the queue makes
             )
         model.warm_up()
     except Exception as error:

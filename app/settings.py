@@ -35,8 +35,9 @@ class Settings(BaseSettings):
     )
     cuda_graphs: bool = Field(
         True,
-        description="on a GPU, replay the embedding and classification passes of up to 16,384 padded tokens as "
-        "CUDA graphs, one per bucket of batch shape, recorded at start-up (false: launch them kernel by kernel)",
+        description="on a GPU, replay the embedding and classification passes (up to max_batch_tokens padded "
+        "tokens) as CUDA graphs, one per bucket of batch shape, recorded at start-up (false: launch them kernel "
+        "by kernel)",
     )
 
     max_batch_texts: int = Field(256, ge=1, description="texts per /encode or /tokenize request")

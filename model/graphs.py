@@ -26,6 +26,8 @@ from model.encoder import Encoder
 
 logger = logging.getLogger(__name__)
 
+GPU_PASS_TOKENS = 16384  # padded tokens a pass on a GPU, unless set: the largest pass, and the largest bucket
+
 
 def bucket_sizes(limit: int, first: int) -> list[int]:
     """Powers of two from ``first`` up to ``limit``, and ``limit`` itself."""
@@ -56,7 +58,12 @@ class GraphedPass:
     """
 
     def __init__(
-        self, encoder: Encoder, pad_token_id: int, max_length: int, max_tokens: int = 16384, max_rows: int = 256
+        self,
+        encoder: Encoder,
+        pad_token_id: int,
+        max_length: int,
+        max_tokens: int = GPU_PASS_TOKENS,
+        max_rows: int = 256,
     ) -> None:
         self.encoder = encoder
         self.pad_token_id = pad_token_id
@@ -79,12 +86,11 @@ class GraphedPass:
         # The largest first: the pool grows to its scratch memory once, and the smaller ones reuse it.
         for rows, length in sorted(shapes, key=lambda shape: shape[0] * shape[1], reverse=True):
             self.buckets[(rows, length)] = self.record(rows, length)
-        self.lengths = sorted({length for _, length in self.buckets})
         logger.info(
             "recorded the embedding pass as %d CUDA graphs (up to %d rows, %d tokens) in %.2f s",
             len(self.buckets),
             max(rows for rows, _ in self.buckets),
-            max(self.lengths),
+            max(length for _, length in self.buckets),
             time.perf_counter() - started,
         )
 

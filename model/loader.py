@@ -20,7 +20,7 @@ from torch import Tensor
 
 from model.config import EncoderConfig
 from model.encoder import HEAD_STEP_ARRAYS, Encoder, EncoderOutput, HeadSteps
-from model.graphs import GraphedPass
+from model.graphs import GPU_PASS_TOKENS, GraphedPass
 from model.heads import SequenceClassificationHead, read_head_config
 from model.inspection import AttentionSelection, head_statistics, merge_words, norm_weighted, select_attention
 from model.pooling import Pooling, PoolingConfig, sentence_embeddings
@@ -240,11 +240,12 @@ class TextEncoder:
         max_tokens: int | None = None,
         traced: bool = True,
         cuda_graphs: bool = True,
+        graph_tokens: int = GPU_PASS_TOKENS,
     ) -> TextEncoder:
         """Load a directory holding config.json, model.safetensors and tokenizer.json (the bundled
         all-MiniLM-L6-v2 when ``path`` is None). With ``traced`` the embedding pass runs as a traced graph
-        (``trace``); without it, eagerly. On a GPU, with ``cuda_graphs``, passes of up to 16,384 padded tokens
-        replay CUDA graphs instead (model/graphs.py), larger ones take the traced or eager pass."""
+        (``trace``); without it, eagerly. On a GPU, with ``cuda_graphs``, passes of up to ``graph_tokens`` padded
+        tokens replay CUDA graphs instead (model/graphs.py), larger ones take the traced or eager pass."""
         started = time.perf_counter()
         model_dir = default_model_path() if path is None else Path(path)
         if name is None:
@@ -301,7 +302,7 @@ class TextEncoder:
             model.trace()
         if cuda_graphs and torch_device.type == "cuda":
             try:
-                model.graphs = GraphedPass(model.passes, config.pad_token_id, limit)
+                model.graphs = GraphedPass(model.passes, config.pad_token_id, limit, max_tokens=graph_tokens)
             except RuntimeError as error:  # a family whose pass cannot be recorded: it runs as before
                 logger.warning("the embedding pass of %s could not be recorded as CUDA graphs: %s", name, error)
         logger.info(

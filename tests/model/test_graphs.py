@@ -64,3 +64,11 @@ def test_a_batch_larger_than_every_bucket_takes_the_traced_pass(on_gpu: TextEnco
         computed = on_gpu.last_hidden_state(*batch)
     real = batch[1].bool()
     torch.testing.assert_close(computed[real], expected[real], atol=1e-4, rtol=1e-4)
+
+
+@cuda
+def test_the_buckets_stop_at_the_pass_budget() -> None:
+    model = TextEncoder.load(device="cuda", graph_tokens=1024)
+    assert model.graphs is not None
+    assert max(rows * length for rows, length in model.graphs.buckets) == 1024
+    assert model.graphs.output.shape[0] == 1024  # the shared output holds the largest bucket
