@@ -11,6 +11,11 @@ Then what a pass of n texts costs on one core, as a lane computes it under load:
 passes of 1, 2, 4, 8, 16 and 32, one pass at a time (why the queue gives each lane its fair share, rather
 than the few texts that have arrived when it comes free).
 
+Last, the ceiling of make bench's ratios on this machine: in the same rounds, the 960 texts in passes of 16
+and of 32 on two lanes, alone, against sentence-transformers' ``encode`` in batches of 32 on every thread
+(make bench's in-process reference, which sorts the texts by length). Over HTTP the service also spends CPU
+on the event loop, and the load client on the same cores, so its ratios stay below these.
+
 Why two cores get a third lane shows only under HTTP load, where a lane waits for its share of the queue
 while the event loop answers and reads requests (BENCHMARKS.md, "A third compute lane on two cores").
 """
@@ -98,6 +103,36 @@ def main(rounds: int = 3) -> None:
     print(f"one pass at a time with {compute.share()} thread(s), 320 texts, texts/s (rounds; median)")
     for n, rates in sizes.items():
         print(f"passes of {n:2d}", " ".join(f"{r:6.1f}" for r in rates), f"; {statistics.median(rates):.1f}")
+    ceiling(compute, model, encodings, rounds)
+
+
+def ceiling(compute: ComputeLanes, model: TextEncoder, encodings: Sequence[TokenSequence], rounds: int) -> None:
+    """Two lanes in passes of 16 and 32 against sentence-transformers in batches of 32, in the same rounds."""
+    from sentence_transformers import SentenceTransformer
+
+    sentences = make_sentences(960)
+    compute.configure(1)
+    reference = compute.run(lambda: SentenceTransformer(str(model.path), device="cpu"))
+
+    def sentence_transformers() -> float:
+        started = time.perf_counter()
+        compute.run(lambda: reference.encode(sentences, batch_size=32))
+        return len(sentences) / (time.perf_counter() - started)
+
+    rates: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        compute.configure(1)
+        compute.run(lambda: reference.encode(sentences[:64], batch_size=32))  # warm-up
+        rates.setdefault("sentence-transformers, batches of 32", []).append(sentence_transformers())
+        compute.configure(2)
+        for n in (16, 32):
+            rate(compute, model, encodings[:64], n)  # warm-up
+            rates.setdefault(f"two lanes, passes of {n}", []).append(rate(compute, model, encodings, n))
+    st = rates["sentence-transformers, batches of 32"]
+    print(f"{len(sentences)} texts, texts/s (rounds; median), and the ratio to sentence-transformers round by round")
+    for name, found in rates.items():
+        ratios = " ".join(f"{r / s:.2f}" for r, s in zip(found, st, strict=True))
+        print(f"{name:38s}", " ".join(f"{r:6.1f}" for r in found), f"; {statistics.median(found):.1f}  ({ratios})")
 
 
 if __name__ == "__main__":
