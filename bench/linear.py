@@ -71,9 +71,16 @@ def measure(way: str, threads: int) -> str:
     return f"| {way} | {times[0]:.2f} | {times[1]:.2f} | {fixed:.2f} | {grown:.0f} |"
 
 
+def positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=positive, default=1, help="torch threads (default 1, as one lane)")
     parser.add_argument("--way", choices=WAYS, help=argparse.SUPPRESS)  # one way, in a child process
     args = parser.parse_args()
     if args.way:
