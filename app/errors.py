@@ -118,6 +118,16 @@ def error_response(
 UNION_MEMBER_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "tuple"})
 
 
+class EntryError(ValueError):
+    """A validator's complaint about one entry of a list field, or of a list inside one: ``path`` indexes it
+    (``(1, 0)``: the first item of the second entry), and the error's param names it (``input[1][0]``)."""
+
+    def __init__(self, path: tuple[int, ...], problem: str) -> None:
+        super().__init__(problem)
+        self.path = path
+        self.problem = problem
+
+
 def param_path(loc: Sequence[str | int]) -> str | None:
     """('body', 'texts', 3) → 'texts[3]'; ('query', 'length') → 'length'.
 
@@ -141,6 +151,10 @@ def validation_message(error: dict[str, Any]) -> tuple[str, str | None]:
     if error.get("type") == "missing" and param is None:
         return "a JSON request body is required", None
     problem = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    cause = error.get("ctx", {}).get("error")
+    if isinstance(cause, EntryError):  # one entry of the field: named as texts[3] is
+        param = (param or "") + "".join(f"[{index}]" for index in cause.path)
+        problem = cause.problem
     problem = problem[:1].lower() + problem[1:]
     if error.get("type") == "extra_forbidden":
         problem = "unknown field"

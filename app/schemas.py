@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from app.errors import EntryError
+
 
 def _text(text: str) -> str:
     """A text the tokenizer can take: not empty, and valid Unicode (JSON's \\ud800 escapes allow lone
@@ -36,12 +38,14 @@ Text = Annotated[str, AfterValidator(_text)]
 
 
 def _entries(value: list[Any], check: Any) -> None:
-    """Apply ``check`` to each entry, naming the entry in the error."""
+    """Apply ``check`` to each entry; an error names the entry (``input[1]``, or ``input[1][0]`` within it)."""
     for index, item in enumerate(value):
         try:
             check(item)
+        except EntryError as error:
+            raise EntryError((index, *error.path), error.problem) from None
         except ValueError as error:
-            raise ValueError(f"entry {index} {error}") from None
+            raise EntryError((index,), str(error)) from None
 
 
 def _text_or_none(item: Any) -> None:

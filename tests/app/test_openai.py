@@ -165,11 +165,13 @@ async def test_each_model_reports_the_memory_it_took(tmp_path, tiny_model_dir) -
 @pytest.mark.parametrize(
     ("path", "body", "param", "words"),
     [
-        # OpenAI's input: the message says which entry is wrong, in the client's words, not pydantic's union names
-        ("/v1/embeddings", {"input": [5, -1]}, "input", "entry 1 must be a token id (an integer ≥ 0), got -1"),
-        ("/v1/embeddings", {"input": [[1, 2], []]}, "input", "entry 1 must be a non-empty list of token ids"),
-        ("/v1/embeddings", {"input": ["a", ""]}, "input", "entry 1 must not be empty"),
-        ("/v1/embeddings", {"input": [True]}, "input", "got True"),
+        # OpenAI's input: the param names the wrong entry as texts[3] is named, the message is in the client's
+        # words, not pydantic's union names
+        ("/v1/embeddings", {"input": [5, -1]}, "input[1]", "input[1]: must be a token id (an integer ≥ 0), got -1"),
+        ("/v1/embeddings", {"input": [[1, 2], []]}, "input[1]", "input[1]: must be a non-empty list of token ids"),
+        ("/v1/embeddings", {"input": [[1, 2], [3, -4]]}, "input[1][1]", "input[1][1]: must be a token id"),
+        ("/v1/embeddings", {"input": ["a", ""]}, "input[1]", "input[1]: must not be empty"),
+        ("/v1/embeddings", {"input": [True]}, "input[0]", "got True"),
         (
             "/v1/embeddings",
             {"input": 5},
@@ -178,12 +180,12 @@ async def test_each_model_reports_the_memory_it_took(tmp_path, tiny_model_dir) -
         ),
         ("/v1/embeddings", {"input": []}, "input", "not empty"),
         ("/tokenize", {"texts": "a", "text_pair": 5}, "text_pair", "a string, a list of strings (or nulls), or null"),
-        ("/tokenize", {"texts": ["a", "b"], "text_pair": ["x", ""]}, "text_pair", "entry 1 must not be empty"),
-        ("/tokenize", {"texts": "a", "text_pair": [3]}, "text_pair", "entry 0 must be a string or null"),
+        ("/tokenize", {"texts": ["a", "b"], "text_pair": ["x", ""]}, "text_pair[1]", "text_pair[1]: must not be empty"),
+        ("/tokenize", {"texts": "a", "text_pair": [3]}, "text_pair[0]", "text_pair[0]: must be a string or null"),
     ],
 )
 async def test_union_fields_name_the_wrong_entry(
     client: httpx.AsyncClient, path: str, body: dict, param: str, words: str
 ) -> None:
     error = assert_error(await client.post(path, json=body), 422, "validation_error", param, words)
-    assert "function-after" not in error["message"] and "[" not in (error["param"] or "")
+    assert "function-after" not in error["message"] and "entry" not in error["message"]
