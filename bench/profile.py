@@ -5,9 +5,9 @@
 Starts the service (the bundled model, the settings given on the command line on top of the environment),
 then drives make bench's loads one after the other, each over all 2,000 sentences: (a) 32 clients × 1 text
 on /encode, (e) the same on /v1/embeddings, (b) 4 clients × 32 texts, idle 1 client × 1 text. For each it
-prints the texts/s, the passes (how many, texts a pass, mean time, from /metrics) and the CPU each of the
-service's threads spent (from /proc), in total and per request. On a GPU a thread that waits for the device
-spins, so there its CPU time is its wall time.
+prints the texts/s, the passes (how many, texts a pass, mean time, from /metrics), the CPU each of the
+service's threads spent (from /proc), in total and per request, and the process's resident memory after it.
+On a GPU a thread that waits for the device spins, so there its CPU time is its wall time.
 """
 
 from __future__ import annotations
@@ -39,6 +39,11 @@ def thread_cpu(pid: int) -> dict[str, tuple[str, float]]:
     return threads
 
 
+def resident_mib(pid: int) -> float:
+    """The process's resident memory, MiB."""
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def sums(port: int, name: str) -> dict[str, float]:
     """The _sum and _count of a histogram in /metrics, over its labels."""
     text = get(port, "/metrics").decode()
@@ -59,6 +64,7 @@ def main() -> None:
     try:
         info = orjson.loads(get(port, "/info"))
         print(f"the service on {info['device']}, {info['dtype']}, settings {settings or 'as the environment has them'}")
+        print(f"resident memory once ready: {resident_mib(service.pid):.0f} MiB")
         asyncio.run(drive("warm-up", "127.0.0.1", port, "/encode", singles[:200], 1, 32, 60))
         loads = [
             ("(a) 32 × 1", "/encode", singles, 1, 32),
@@ -81,7 +87,7 @@ def main() -> None:
                 f"\n{name}: {run.sentences / wall:.0f} texts/s, {requests} requests, {run.errors} errors, p50 "
                 f"{run.percentile(50):.1f} ms; {passes:.0f} passes of {texts / max(passes, 1):.1f} texts, "
                 f"{1000 * pass_seconds / max(passes, 1):.2f} ms each on average, computing {pass_seconds / wall:.0%}"
-                " of the time"
+                f" of the time; resident memory after it {resident_mib(service.pid):.0f} MiB"
             )
             spent = sorted(
                 ((cpu - before.get(tid, ("", 0.0))[1], tid, thread) for tid, (thread, cpu) in after.items()),
