@@ -23,6 +23,7 @@ from starlette.types import ASGIApp
 
 from app import __version__
 from app.admission import Admission
+from app.compute import bound_kernel_caches
 from app.dependencies import ApiKey
 from app.errors import install_error_handlers
 from app.logs import configure_logging
@@ -71,6 +72,7 @@ def create_app(
     reason as 503 ``not_ready``).
     """
     if settings is None:
+        bound_kernel_caches()  # the server process, before any model is loaded
         settings = get_settings()
         configure_logging(settings.log_level, settings.log_format)
         on_load_failure = on_load_failure or exit_process

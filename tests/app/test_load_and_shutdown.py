@@ -9,7 +9,9 @@ import time
 import httpx
 import numpy as np
 import pytest
+import torch
 
+from app.compute import KERNEL_CACHES
 from model import TextEncoder
 from tests.helpers import rss_mib, server_log, start_server
 
@@ -71,6 +73,33 @@ def test_twice_capacity_gets_only_200s_and_429s_with_right_answers_and_bounded_m
         assert httpx.get(f"{url}/health").status_code == 200
         # Memory comes back down: after each round and a short idle, resident memory is near its baseline.
         assert max(rounds) - baseline < 40, (baseline, rounds)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def many_shapes(url: str, texts: int) -> None:
+    """One text a request, each of another length: every pass a row count the process has not met before."""
+    with httpx.Client(base_url=url, timeout=60) as http:
+        for n in range(1, texts + 1):
+            response = http.post("/encode", json={"texts": " ".join(["shape"] * n)})
+            assert response.status_code == 200, response.text
+
+
+@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="oneDNN has no bfloat16 on this CPU")
+@pytest.mark.parametrize(
+    ("caches", "bounded"), [({}, True), (dict.fromkeys(KERNEL_CACHES, "1024"), False)], ids=["default", "unbounded"]
+)
+def test_bfloat16_passes_of_new_shapes_keep_memory_bounded(caches: dict[str, str], bounded: bool) -> None:
+    """bfloat16 products go through oneDNN, which keeps a kernel and buffers for every shape it meets unless the
+    service bounds its caches (app/compute.py): with the libraries' own capacity the same load grows memory."""
+    process, url = start_server({"ENCODER_DTYPE": "bfloat16", **caches})
+    try:
+        many_shapes(url, 8)  # warm-up
+        baseline = rss_mib(process)
+        many_shapes(url, 200)  # 200 row counts (the longest within the model's 256 tokens)
+        grown = rss_mib(process) - baseline
+        assert (grown < 120) is bounded, (baseline, grown)
     finally:
         process.terminate()
         process.wait(timeout=30)
