@@ -14,17 +14,15 @@ pass; oneDNN prepares a kernel for every count it meets.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
 
+from bench.run import process_memory
+
 WAYS = ("float32", "float32-reordered", "bfloat16-autocast", "bfloat16-reordered")
 ROWS = range(200, 500)
-
-
-def resident_mib() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * 4096 / 2**20
 
 
 def measure(way: str, threads: int) -> str:
@@ -56,7 +54,7 @@ def measure(way: str, threads: int) -> str:
 
     with torch.inference_mode():
         linear(torch.randn(5, 384))
-        before = resident_mib()
+        before = process_memory(os.getpid())["VmRSS"]
         times = []
         for _ in range(2):
             started = time.perf_counter()
@@ -67,7 +65,7 @@ def measure(way: str, threads: int) -> str:
         for _ in range(300):
             linear(inputs[350])
         fixed = 1000 * (time.perf_counter() - started) / 300
-    grown = resident_mib() - before
+    grown = (process_memory(os.getpid())["VmRSS"] - before) / 2**20
     return f"| {way} | {times[0]:.2f} | {times[1]:.2f} | {fixed:.2f} | {grown:.0f} |"
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import orjson
 
-from bench.run import drive, free_port, get, make_sentences, start_service
+from bench.run import drive, free_port, get, make_sentences, process_memory, start_service
 
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -40,8 +40,8 @@ def thread_cpu(pid: int) -> dict[str, tuple[str, float]]:
 
 
 def resident_mib(pid: int) -> float:
-    """The process's resident memory, MiB."""
-    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    """The process's resident memory (VmRSS), MiB."""
+    return process_memory(pid).get("VmRSS", 0) / 2**20
 
 
 def sums(port: int, name: str) -> dict[str, float]:
