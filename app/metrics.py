@@ -56,8 +56,9 @@ class Metrics:
         )
         self.model_gpu_memory = Gauge(
             "encoder_model_gpu_memory_bytes",
-            "GPU memory torch's tensors grew by while loading and warming up each model: its weights (float32 and "
-            "float16), its CUDA graphs' memory, and cuBLAS's workspace for the first model on a device; GPU only",
+            "GPU memory torch's tensors grew by while loading and warming up each model: its weights (float32, and a "
+            "copy in the pass's dtype, float16 or bfloat16), its CUDA graphs' memory, and cuBLAS's workspace for the "
+            "first model on a device; GPU only",
             ["model"],
             registry=r,
         )
