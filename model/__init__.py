@@ -1,4 +1,4 @@
-"""A transformer encoder in PyTorch that runs BERT-family checkpoints (all-MiniLM-L6-v2 by default)."""
+"""A transformer encoder in PyTorch: BERT-family encoders, DeBERTa, decoder embedders (all-MiniLM-L6-v2 by default)."""
 
 from model.config import EncoderConfig
 from model.encoder import (

@@ -1,21 +1,27 @@
-"""The transformer encoder, bottom-up: positions → attention → feed-forward → block → encoder.
+"""The transformer encoder, bottom-up: positions → norms → attention → feed-forward → block → encoder.
 
-Shape key: B batch, T tokens, D model width, H heads, Dh head width (D = H · Dh), F feed-forward width.
+Shape key: B batch, T tokens, D model width, H heads, Hkv key/value heads (H under plain multi-head attention,
+fewer under grouped-query attention), Dh head width (D = H · Dh unless the checkpoint says otherwise),
+F feed-forward width, S DeBERTa's relative span (2S relative embeddings).
 
 Masks are boolean, True where a query may attend to a key, broadcastable to (B, H, T, T).
 """
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.config import EncoderConfig
+from model.config import EncoderConfig, RopeScaling
+
+M = TypeVar("M", bound=nn.Module)
 
 
 class Attended(NamedTuple):
@@ -26,10 +32,10 @@ class Attended(NamedTuple):
 class HeadSteps(NamedTuple):
     """One head of one layer on one text of T tokens, step by step (the neuron view)."""
 
-    queries: Tensor  # (T, Dh), after the rotation for rotary models
-    keys: Tensor  # (T, Dh), likewise
+    queries: Tensor  # (T, Dh), after the per-head norm and the rotation where the model has them
+    keys: Tensor  # (T, Dh), likewise (its key/value head's, under grouped-query attention)
     values: Tensor  # (T, Dh)
-    scale: float  # what q · k is multiplied by: 1/√Dh
+    scale: float  # what q · k is multiplied by: 1/√Dh for BERT
     scores: Tensor  # (T, T): scale · q kᵀ (+ the position bias), before masking and softmax
     attention: Tensor  # (T, T): softmax of the masked scores
     context: Tensor  # (T, Dh): attention · values
@@ -44,6 +50,13 @@ class AttentionResult(NamedTuple):
     value_norms: Tensor | None = None  # (B, H, T): ‖f_h(x_j)‖ of every head and key, only when asked for
 
 
+class RelativeEmbeddings(NamedTuple):
+    """DeBERTa's relative positions, shared by every layer of a pass."""
+
+    embeddings: Tensor  # (2S, D): one vector per relative bucket (normed where the config says)
+    rows: Tensor  # (T, T) int64: the row of ``embeddings`` that query i and key j use
+
+
 def sinusoidal_positional_encoding(length: int, d_model: int, base: float = 10000.0) -> Tensor:
     """PE[pos, 2i] = sin(pos / base^(2i/d_model)), PE[pos, 2i+1] = cos(pos / base^(2i/d_model))."""
     if length < 1:
@@ -52,19 +65,21 @@ def sinusoidal_positional_encoding(length: int, d_model: int, base: float = 1000
         raise ValueError(f"d_model must be a positive even number, got {d_model}")
     if not (math.isfinite(base) and base > 1):
         raise ValueError(f"base must be a finite number greater than 1, got {base}")
-    # float64 for the angles: positions in the thousands lose digits in float32.
-    position = torch.arange(length, dtype=torch.float64).unsqueeze(1)  # (T, 1)
-    denominator = torch.pow(base, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
-    pe = torch.zeros(length, d_model, dtype=torch.float64)  # (T, D)
+    # float64 for the angles: positions in the thousands lose digits in float32. On the CPU, whatever the default
+    # device (an encoder is built on the meta device before its weights arrive).
+    cpu = torch.device("cpu")
+    position = torch.arange(length, dtype=torch.float64, device=cpu).unsqueeze(1)  # (T, 1)
+    denominator = torch.pow(base, torch.arange(0, d_model, 2, dtype=torch.float64, device=cpu) / d_model)  # (D/2,)
+    pe = torch.zeros(length, d_model, dtype=torch.float64, device=cpu)  # (T, D)
     pe[:, 0::2] = torch.sin(position / denominator)  # even columns: sine
     pe[:, 1::2] = torch.cos(position / denominator)  # odd columns: cosine
     return pe.to(torch.float32)
 
 
-def local_window_mask(length: int, window: int, device: torch.device) -> Tensor:
-    """ModernBERT's sliding window: query i sees key j when |i − j| ≤ window // 2. (1, 1, T, T) boolean."""
+def window_mask(length: int, reach: int, device: torch.device) -> Tensor:
+    """A sliding window: query i sees key j when |i − j| ≤ reach. (1, 1, T, T) boolean."""
     position = torch.arange(length, device=device)
-    return ((position[None, :] - position[:, None]).abs() <= window // 2)[None, None]  # (1, 1, T, T)
+    return ((position[None, :] - position[:, None]).abs() <= reach)[None, None]  # (1, 1, T, T)
 
 
 def padding_mask(attention_mask: Tensor, causal: bool = False) -> Tensor:
@@ -77,37 +92,67 @@ def padding_mask(attention_mask: Tensor, causal: bool = False) -> Tensor:
     return mask
 
 
+def attention_scores(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
+    """q kᵀ scaled: by ``scale``, or divided by √Dh (the paper's, and BERT's). (…, T, Dh) → (…, T, T)."""
+    scores = q @ k.transpose(-2, -1)
+    return scores / math.sqrt(q.size(-1)) if scale is None else scores * scale
+
+
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None, scale: float | None = None
 ) -> Attended:
-    """softmax(q kᵀ / √Dh + bias, masked) v, returning the weighted values and the attention probabilities."""
-    d_k = q.size(-1)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (B, H, T, T)
+    """softmax(q kᵀ / √Dh + bias, masked) v, returning the weighted values and the attention probabilities.
+
+    ``scale`` replaces 1/√Dh where the model has its own (Gemma's query_pre_attn_scalar, DeBERTa's 1/√(3 Dh)).
+    """
+    scores = attention_scores(q, k, scale)  # (B, H, T, T)
     if bias is not None:
-        scores = scores + bias  # (1|B, H, T, T): a position bias (MPNet)
+        scores = scores + bias  # (1|B, H, T, T): a position bias (MPNet, DeBERTa)
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     attention = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # (B, H, T, T), rows sum to 1
     return Attended(attention @ v, attention)  # (B, H, T, Dh), (B, H, T, T)
 
 
-def rotary_angles(length: int, head_dim: int, base: float, device: torch.device | None = None) -> Tensor:
-    """θ[pos, i] = pos / base^(2i/Dh): the seeds' sinusoid frequencies, as rotation angles. (T, Dh/2), float32."""
-    position = torch.arange(length, dtype=torch.float64, device=device).unsqueeze(1)  # (T, 1)
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim  # (Dh/2,)
-    frequency = 1.0 / torch.pow(base, exponents)  # (Dh/2,)
-    return (position * frequency).to(torch.float32)  # (T, Dh/2)
+def rotary_frequencies(head_dim: int, base: float, scaling: RopeScaling | None = None) -> Tensor:
+    """1 / base^(2i/Dh), the seeds' sinusoid frequencies, computed as transformers computes them (float32), and
+    scaled where the config declares a scaling. (Dh/2,)"""
+    frequency = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32) / head_dim))
+    if scaling is None:
+        return frequency
+    if scaling.kind == "linear":
+        return frequency / scaling.factor
+    # llama3: long wavelengths divided by the factor, short ones kept, the ones between blended
+    low_wavelength = scaling.original_max_positions / scaling.low_freq_factor
+    high_wavelength = scaling.original_max_positions / scaling.high_freq_factor
+    wavelength = 2 * math.pi / frequency
+    scaled = torch.where(wavelength > low_wavelength, frequency / scaling.factor, frequency)
+    smooth = (scaling.original_max_positions / wavelength - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    blended = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    middle = ~(wavelength < high_wavelength) * ~(wavelength > low_wavelength)
+    return torch.where(middle, blended, scaled)
+
+
+def rotary_angles(
+    length: int, head_dim: int, base: float, device: torch.device | None = None, scaling: RopeScaling | None = None
+) -> Tensor:
+    """θ[pos, i] = pos / base^(2i/Dh) (scaled where the config says): the rotation angles. (T, Dh/2), float32."""
+    frequency = rotary_frequencies(head_dim, base, scaling).to(device)  # (Dh/2,)
+    position = torch.arange(length, device=device, dtype=torch.float32).unsqueeze(1)  # (T, 1)
+    return position * frequency  # (T, Dh/2)
 
 
 def rotate(x: Tensor, angles: Tensor) -> Tensor:
     """Rotate each pair (x[i], x[i + Dh/2]) of every head vector by its angle (rotary position embedding).
 
-    x is (B, H, T, Dh), angles (T, Dh/2).
+    x is (…, T, Dh), angles (T, Dh/2).
     """
     half = x.size(-1) // 2
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (T, Dh/2)
-    x1, x2 = x[..., :half], x[..., half:]  # 2 × (B, H, T, Dh/2)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)  # (B, H, T, Dh)
+    x1, x2 = x[..., :half], x[..., half:]  # 2 × (…, T, Dh/2)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)  # (…, T, Dh)
 
 
 def relative_position_buckets(length: int, n_buckets: int, max_distance: int, device: torch.device) -> Tensor:
@@ -125,6 +170,23 @@ def relative_position_buckets(length: int, n_buckets: int, max_distance: int, de
     )
     logarithmic = logarithmic.clamp(max=half - 1)
     return bucket + torch.where(distance < exact, distance, logarithmic)  # (T, T)
+
+
+def log_bucket_positions(length: int, buckets: int, max_position: int, device: torch.device) -> Tensor:
+    """DeBERTa's relative position δ(i, j) of query i to key j: i − j itself within ``buckets // 2``, beyond it
+    log-bucketed up to ``max_position`` (transformers' ``make_log_bucket_position``, the same float32 steps).
+    (T, T) int64, odd in i − j."""
+    position = torch.arange(length, dtype=torch.long, device=device)
+    relative = position[:, None] - position[None, :]  # (T, T): query i − key j
+    if buckets <= 0 or max_position <= 0:
+        return relative
+    sign = torch.sign(relative)
+    middle = buckets // 2
+    inside = (relative < middle) & (relative > -middle)
+    distance = torch.where(inside, torch.tensor(middle - 1).type_as(relative), relative.abs())
+    scale = torch.log(torch.tensor((max_position - 1) / middle))
+    logarithmic = torch.ceil(torch.log(distance / middle) / scale * (middle - 1)) + middle
+    return torch.where(distance <= middle, relative.type_as(logarithmic), logarithmic * sign).long()
 
 
 @dataclass(frozen=True)
@@ -156,28 +218,144 @@ class Packing:
         return out.view(self.batch, self.length, *x.shape[1:])
 
 
+class RMSNorm(nn.Module):
+    """x / √(mean(x²) + ε) · (offset + w), in float32 whatever the input's dtype (Llama's norm; Gemma stores
+    its weights as w − 1, so its offset is 1)."""
+
+    def __init__(self, width: int, eps: float = 1e-6, offset: float = 0.0) -> None:
+        super().__init__()
+        self.eps = eps
+        self.offset = offset
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)  # (…, width)
+        return (normed * (self.offset + self.weight.float())).to(x.dtype)
+
+
+def norm(config: EncoderConfig, width: int | None = None) -> nn.Module:
+    """The family's norm: LayerNorm (with a bias unless the family has none), or RMSNorm."""
+    width = width or config.d_model
+    if config.norm == "rmsnorm":
+        return RMSNorm(width, config.layer_norm_eps, config.norm_offset)
+    return nn.LayerNorm(width, eps=config.layer_norm_eps, bias=config.norm_bias)
+
+
+def in_dtype(module: M, dtype: torch.dtype | None) -> M:
+    """The module, or a copy of it in ``dtype`` where its weights are in another: the explicit path's float32
+    over weights kept in a lower precision, made one layer at a time."""
+    weight = next(module.parameters(), None)
+    if dtype is None or weight is None or weight.dtype == dtype:
+        return module
+    return copy.deepcopy(module).to(dtype)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention with one fused QKV projection.
 
     ``qkv`` holds [W_q; W_k; W_v] stacked along the output axis (as torch.nn.MultiheadAttention's
-    ``in_proj_weight``), so ``qkv(x)`` splits into q, k, v of width D, each then cut into H heads.
+    ``in_proj_weight``), so ``qkv(x)`` splits into q (H heads) and k, v (Hkv heads each). Under grouped-query
+    attention (Hkv < H) query head h attends with key/value head h // (H / Hkv), as transformers' ``repeat_kv``.
     """
 
-    def __init__(self, d_model: int, n_heads: int, bias: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        bias: bool = True,
+        *,
+        kv_heads: int | None = None,
+        head_dim: int | None = None,
+        out_bias: bool | None = None,
+        scale: float | None = None,
+        qk_norm: Callable[[], nn.Module] | None = None,
+        disentangled: tuple[str, ...] = (),
+    ) -> None:
         super().__init__()
-        if d_model % n_heads != 0:
+        if head_dim is None and d_model % n_heads != 0:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         self.d_model = d_model
         self.n_heads = n_heads
-        self.head_dim = d_model // n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out = nn.Linear(d_model, d_model, bias=bias)
+        self.kv_heads = kv_heads or n_heads
+        if n_heads % self.kv_heads != 0:
+            raise ValueError(f"n_heads ({n_heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        self.group = n_heads // self.kv_heads  # query heads per key/value head
+        self.head_dim = head_dim or d_model // n_heads
+        self.widths = (n_heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim)
+        self.scale = scale  # None: 1/√Dh
+        self.qkv = nn.Linear(d_model, sum(self.widths), bias=bias)
+        self.out = nn.Linear(self.widths[0], d_model, bias=bias if out_bias is None else out_bias)
+        # Qwen3 and Gemma 3 norm each head's query and key (over Dh) before the rotation.
+        self.query_norm = qk_norm() if qk_norm is not None else None
+        self.key_norm = qk_norm() if qk_norm is not None else None
+        self.disentangled = disentangled  # DeBERTa's position terms, c2p and p2c
+
+    @classmethod
+    def from_config(cls, config: EncoderConfig) -> MultiHeadAttention:
+        return cls(
+            config.d_model,
+            config.n_heads,
+            config.qkv_bias,
+            kv_heads=config.kv_heads,
+            head_dim=config.head_dim,
+            out_bias=config.out_bias,
+            scale=config.attention_scale,
+            qk_norm=(lambda: norm(config, config.head_dim)) if config.qk_norm else None,
+            disentangled=config.disentangled,
+        )
+
+    def project(self, x: Tensor, separately: bool = False) -> Tensor:
+        """x [W_q; W_k; W_v]ᵀ (+ b): (…, D) → (…, 3D). ``separately``: as three products, one each for q, k and v,
+        as transformers computes them (the explicit path: then its values equal transformers' to the bit, where
+        the one fused product, faster, rounds a few of them differently)."""
+        if not separately:
+            return self.qkv(x)
+        weights = self.qkv.weight.split(self.widths)
+        biases = self.qkv.bias.split(self.widths) if self.qkv.bias is not None else (None, None, None)
+        return torch.cat([F.linear(x, weight, bias) for weight, bias in zip(weights, biases)], dim=-1)
+
+    def heads(self, qkv: Tensor, angles: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """The fused projection's output (…, T, 3D) cut into heads: q (…, H, T, Dh), k and v (…, Hkv, T, Dh);
+        q and k normed per head and rotated by position where the model does."""
+        q, k, v = qkv.split(self.widths, dim=-1)  # (…, T, H·Dh), 2 × (…, T, Hkv·Dh)
+        q = q.unflatten(-1, (self.n_heads, self.head_dim)).transpose(-3, -2)  # (…, H, T, Dh)
+        k = k.unflatten(-1, (self.kv_heads, self.head_dim)).transpose(-3, -2)  # (…, Hkv, T, Dh)
+        v = v.unflatten(-1, (self.kv_heads, self.head_dim)).transpose(-3, -2)  # (…, Hkv, T, Dh)
+        if self.query_norm is not None and self.key_norm is not None:
+            q, k = self.query_norm(q), self.key_norm(k)
+        if angles is not None:
+            q, k = rotate(q, angles), rotate(k, angles)
+        return q, k, v
+
+    def shared_heads(self, x: Tensor) -> Tensor:
+        """(…, Hkv, T, Dh) → (…, H, T, Dh): each key/value head repeated for the query heads of its group."""
+        return x if self.group == 1 else x.repeat_interleave(self.group, dim=-3)
+
+    def disentangled_bias(self, q: Tensor, k: Tensor, relative: RelativeEmbeddings) -> Tensor:
+        """DeBERTa's position terms, scaled as the scores are: c2p[i, j] = q_i · k_r[δ(i, j)] and
+        p2c[i, j] = k_j · q_r[δ(i, j)], where q_r and k_r are this layer's query and key projections of the shared
+        relative embeddings and δ(i, j) the row of query i and key j. q and k (B, H, T, Dh) → (B, H, T, T)."""
+        W_q, W_k, _ = self.qkv.weight.split(self.widths)
+        b_q, b_k = self.qkv.bias.split(self.widths)[:2] if self.qkv.bias is not None else (None, None)
+        B, H, T, _ = q.shape
+        index = relative.rows.expand(B, H, T, T)
+        bias = torch.zeros(B, H, T, T, dtype=q.dtype, device=q.device)
+        if "c2p" in self.disentangled:  # the query's content against the key's relative position
+            key_r = F.linear(relative.embeddings, W_k, b_k).unflatten(-1, (H, -1)).transpose(0, 1)  # (H, 2S, Dh)
+            bias = bias + (q @ key_r.transpose(-2, -1)).gather(-1, index)  # (B, H, T, T)
+        if "p2c" in self.disentangled:  # the key's content against the query's relative position
+            query_r = F.linear(relative.embeddings, W_q, b_q).unflatten(-1, (H, -1)).transpose(0, 1)  # (H, 2S, Dh)
+            by_key = k @ query_r.transpose(-2, -1)  # (B, H, T, 2S): key j against every relative row
+            bias = bias + by_key.gather(-1, index.transpose(-2, -1)).transpose(-2, -1)  # (B, H, T, T)
+        return bias * (self.scale if self.scale is not None else 1 / math.sqrt(self.head_dim))
 
     def value_norms(self, v: Tensor) -> Tensor:
         """‖f_h(x_j)‖ with f_h(x) = (x W_V^h + b_V^h) W_O^h, the vector head h adds to the output for key j
         when it puts all its weight there (Kobayashi et al. 2020; the output bias excluded).
 
-        v is (B, H, T, Dh), the heads' values x W_V^h + b_V^h; → (B, H, T).
+        v is (B, H, T, Dh), the heads' values x W_V^h + b_V^h (each query head's, under grouped-query
+        attention); → (B, H, T).
         """
         W_O = self.out.weight.view(self.d_model, self.n_heads, self.head_dim)  # (D, H, Dh): head h's input columns
         transformed = torch.einsum("bhtd,ehd->bhte", v, W_O)  # (B, H, T, D): f_h(x_j) for every head and key
@@ -190,21 +368,23 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         position_bias: Tensor | None = None,
         angles: Tensor | None = None,
+        relative: RelativeEmbeddings | None = None,
     ) -> HeadSteps:
         """One head's computation on one text, step by step, as the seeds write it: x (T, D) is the layer's
         attention input; the scores are scale · q kᵀ (+ the position bias), before masking and softmax."""
-        Dh = self.head_dim
-        q, k, v = self.qkv(x).split(self.d_model, dim=-1)  # 3 × (T, D)
-        columns = slice(head * Dh, (head + 1) * Dh)
-        q, k, v = q[:, columns], k[:, columns], v[:, columns]  # 3 × (T, Dh): the head's slices
-        if angles is not None:
-            q, k = rotate(q, angles), rotate(k, angles)  # (T, Dh), rotated by position
-        scale = 1.0 / math.sqrt(Dh)
-        scores = q @ k.T / math.sqrt(Dh)  # (T, T): omega, scaled (the same arithmetic as the attention path)
-        if position_bias is not None:
-            scores = scores + position_bias[0, head]  # (T, T)
+        q, k, v = self.heads(self.project(x[None], separately=True), angles)  # (1, H, T, Dh), 2 × (1, Hkv, T, Dh)
+        bias = None
+        if relative is not None:
+            bias = self.disentangled_bias(q, self.shared_heads(k), relative)[0, head]  # (T, T)
+        elif position_bias is not None:
+            bias = position_bias[0, head]  # (T, T)
+        q, k, v = q[0, head], k[0, head // self.group], v[0, head // self.group]  # 3 × (T, Dh): the head's own
+        scores = attention_scores(q, k, self.scale)  # (T, T): omega, scaled (as the attention path does)
+        if bias is not None:
+            scores = scores + bias
         masked = scores if mask is None else scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         attention = F.softmax(masked, dim=-1, dtype=torch.float32).to(q.dtype)  # (T, T), rows sum to 1
+        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_dim)
         return HeadSteps(q, k, v, scale, scores, attention, attention @ v)
 
     def forward(
@@ -216,45 +396,60 @@ class MultiHeadAttention(nn.Module):
         position_bias: Tensor | None = None,
         angles: Tensor | None = None,
         need_value_norms: bool = False,
+        relative: RelativeEmbeddings | None = None,
     ) -> AttentionResult:
         """x is (B, T, D), or with ``packing`` the (N, D) real tokens alone (and so is the result).
 
-        ``position_bias`` (1, H, T, T) is added to the scores; with ``angles`` (T, Dh/2) q and k are rotated.
-        With ``need_value_norms`` the result also holds ``value_norms`` (explicit path only).
+        ``position_bias`` (1, H, T, T) is added to the scores; with ``angles`` (T, Dh/2) q and k are rotated;
+        with ``relative`` DeBERTa's position terms are added. With ``need_value_norms`` the result also holds
+        ``value_norms`` (explicit path only).
         """
-        qkv = self.qkv(x)  # (B, T, 3D) or (N, 3D)
+        qkv = self.project(x, separately=need_weights)  # (B, T, 3D) or (N, 3D)
         if packing is not None:
             qkv = packing.unpack(qkv)  # (B, T, 3D)
-        B, T, D = qkv.size(0), qkv.size(1), self.d_model
-        q, k, v = qkv.split(D, dim=-1)  # 3 × (B, T, D)
-        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
-        k = k.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
-        v = v.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
-        if angles is not None:
-            q, k = rotate(q, angles), rotate(k, angles)  # (B, H, T, Dh)
+        B, T = qkv.size(0), qkv.size(1)
+        q, k, v = self.heads(qkv, angles)  # (B, H, T, Dh), 2 × (B, Hkv, T, Dh)
+        k, v = self.shared_heads(k), self.shared_heads(v)  # 2 × (B, H, T, Dh)
+        bias = self.disentangled_bias(q, k, relative) if relative is not None else position_bias
         if need_weights:
-            values, attention = scaled_dot_product_attention(
-                q, k, v, mask, position_bias
-            )  # (B, H, T, Dh), (B, H, T, T)
+            values, attention = scaled_dot_product_attention(q, k, v, mask, bias, self.scale)
         else:
             # The fused kernel: same arithmetic, no (T, T) matrix kept.
             attn_mask = mask
-            if position_bias is not None:  # one additive mask: the bias, −∞ where the mask forbids
-                attn_mask = position_bias.to(q.dtype)
+            if bias is not None:  # one additive mask: the bias, −∞ where the mask forbids
+                attn_mask = bias.to(q.dtype)
                 if mask is not None:
                     attn_mask = attn_mask.masked_fill(~mask, float("-inf"))  # (B, H, T, T)
-            values, attention = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask), None  # (B, H, T, Dh)
+            values = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=self.scale)  # (B, H, T, Dh)
+            attention = None
         norms = self.value_norms(v) if need_value_norms else None  # (B, H, T) | None
-        values = values.transpose(1, 2).reshape(B, T, D)  # (B, T, D): heads concatenated
+        values = values.transpose(1, 2).reshape(B, T, self.widths[0])  # (B, T, H·Dh): heads concatenated
         if packing is not None:
-            values = packing.pack(values)  # (N, D)
+            values = packing.pack(values)  # (N, H·Dh)
         return AttentionResult(self.out(values), attention, norms)  # (B, T, D) or (N, D)
+
+
+ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
+    "gelu": nn.GELU,
+    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+    "relu": nn.ReLU,
+    "silu": nn.SiLU,
+    "tanh": nn.Tanh,
+}
+
+
+def activation_module(name: str) -> nn.Module:
+    """The activation of that name (the config's, or a head's)."""
+    if name not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {name!r}")
+    return ACTIVATIONS[name]()
 
 
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = W₂ act(W₁ x + b₁) + b₂, applied to every token alike.
 
-    With ``glu`` W₁ is twice as wide and its second half gates the first: W₂ (act(x W₁ₐ) ⊙ x W₁ᵦ) (GeGLU).
+    With ``glu`` W₁ is twice as wide and its first half, activated, gates the second: W₂ (act(x W₁ₐ) ⊙ x W₁ᵦ)
+    (GeGLU, SwiGLU: Llama's gate_proj is W₁ₐ, its up_proj W₁ᵦ).
     """
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", glu: bool = False, bias: bool = True) -> None:
@@ -262,14 +457,7 @@ class PositionwiseFeedForward(nn.Module):
         self.glu = glu
         self.expand = nn.Linear(d_model, 2 * d_ff if glu else d_ff, bias=bias)
         self.contract = nn.Linear(d_ff, d_model, bias=bias)
-        if activation == "gelu":
-            self.activation: nn.Module = nn.GELU()
-        elif activation == "gelu_tanh":
-            self.activation = nn.GELU(approximate="tanh")
-        elif activation == "relu":
-            self.activation = nn.ReLU()
-        else:
-            raise ValueError(f"activation must be gelu, gelu_tanh or relu, got {activation!r}")
+        self.activation = activation_module(activation)
 
     def forward(self, x: Tensor) -> Tensor:
         hidden = self.expand(x)  # (B, T, F) or (B, T, 2F)
@@ -279,28 +467,28 @@ class PositionwiseFeedForward(nn.Module):
         return self.contract(self.activation(hidden))  # (B, T, F) → (B, T, D)
 
 
-def layer_norm(config: EncoderConfig, width: int | None = None) -> nn.LayerNorm:
-    return nn.LayerNorm(width or config.d_model, eps=config.layer_norm_eps, bias=config.bias)
-
-
 class EncoderLayer(nn.Module):
     """One encoder block.
 
-    Post-LN, as in BERT and the paper: x = LN(x + Attn(x)); x = LN(x + FFN(x)).
-    Pre-LN (``pre_norm``, ModernBERT): x = x + Attn(LN(x)); x = x + FFN(LN(x)); the first layer's input
-    is already normalised by the embeddings, so its attention norm is the identity.
+    Post-norm, as in BERT and the paper: x = LN(x + Attn(x)); x = LN(x + FFN(x)).
+    Pre-norm (``pre_norm``, ModernBERT and the decoders): x = x + Attn(LN(x)); x = x + FFN(LN(x)); ModernBERT's
+    first layer has no attention norm (its embeddings are normed). Gemma 3 norms the sublayers' outputs too
+    (``sandwich_norm``): x = x + LN(Attn(LN(x))); x = x + LN(FFN(LN(x))).
     """
 
     def __init__(self, config: EncoderConfig, index: int = 0) -> None:
         super().__init__()
         self.pre_norm = config.pre_norm
         self.local = config.is_local(index)  # attends within a sliding window
-        self.attention = MultiHeadAttention(config.d_model, config.n_heads, bias=config.bias)
-        self.attention_norm: nn.Module = nn.Identity() if config.pre_norm and index == 0 else layer_norm(config)
+        self.attention = MultiHeadAttention.from_config(config)
+        first_without = config.pre_norm and index == 0 and not config.first_attention_norm
+        self.attention_norm: nn.Module = nn.Identity() if first_without else norm(config)
         self.feed_forward = PositionwiseFeedForward(
-            config.d_model, config.d_ff, config.activation, glu=config.glu, bias=config.bias
+            config.d_model, config.d_ff, config.activation, glu=config.glu, bias=config.ffn_bias
         )
-        self.feed_forward_norm = layer_norm(config)
+        self.feed_forward_norm = norm(config)
+        self.attention_output_norm = norm(config) if config.sandwich_norm else None
+        self.feed_forward_output_norm = norm(config) if config.sandwich_norm else None
 
     def forward(
         self,
@@ -311,16 +499,21 @@ class EncoderLayer(nn.Module):
         position_bias: Tensor | None = None,
         angles: Tensor | None = None,
         need_value_norms: bool = False,
+        relative: RelativeEmbeddings | None = None,
     ) -> AttentionResult:
         if self.pre_norm:
             attended, attention, norms = self.attention(
-                self.attention_norm(x), mask, need_weights, packing, position_bias, angles, need_value_norms
+                self.attention_norm(x), mask, need_weights, packing, position_bias, angles, need_value_norms, relative
             )  # like x, (B, H, T, T) | None, (B, H, T) | None
+            if self.attention_output_norm is not None:
+                attended = self.attention_output_norm(attended)
             x = x + attended  # (B, T, D)
-            x = x + self.feed_forward(self.feed_forward_norm(x))  # (B, T, D)
-            return AttentionResult(x, attention, norms)
+            fed = self.feed_forward(self.feed_forward_norm(x))  # (B, T, D)
+            if self.feed_forward_output_norm is not None:
+                fed = self.feed_forward_output_norm(fed)
+            return AttentionResult(x + fed, attention, norms)
         attended, attention, norms = self.attention(
-            x, mask, need_weights, packing, position_bias, angles, need_value_norms
+            x, mask, need_weights, packing, position_bias, angles, need_value_norms, relative
         )
         x = self.attention_norm(x + attended)  # (B, T, D)
         x = self.feed_forward_norm(x + self.feed_forward(x))  # (B, T, D)
@@ -328,11 +521,12 @@ class EncoderLayer(nn.Module):
 
 
 class Embeddings(nn.Module):
-    """Token + position + segment embeddings, then LayerNorm: the input of the first layer.
+    """Token + position + segment embeddings, then a norm: the input of the first layer.
 
-    Positions: a learned table (BERT; RoBERTa and MPNet count real tokens from the padding index + 1),
-    the fixed sinusoid, or none here (rotary positions act inside attention). Segments only where the
-    family has them. ELECTRA's narrower embeddings are projected up to D at the end.
+    Positions: a learned table (BERT; RoBERTa and MPNet count real tokens from the padding index + 1; DeBERTa's
+    optional absolute table), the fixed sinusoid, or none here (rotary and relative positions act inside
+    attention). Segments only where the family has them. ELECTRA's narrower embeddings are projected up to D at
+    the end. Gemma scales the token embeddings by √D; the decoders have no norm here.
     """
 
     sinusoid: Tensor  # (max_positions, D), a buffer, when the positions are the fixed sinusoid
@@ -343,9 +537,10 @@ class Embeddings(nn.Module):
         E = config.width
         self.token = nn.Embedding(config.vocab_size, E)
         self.segment = nn.Embedding(config.type_vocab_size, E) if config.type_vocab_size > 0 else None
-        self.norm = layer_norm(config, E)
+        self.norm = norm(config, E) if config.embedding_norm else None
         self.position: nn.Embedding | None = None
-        if config.position_embedding in ("learned", "learned_offset", "relative_buckets"):
+        learned = config.position_embedding in ("learned", "learned_offset", "relative_buckets")
+        if learned or (config.position_embedding == "disentangled" and config.absolute_positions):
             self.position = nn.Embedding(config.max_positions, E)
         elif config.position_embedding == "sinusoidal":
             # Computed once and kept with the module (not a weight: nothing to load).
@@ -365,25 +560,34 @@ class Embeddings(nn.Module):
             return self.sinusoid
         return None
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    def forward(
+        self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor, dtype: torch.dtype | None = None
+    ) -> Tensor:
+        """(B, T) ids → (B, T, D), in ``dtype`` where given (the explicit path's float32), else the weights'."""
         T = input_ids.size(1)
         if self.max_length < T:
             raise ValueError(f"sequence of {T} tokens is longer than the model's {self.max_length} positions")
         x = self.token(input_ids)  # (B, T, E)
+        if dtype is not None:
+            x = x.to(dtype)
+        if self.config.embedding_scale != 1.0:  # as transformers: the scale in the embeddings' own dtype
+            x = x * torch.tensor(self.config.embedding_scale, dtype=x.dtype)
         segment = self.segment
         if segment is not None:
-            x = x + segment(token_type_ids if self.two_segments else torch.zeros_like(token_type_ids))  # (B, T, E)
+            segments = token_type_ids if self.two_segments else torch.zeros_like(token_type_ids)
+            x = x + segment(segments).to(x.dtype)  # (B, T, E)
         if self.offset:
             assert self.position is not None
             real = attention_mask.long()  # (B, T)
             positions = real.cumsum(dim=1) * real + self.config.pad_token_id  # (B, T): pad, pad + 1, …
-            x = x + self.position(positions)  # (B, T, E)
+            x = x + self.position(positions).to(x.dtype)  # (B, T, E)
         else:
             table = self.position_table()
             if table is not None:
                 x = x + table[:T].to(x.dtype)  # (B, T, E) + (T, E)
-        x = self.norm(x)  # (B, T, E)
-        return self.project(x) if self.project is not None else x  # (B, T, D)
+        if self.norm is not None:
+            x = in_dtype(self.norm, x.dtype)(x)  # (B, T, E)
+        return in_dtype(self.project, x.dtype)(x) if self.project is not None else x  # (B, T, D)
 
 
 @dataclass
@@ -394,11 +598,25 @@ class EncoderOutput:
     value_norms: list[Tensor] | None = None  # N × (B, H, T): ‖f_h(x_j)‖ of each layer (MultiHeadAttention.value_norms)
 
 
+class Shared(NamedTuple):
+    """What every layer of one pass shares."""
+
+    mask: Tensor  # (B, 1, 1|T, T): the global layers' mask
+    local_mask: Tensor  # the local layers': the mask within the sliding window
+    position_bias: Tensor | None  # MPNet's (1, H, T, T)
+    angles: dict[bool, Tensor | None]  # rotation angles of the global (False) and local (True) layers, (T, Dh/2)
+    relative: RelativeEmbeddings | None  # DeBERTa's
+
+    def for_layer(self, local: bool) -> tuple[Tensor, Tensor | None, Tensor | None, RelativeEmbeddings | None]:
+        """(mask, position bias, angles, relative embeddings) of a global or local layer."""
+        return (self.local_mask if local else self.mask), self.position_bias, self.angles[local], self.relative
+
+
 class Encoder(nn.Module):
-    """Embeddings followed by N encoder layers (and, pre-LN, a final norm).
+    """Embeddings followed by N encoder layers (and, pre-norm, a final norm).
 
     Where the family has them, what every layer shares is made once per pass here: MPNet's relative
-    position bias, ModernBERT's rotation angles (one set per base) and its sliding-window mask.
+    position bias, DeBERTa's relative embeddings, the rotation angles (one set per base) and the masks.
     """
 
     def __init__(self, config: EncoderConfig) -> None:
@@ -407,50 +625,67 @@ class Encoder(nn.Module):
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList(EncoderLayer(config, i) for i in range(config.n_layers))
         # MPNet: one learned bias per (bucket of relative distance, head), shared by every layer.
-        self.relative_bias = (
-            nn.Embedding(config.relative_buckets, config.n_heads) if config.relative_buckets > 0 else None
-        )
-        self.final_norm = layer_norm(config) if config.pre_norm else None
+        mpnet = config.position_embedding == "relative_buckets"
+        self.relative_bias = nn.Embedding(config.relative_buckets, config.n_heads) if mpnet else None
+        # DeBERTa: one vector per relative bucket, 2S of them, shared by every layer (each projects them itself).
+        deberta = config.position_embedding == "disentangled"
+        self.relative_embeddings = nn.Embedding(2 * config.relative_buckets, config.d_model) if deberta else None
+        self.relative_norm = norm(config) if deberta and config.relative_norm else None
+        self.final_norm = norm(config) if config.pre_norm else None
         self.local_layers = [config.is_local(i) for i in range(config.n_layers)]  # which attend within a window
 
-    def position_bias(self, length: int, device: torch.device) -> Tensor | None:
+    def position_bias(self, length: int, device: torch.device, dtype: torch.dtype | None = None) -> Tensor | None:
         """MPNet's bias on the scores, (1, H, T, T); None for other families."""
         if self.relative_bias is None:
             return None
         buckets = relative_position_buckets(
             length, self.config.relative_buckets, self.config.relative_max_distance, device
         )  # (T, T)
-        return self.relative_bias(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, H, T, T)
+        return in_dtype(self.relative_bias, dtype)(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, H, T, T)
 
-    def shared(
-        self, attention_mask: Tensor, causal: bool = False
-    ) -> tuple[Tensor, Tensor, Tensor | None, dict[bool, Tensor | None]]:
-        """What every layer of a pass shares: the mask, the local layers' mask, the position bias and the
-        rotation angles of the global (False) and local (True) layers."""
+    def relative_index(self, length: int, device: torch.device) -> Tensor:
+        """DeBERTa's row of the relative embeddings for query i and key j: δ(i, j) + S, clamped. (T, T) int64."""
+        span = self.config.relative_buckets
+        delta = log_bucket_positions(length, span, self.config.relative_max_distance, device)  # (T, T)
+        return (delta + span).clamp(0, 2 * span - 1)
+
+    def shared(self, attention_mask: Tensor, causal: bool = False, dtype: torch.dtype | None = None) -> Shared:
+        """What every layer of a pass shares (``Shared``), for a (B, T) padding mask."""
         config = self.config
         T, device = attention_mask.size(1), attention_mask.device
-        mask = padding_mask(attention_mask, causal)  # (B, 1, 1|T, T)
-        local_mask = mask & local_window_mask(T, config.local_window, device) if config.local_window else mask
-        position_bias = self.position_bias(T, device)  # (1, H, T, T) | None
+        mask = padding_mask(attention_mask, causal or config.causal)  # (B, 1, 1|T, T)
+        local_mask = mask
+        if config.local_layers:
+            # A padding query far from every real token sees no key in its window: it sees itself, so that no
+            # row is empty (an empty row is NaN in the fused kernel, and 0 · NaN spreads).
+            itself = torch.eye(T, dtype=torch.bool, device=device)[None, None]  # (1, 1, T, T)
+            local_mask = (mask & window_mask(T, config.window_reach, device)) | itself  # (B, 1, T, T)
         angles: dict[bool, Tensor | None] = {False: None, True: None}  # rotation angles of global, local layers
         if config.position_embedding == "rotary":
-            angles[False] = rotary_angles(T, config.head_dim, config.rope_theta, device)  # (T, Dh/2)
-            angles[True] = rotary_angles(T, config.head_dim, config.local_rope_theta, device)
-        return mask, local_mask, position_bias, angles
+            angles[False] = rotary_angles(T, config.head_dim, config.rope_theta, device, config.rope_scaling)
+            angles[True] = rotary_angles(T, config.head_dim, config.local_rope_theta, device, config.local_rope_scaling)
+        relative = None
+        if self.relative_embeddings is not None:
+            embeddings = in_dtype(self.relative_embeddings, dtype).weight  # (2S, D)
+            if self.relative_norm is not None:
+                embeddings = in_dtype(self.relative_norm, dtype)(embeddings)
+            relative = RelativeEmbeddings(embeddings, self.relative_index(T, device))
+        return Shared(mask, local_mask, self.position_bias(T, device, dtype), angles, relative)
 
-    def head_steps(self, input_ids: Tensor, token_type_ids: Tensor, layer: int, head: int) -> HeadSteps:
+    def head_steps(
+        self, input_ids: Tensor, token_type_ids: Tensor, layer: int, head: int, dtype: torch.dtype | None = None
+    ) -> HeadSteps:
         """One head of one layer on one text (input ids (1, T), no padding), step by step: the layers below run
         as usual, then that layer's attention input goes through MultiHeadAttention.head_steps."""
         attention_mask = torch.ones_like(input_ids)
-        below = self(input_ids, attention_mask, token_type_ids, n_layers=layer).last_hidden_state  # (1, T, D)
-        block = self.layers[layer]
+        below = self(input_ids, attention_mask, token_type_ids, n_layers=layer, dtype=dtype).last_hidden_state
+        block = in_dtype(self.layers[layer], dtype)
         assert isinstance(block, EncoderLayer)
         x = block.attention_norm(below) if block.pre_norm else below  # (1, T, D): the attention's input
-        mask, local_mask, position_bias, angles = self.shared(attention_mask)
-        local = self.local_layers[layer]
-        return block.attention.head_steps(
-            x[0], head, (local_mask if local else mask)[0, 0], position_bias, angles[local]
+        mask, position_bias, angles, relative = self.shared(attention_mask, dtype=dtype).for_layer(
+            self.local_layers[layer]
         )
+        return block.attention.head_steps(x[0], head, mask[0, 0], position_bias, angles, relative)
 
     def forward(
         self,
@@ -461,9 +696,10 @@ class Encoder(nn.Module):
         return_hidden_states: bool = False,  # keep every layer's output, embeddings first
         return_attentions: bool = False,  # keep every layer's attention probabilities (explicit path)
         return_value_norms: bool = False,  # and the norms of every head's transformed values (with attentions)
-        causal: bool = False,  # also hide future positions (the decoder mask of the paper)
+        causal: bool = False,  # also hide future positions (the decoder mask of the paper; the config's own too)
         n_layers: int | None = None,  # stop after this many layers (all by default)
         pack: bool = True,  # skip the padding (the fast path); False computes it, masked (what a CUDA graph records)
+        dtype: torch.dtype | None = None,  # compute in this dtype, each layer copied to it where its weights are not
     ) -> EncoderOutput:
         config = self.config
         if attention_mask is None:
@@ -474,9 +710,9 @@ class Encoder(nn.Module):
         if not 0 <= n_layers <= config.n_layers:
             raise ValueError(f"n_layers must be between 0 and {config.n_layers}, got {n_layers}")
 
-        mask, local_mask, position_bias, angles = self.shared(attention_mask, causal)
+        shared = self.shared(attention_mask, causal, dtype)
 
-        x = self.embeddings(input_ids, token_type_ids, attention_mask)  # (B, T, D)
+        x = self.embeddings(input_ids, token_type_ids, attention_mask, dtype)  # (B, T, D)
         # Fast path with padding: per-token work on the real tokens only (padded rows come back as zeros).
         skip = pack and not return_attentions and not bool(attention_mask.all())
         packing = Packing.from_mask(attention_mask) if skip else None
@@ -489,15 +725,9 @@ class Encoder(nn.Module):
         if return_value_norms and not return_attentions:
             raise ValueError("return_value_norms needs return_attentions (the explicit attention path)")
         for index, layer in enumerate(self.layers[:n_layers]):
-            local = self.local_layers[index]
-            x, attention, norms = layer(
-                x,
-                local_mask if local else mask,
-                return_attentions,
-                packing,
-                position_bias,
-                angles[local],
-                return_value_norms,
+            mask, position_bias, angles, relative = shared.for_layer(self.local_layers[index])
+            x, attention, norms = in_dtype(layer, dtype)(
+                x, mask, return_attentions, packing, position_bias, angles, return_value_norms, relative
             )  # (B, T, D) | (N, D), (B, H, T, T) | None, (B, H, T) | None
             if hidden_states is not None:
                 hidden_states.append(unpack(x))
@@ -506,7 +736,7 @@ class Encoder(nn.Module):
             if value_norms is not None:
                 value_norms.append(norms)
         if self.final_norm is not None and n_layers == config.n_layers:
-            x = self.final_norm(x)  # the encoder's output is normalised once more, after the last layer
+            x = in_dtype(self.final_norm, dtype)(x)  # the encoder's output is normed once more, after the last layer
             if hidden_states is not None:
                 hidden_states[-1] = unpack(x)
         return EncoderOutput(unpack(x), hidden_states, attentions, value_norms)

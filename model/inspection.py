@@ -6,7 +6,7 @@ Shape key: B texts, L layers, H heads, T tokens, W words, D model width.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -161,34 +161,73 @@ def head_statistics(attention: Tensor, lengths: Tensor, separators: Tensor, punc
     return torch.stack(statistics)  # (S, B, H)
 
 
-def explain_similarity(a: Tensor, b: Tensor, pooling: str) -> tuple[Tensor, str]:
+def pooling_weights(n: int, pooling: str, skip: int = 0) -> Tensor:
+    """The weights w (n,), summing to 1, with which a pooling that is a weighted sum of the token vectors makes
+    the sentence vector Σ w_i x_i: mean (1/n each; the mean over √n points the same way), the weighted mean
+    (position + 1, from the first token), the first or the last token. The first ``skip`` tokens (a prompt the
+    model leaves out) weigh 0."""
+    position = torch.arange(n, dtype=torch.float64)
+    counted = (position >= skip).double()  # (n,)
+    if pooling in ("mean", "mean_sqrt_len_tokens"):
+        weights = counted
+    elif pooling == "weightedmean":
+        weights = counted * (position + 1)
+    elif pooling in ("cls", "lasttoken"):
+        weights = torch.zeros(n, dtype=torch.float64)
+        weights[skip if pooling == "cls" else n - 1] = 1.0
+    else:
+        raise ValueError(f"pooling {pooling!r} is not a weighted sum of the token vectors")
+    return weights / weights.sum()
+
+
+EXPLANATION_METHODS = {
+    "mean": "mean_pooling_exact",
+    "mean_sqrt_len_tokens": "mean_pooling_exact",  # the same direction as the mean: the same cosine
+    "weightedmean": "weighted_mean_exact",
+    "cls": "cls_token",
+    "lasttoken": "last_token",
+    "max": "max_pooling_component_holders",
+}
+
+
+def explain_similarity(
+    a: Tensor,
+    b: Tensor,
+    pooling: str,
+    project: Callable[[Tensor], Tensor] | None = None,
+    skips: tuple[int, int] = (0, 0),
+) -> tuple[Tensor, str]:
     """Token-by-token contributions to the cosine of two pooled sentence vectors, summing to it exactly.
 
     a (n, D) and b (m, D) are the final token vectors of the two texts (every token the pooling sees). The
     cosine is bilinear in the pooled vectors, ā · b̄ / (‖ā‖ ‖b̄‖), and each pooling writes them as sums over
     tokens, so the cosine splits into one term per (source token, text token):
 
-    - ``mean``: ā = Σ_i a_i / n, so contribution[i][j] = a_i · b_j / (n m ‖ā‖ ‖b̄‖) (exact, API.md's formula);
+    - a weighted sum (``pooling_weights``: mean, weighted mean, first token, last token), ā = Σ_i w_i a_i, so
+      contribution[i][j] = w_i v_j a_i · b_j / (‖ā‖ ‖b̄‖); for the mean, a_i · b_j / (n m ‖ā‖ ‖b̄‖) (API.md's
+      formula); for the first (last) token, the whole score in that pair of tokens;
     - ``max``: component k of ā is that of the token holding the maximum, i*(k); so contribution[i][j] =
       Σ over k with i*(k) = i and j*(k) = j of a_ik b_jk / (‖ā‖ ‖b̄‖): each component credited to the two
-      tokens that hold it;
-    - ``cls``: ā = a_0, so the whole score is the first tokens' pair.
+      tokens that hold it.
 
-    Returns the (n, m) matrix and the method's name.
+    ``project`` maps token vectors through the model's Dense modules after pooling, which must be affine (then
+    f(Σ w_i a_i) = Σ w_i f(a_i), as the weights sum to 1); ``skips`` the first tokens of each text the pooling
+    leaves out (a prompt), which contribute 0. Returns the (n, m) matrix and the method's name.
     """
+    if project is not None:
+        if pooling == "mean_sqrt_len_tokens":  # its weights sum to √n, not 1: an affine map does not go through
+            raise ValueError("mean_sqrt_len_tokens pooling is explained on the token vectors themselves")
+        a, b = project(a), project(b)  # (n, D'), (m, D')
     a, b = a.double(), b.double()
-    if pooling == "mean":
-        pooled_a, pooled_b = a.mean(0), b.mean(0)  # (D,)
-        scale = a.size(0) * b.size(0) * pooled_a.norm() * pooled_b.norm()
-        return (a @ b.T) / scale, "mean_pooling_exact"  # (n, m)
     if pooling == "max":
+        if project is not None or any(skips):
+            raise ValueError("max pooling is explained on the token vectors themselves, with no Dense module")
         holders_a = F.one_hot(a.argmax(0), a.size(0)).T.to(a.dtype)  # (n, D): 1 where token i holds component k
         holders_b = F.one_hot(b.argmax(0), b.size(0)).T.to(b.dtype)  # (m, D)
         pooled_a, pooled_b = a.max(0).values, b.max(0).values  # (D,)
         scale = pooled_a.norm() * pooled_b.norm()
-        return ((a * holders_a) @ (b * holders_b).T) / scale, "max_pooling_component_holders"  # (n, m)
-    if pooling == "cls":
-        contributions = torch.zeros(a.size(0), b.size(0), dtype=a.dtype, device=a.device)
-        contributions[0, 0] = F.cosine_similarity(a[0], b[0], dim=0)
-        return contributions, "cls_token"
-    raise ValueError(f"pooling must be mean, max or cls, got {pooling!r}")
+        return ((a * holders_a) @ (b * holders_b).T) / scale, EXPLANATION_METHODS[pooling]  # (n, m)
+    w, v = pooling_weights(a.size(0), pooling, skips[0]), pooling_weights(b.size(0), pooling, skips[1])  # (n,), (m,)
+    weighted_a, weighted_b = a * w[:, None], b * v[:, None]  # (n, D), (m, D)
+    scale = weighted_a.sum(0).norm() * weighted_b.sum(0).norm()
+    return (weighted_a @ weighted_b.T) / scale, EXPLANATION_METHODS[pooling]  # (n, m)

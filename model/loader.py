@@ -15,17 +15,18 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tokenizers import Encoding
 from torch import Tensor
 
-from model.config import EncoderConfig
-from model.encoder import HEAD_STEP_ARRAYS, Encoder, EncoderOutput, HeadSteps
+from model.config import DECODERS, EncoderConfig
+from model.encoder import HEAD_STEP_ARRAYS, Encoder, EncoderOutput, HeadSteps, relative_position_buckets
 from model.graphs import GPU_PASS_TOKENS, GraphedPass
-from model.heads import SequenceClassificationHead, read_head_config
+from model.heads import YES_NO, HeadConfig, LanguageModelHead, SequenceClassificationHead
 from model.inspection import AttentionSelection, head_statistics, merge_words, norm_weighted, select_attention
 from model.pooling import Pooling, PoolingConfig, sentence_embeddings
 from model.tokenizer import Batch, TextTokenizer, TokenSequence
-from model.weights import load_head, load_weights
+from model.weights import checkpoint_dtype, load_head, load_language_model_rows, read_encoder
 
 logger = logging.getLogger(__name__)
 
@@ -65,35 +66,52 @@ def native_bfloat16() -> bool:
 
 @dataclass(frozen=True)
 class Precision:
-    """The dtype the weights are kept in and the one the matrix products run in.
+    """The dtype the embedding pass's weights are kept in, the one its matrix products run in, and the one the
+    explicit paths' weights are kept in.
 
-    On the GPU both are the same: the embedding pass runs on a copy of the weights in that dtype. On the CPU
-    the weights, the norms and the softmax stay float32 and a lower compute dtype applies to the matrix
-    products alone (autocast): bfloat16 products run on the CPU's matrix units where it has them, and the
-    embeddings keep cosine ≥ 0.9999 against float32. The explicit paths (attention maps, inspection) run in
-    float32 on every device, on float32 weights.
+    On the GPU the pass's weights are in the compute dtype. On the CPU they are too where the checkpoint is
+    stored in it (a bfloat16 decoder under bfloat16); otherwise the weights, the norms and the softmax stay
+    float32 and a lower compute dtype applies to the matrix products alone (autocast): bfloat16 products run on
+    the CPU's matrix units where it has them, and the embeddings keep cosine ≥ 0.9999 against float32.
+
+    The explicit paths (attention maps, inspection) compute in float32 on every device. They share the pass's
+    weights where those are float32 or the checkpoint's own dtype (a lower one is widened to float32 a layer
+    at a time, exactly); only where the pass runs in a dtype narrower than the checkpoint (a float32
+    checkpoint under float16 on a GPU) do they keep a copy in the checkpoint's dtype.
     """
 
     weights: torch.dtype
     compute: torch.dtype
+    explicit: torch.dtype = torch.float32
 
     @property
     def autocast(self) -> bool:
         return self.compute != self.weights
 
+    @property
+    def shared(self) -> bool:
+        """Whether the pass and the explicit paths use one copy of the weights."""
+        return self.explicit == self.weights
 
-def resolve_precision(dtype: str, device: torch.device) -> Precision:
-    """'auto': float16 on CUDA; on the CPU bfloat16 products where the CPU has native bfloat16 matrix units
-    (AMX), float32 elsewhere."""
+
+def resolve_precision(dtype: str, device: torch.device, checkpoint: torch.dtype = torch.float32) -> Precision:
+    """'auto': on CUDA float16, or bfloat16 for a checkpoint stored in it (float16 overflows in models trained
+    in bfloat16, Gemma's among them); on the CPU bfloat16 products where the CPU has native bfloat16 matrix units
+    (AMX), float32 elsewhere. ``checkpoint`` is the dtype the checkpoint stores its weights in."""
     if dtype == "auto":
         if device.type == "cuda":
-            return Precision(torch.float16, torch.float16)
-        dtype = "bfloat16" if native_bfloat16() else "float32"
+            dtype = "bfloat16" if checkpoint == torch.bfloat16 else "float16"
+        else:
+            dtype = "bfloat16" if native_bfloat16() else "float32"
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be auto or one of {', '.join(DTYPES)}, got {dtype!r}")
-    if device.type == "cpu":
-        return Precision(torch.float32, DTYPES[dtype])
-    return Precision(DTYPES[dtype], DTYPES[dtype])
+    compute = DTYPES[dtype]
+    weights = compute if device.type != "cpu" or checkpoint == compute else torch.float32
+    if weights in (torch.float32, checkpoint):
+        explicit = weights
+    else:
+        explicit = checkpoint if checkpoint in (torch.float16, torch.bfloat16) else torch.float32
+    return Precision(weights, compute, explicit)
 
 
 def read_max_tokens(model_dir: Path, config: EncoderConfig) -> int:
@@ -142,13 +160,14 @@ class EmbeddingSpec:
     pooling: Pooling  # how its token vectors become one sentence vector
     normalize: bool  # L2-normalise the sentence vector
     token_vectors: bool = False  # also return the text's token vectors
+    skip: int = 0  # its first tokens left out of the pooling (a prompt, where the model excludes prompts)
 
 
 @dataclass(frozen=True)
 class TextEmbedding:
     """One text's result: its sentence vector and, when asked for, its token vectors."""
 
-    sentence: np.ndarray  # (D,) float32
+    sentence: np.ndarray  # (D',) float32
     tokens: np.ndarray | None = None  # (T, D) float32, the text's own tokens only (no padding)
 
 
@@ -184,28 +203,42 @@ def trace_pass(encoder: Encoder, example: tuple[Tensor, Tensor, Tensor], autocas
 
 @dataclass
 class TextEncoder:
-    """Everything needed to turn texts into token vectors, sentence vectors and attention maps."""
+    """Everything needed to turn texts into token vectors, sentence vectors, attention maps and scores."""
 
     name: str
     path: Path
     config: EncoderConfig
-    encoder: Encoder
+    encoder: Encoder  # the explicit paths' weights (float32 results); the pass's too unless ``pass_encoder``
     tokenizer: TextTokenizer
     pooling: PoolingConfig
     max_tokens: int  # the longest input, special tokens included
     device: torch.device
     dtype: torch.dtype  # what the matrix products run in (reported in /info)
     classifier: SequenceClassificationHead | None = None  # when the checkpoint is a sequence classifier
+    # when the checkpoint is a causal LM whose vocabulary has the tokens ``yes`` and ``no``: their rows of its head
+    reranker: LanguageModelHead | None = None
     prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' named prompts ("query: ", …)
     default_prompt_name: str | None = None  # the prompt put before every text unless another is named
     weights_dtype: torch.dtype | None = None  # what the embedding pass's weights are kept in; ``dtype`` when None
+    explicit_dtype: torch.dtype = torch.float32  # what ``encoder``'s weights are kept in
     graph: PassGraph | None = None  # the embedding pass as a traced graph (trace_pass), or eager when None
     # The embedding and classification passes' own copy of the encoder in a lower dtype (on a GPU under float16 or
-    # bfloat16); None where they use ``encoder`` itself (float32, or the CPU's autocast over float32 weights).
-    # ``encoder`` stays float32 on every device: the explicit paths (/attention, the inspection endpoints) run on
-    # it and equal transformers in float32.
+    # bfloat16 for a float32 checkpoint); None where they use ``encoder`` itself (one copy: float32, the CPU's
+    # autocast over float32 weights, or a checkpoint kept in its own dtype). The explicit paths (/attention, the
+    # inspection endpoints) run on ``encoder`` in float32 and equal transformers.
     pass_encoder: Encoder | None = None
     graphs: GraphedPass | None = None  # on a GPU, the embedding pass as CUDA graphs (model/graphs.py)
+    _prompt_lengths: dict[str, int] = field(default_factory=dict, repr=False)
+    _template_ids: tuple[list[int], list[int]] | None = field(default=None, repr=False)
+
+    @property
+    def template_ids(self) -> tuple[list[int], list[int]]:
+        """The token ids of the yes/no template's prefix and suffix (``YES_NO``), tokenised once."""
+        if self._template_ids is None:
+            pieces = [YES_NO.prefix, YES_NO.suffix]
+            prefix, suffix = self.tokenizer.encode_unchecked(pieces, truncate=False, special_tokens=False)
+            self._template_ids = (list(prefix.ids), list(suffix.ids))
+        return self._template_ids
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
@@ -213,22 +246,80 @@ class TextEncoder:
         the weights' (the CPU under bfloat16); None where they run in the weights' own dtype."""
         return None if self.weights_dtype in (None, self.dtype) else self.dtype
 
+    @property
+    def dimension(self) -> int:
+        """The width of the sentence embeddings (the last Dense module's output, else D)."""
+        return self.pooling.dimension(self.config.d_model)
+
+    @property
+    def scores_method(self) -> str | None:
+        """How the model scores a pair for /rerank: a cross-encoder's one logit, or a causal LM's yes against no."""
+        if self.classifier is not None and len(self.classifier.head.labels) == 1:
+            return "cross-encoder"
+        return "yes-no" if self.reranker is not None else None
+
+    @property
+    def relative_buckets(self) -> int | None:
+        """How many relative-position buckets the model has (MPNet's; DeBERTa's 2S embedding rows), if any."""
+        if self.config.position_embedding == "relative_buckets":
+            return self.config.relative_buckets
+        if self.config.position_embedding == "disentangled":
+            return 2 * self.config.relative_buckets
+        return None
+
+    @torch.inference_mode()
+    def relative_positions(self, length: int) -> np.ndarray:
+        """The bucket each query i and key j of a text of ``length`` tokens use: MPNet's bias row, DeBERTa's
+        relative-embedding row. (length, length) int64."""
+        cpu = torch.device("cpu")
+        if self.config.position_embedding == "relative_buckets":
+            config = self.config
+            rows = relative_position_buckets(length, config.relative_buckets, config.relative_max_distance, cpu)
+        else:
+            rows = self.encoder.relative_index(length, cpu)
+        return rows.numpy()
+
+    @torch.inference_mode()
+    def project_tokens(self, vectors: Tensor) -> Tensor:
+        """Token vectors (T, D) on the CPU through the Dense modules after pooling: (T, D') in float64 (the
+        explanations' precision)."""
+        vectors = vectors.double()
+        for module in self.pooling.dense:
+            weight, bias = module.linear.weight.double().cpu(), _double(module.linear.bias)
+            vectors = module.activation(F.linear(vectors, weight, bias))
+        return vectors
+
     def computing(self) -> AbstractContextManager[object]:
         """The context the eager embedding and classification passes run in: autocast to ``autocast_dtype``
         where there is one. /attention's explicit path runs outside it."""
         dtype = self.autocast_dtype
         return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
-    def prompted(self, texts: Sequence[str], prompt_name: str | None) -> list[str]:
-        """Texts with the named prompt (or the model's default one) before each, as sentence-transformers does.
-
-        KeyError for a name the model has no prompt for.
-        """
+    def prompt(self, prompt_name: str | None = None, prompt: str | None = None) -> str | None:
+        """The prompt to put before each text: ``prompt`` as given, else the named one (or the model's default),
+        as sentence-transformers' ``encode(prompt=..., prompt_name=...)``. KeyError for a name the model has no
+        prompt for."""
+        if prompt is not None:
+            return prompt
         name = prompt_name if prompt_name is not None else self.default_prompt_name
-        if name is None:
-            return list(texts)
-        prompt = self.prompts[name]
-        return [prompt + text for text in texts]
+        return None if name is None else self.prompts[name]
+
+    def prompted(self, texts: Sequence[str], prompt_name: str | None, prompt: str | None = None) -> list[str]:
+        """Texts with the prompt (``prompt``) before each; KeyError for a name the model has no prompt for."""
+        before = self.prompt(prompt_name, prompt)
+        return list(texts) if before is None else [before + text for text in texts]
+
+    def prompt_skip(self, prompt: str | None) -> int:
+        """How many first tokens the pooling leaves out for a text with this prompt: none unless the model's
+        Pooling excludes prompts; then the prompt's own tokens, its trailing special token not counted (as
+        sentence-transformers measures it)."""
+        if prompt is None or self.pooling.include_prompt:
+            return 0
+        if prompt not in self._prompt_lengths:
+            (encoding,) = self.tokenizer.encode([prompt])
+            special = bool(encoding.special_tokens_mask[-1]) if encoding.ids else False
+            self._prompt_lengths[prompt] = len(encoding.ids) - special
+        return self._prompt_lengths[prompt]
 
     @classmethod
     def load(
@@ -256,46 +347,59 @@ class TextEncoder:
         if not config_path.is_file():
             raise ValueError(f"{model_dir} is not a model directory: it has no config.json")
         config = EncoderConfig.from_json_file(config_path)
+        hf = json.loads(config_path.read_text(encoding="utf-8"))
         limit = read_max_tokens(model_dir, config)
         if max_tokens is not None:
             if max_tokens < 2:
                 raise ValueError(f"max_tokens must be at least 2, got {max_tokens}")
             limit = min(limit, max_tokens)
         torch_device = resolve_device(device)
-        precision = resolve_precision(dtype, torch_device)
-        torch_dtype = precision.weights
+        weights_path = model_dir / "model.safetensors"
+        stored = checkpoint_dtype(weights_path)
+        precision = resolve_precision(dtype, torch_device, stored)
 
-        encoder = Encoder(config)
-        load_weights(encoder, model_dir / "model.safetensors")
-        encoder = encoder.eval().requires_grad_(False)
+        encoder = read_encoder(config, weights_path, precision.explicit)
         pass_encoder = None
-        if torch_dtype != torch.float32:  # a GPU under float16 or bfloat16: a copy for the embedding pass
-            pass_encoder = copy.deepcopy(encoder).to(device=torch_device, dtype=torch_dtype)
+        if not precision.shared:  # a GPU under float16 over a float32 checkpoint: a copy for the embedding pass
+            pass_encoder = copy.deepcopy(encoder).to(device=torch_device, dtype=precision.weights)
         encoder = encoder.to(device=torch_device)
-        head_config = read_head_config(model_dir, config)
-        classifier = None
-        if head_config is not None:
-            classifier = SequenceClassificationHead(config, head_config)
-            load_head(classifier, config, model_dir / "model.safetensors")
-            classifier = classifier.to(device=torch_device, dtype=torch_dtype).eval().requires_grad_(False)
         tokenizer = TextTokenizer.from_file(model_dir / "tokenizer.json", limit, config.pad_token_id)
         if tokenizer.vocab_size > config.vocab_size:
             raise ValueError(
                 f"tokenizer.json has {tokenizer.vocab_size} tokens but the model only {config.vocab_size} embeddings"
             )
+        head_config = HeadConfig.from_hf(hf, config)
+        classifier = None
+        if head_config is not None:
+            classifier = SequenceClassificationHead(config, head_config)
+            load_head(classifier, config, weights_path)
+            classifier = classifier.to(device=torch_device, dtype=precision.weights).eval().requires_grad_(False)
+        reranker = None
+        answers = [tokenizer.token_id(token) for token in ("yes", "no")]
+        causal_lm = any(str(name).endswith("ForCausalLM") for name in hf.get("architectures") or [])
+        if causal_lm and config.family in DECODERS and None not in answers:
+            tied = bool(hf.get("tie_word_embeddings", config.family == "gemma3_text"))
+            tokens = [answer for answer in answers if answer is not None]
+            reranker = load_language_model_rows(config, weights_path, tokens, tied, precision.weights)
+            reranker = reranker.to(device=torch_device).eval()
+        pooling = PoolingConfig.from_model_dir(model_dir)
+        for module in pooling.dense:
+            module.to(device=torch_device)
         model = cls(
             name=name,
             path=model_dir,
             config=config,
             encoder=encoder,
             tokenizer=tokenizer,
-            pooling=PoolingConfig.from_model_dir(model_dir),
+            pooling=pooling,
             **read_prompts(model_dir),
             max_tokens=limit,
             device=torch_device,
             dtype=precision.compute,
             weights_dtype=precision.weights,
+            explicit_dtype=precision.explicit,
             classifier=classifier,
+            reranker=reranker,
             pass_encoder=pass_encoder,
         )
         if traced:
@@ -306,13 +410,17 @@ class TextEncoder:
             except RuntimeError as error:  # a family whose pass cannot be recorded: it runs as before
                 logger.warning("the embedding pass of %s could not be recorded as CUDA graphs: %s", name, error)
         logger.info(
-            "loaded %s from %s on %s (%s%s) in %.2f s",
+            "loaded %s (%s) from %s on %s in %.2f s: the checkpoint's %s weights kept in %s%s, products in %s%s",
             name,
+            config.family,
             model_dir,
             torch_device,
-            str(precision.compute).removeprefix("torch."),
-            " products, float32 weights" if precision.autocast else "",
             time.perf_counter() - started,
+            _name(stored),
+            _name(precision.explicit),
+            "" if precision.shared else f" and in {_name(precision.weights)} for the embedding pass",
+            _name(precision.compute),
+            f"; {model.scores_method} scores" if model.scores_method else "",
         )
         return model
 
@@ -370,6 +478,7 @@ class TextEncoder:
             return_attentions=return_attentions,
             return_value_norms=return_value_norms,
             n_layers=n_layers,
+            dtype=torch.float32,
         )
 
     def resolve_layer(self, layer: int) -> int:
@@ -387,16 +496,22 @@ class TextEncoder:
         normalize_embeddings: bool = True,
         layer: int = -1,
         truncate: bool = True,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
     ) -> Tensor:
-        """Sentence embeddings (B, D) in float32, the model's own pooling unless another is named.
+        """Sentence embeddings (B, D') in float32, the model's own pooling unless another is named, with the
+        prompt (``prompt``, or the one named, or the model's default) before each text.
 
         ``layer`` picks the hidden state (0 = embeddings, negative from the end). The same pass as the
         service's (``embed_encodings``).
         """
-        spec = EmbeddingSpec(self.resolve_layer(layer), pooling or self.pooling.mode, normalize_embeddings)
-        encodings = self.tokenizer.encode(texts, truncate=truncate)
+        before = self.prompt(prompt_name, prompt)
+        spec = EmbeddingSpec(
+            self.resolve_layer(layer), pooling or self.pooling.mode, normalize_embeddings, skip=self.prompt_skip(before)
+        )
+        encodings = self.tokenizer.encode(self.prompted(texts, prompt_name, prompt), truncate=truncate)
         results = self.embed_encodings(encodings, [spec] * len(encodings))
-        return torch.from_numpy(np.stack([result.sentence for result in results]))  # (B, D)
+        return torch.from_numpy(np.stack([result.sentence for result in results]))  # (B, D')
 
     @torch.inference_mode()
     def embed_encodings(
@@ -432,13 +547,16 @@ class TextEncoder:
         rows_by_kind: dict[tuple[int, Pooling, bool], list[int]] = {}
         for row, spec in enumerate(specs):
             rows_by_kind.setdefault((spec.layer, spec.pooling, spec.normalize), []).append(row)
-        sentences = np.empty((len(specs), self.config.d_model), dtype=np.float32)  # (B, D)
+        sentences = np.empty((len(specs), self.dimension), dtype=np.float32)  # (B, D')
         for (layer, pooling, normalize_rows), rows in rows_by_kind.items():
             states, mask = hidden(layer), attention_mask
             if len(rows) < len(specs):
                 index = torch.tensor(rows, device=states.device)
                 states, mask = states.index_select(0, index), mask.index_select(0, index)  # (b, T, D), (b, T)
-            sentences[rows] = sentence_embeddings(states, mask, pooling, normalize_rows).cpu().numpy()  # (b, D)
+            skips = [specs[row].skip for row in rows]
+            skip = torch.tensor(skips, device=states.device) if any(skips) else None
+            pooled = sentence_embeddings(states, mask, pooling, normalize_rows, self.pooling.dense, skip)  # (b, D')
+            sentences[rows] = pooled.float().cpu().numpy()
 
         token_layers = {spec.layer for spec in specs if spec.token_vectors}
         token_vectors = {layer: hidden(layer).cpu().numpy() for layer in token_layers}  # layer → (B, T, D)
@@ -477,7 +595,7 @@ class TextEncoder:
         """One head of one layer on one tokenised text, step by step, in float32 on the CPU (the explicit path's
         precision): queries, keys, values, scale, scores, attention, context (see HeadSteps)."""
         input_ids, _, token_type_ids = self.to_tensors(self.tokenizer.pad([encoding]))
-        steps = self.encoder.head_steps(input_ids, token_type_ids, layer, head)
+        steps = self.encoder.head_steps(input_ids, token_type_ids, layer, head, dtype=torch.float32)
         return steps._replace(**{name: getattr(steps, name).float().cpu() for name in HEAD_STEP_ARRAYS})
 
     @torch.inference_mode()
@@ -498,17 +616,38 @@ class TextEncoder:
 
     @torch.inference_mode()
     def classify(self, encodings: Sequence[TokenSequence]) -> Tensor:
-        """The classification head's logits (B, labels) for tokenised texts (or pairs), in float32."""
-        if self.classifier is None:
+        """Logits (B, labels) in float32 for tokenised texts (or pairs): the classification head's, or for a yes/no
+        reranker one logit, logit(yes) − logit(no) at each text's last token."""
+        if self.classifier is None and self.reranker is None:
             raise ValueError(f"model {self.name!r} has no classification head")
         batch = self.tokenizer.pad(encodings)
         input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
         hidden = self.last_hidden_state(input_ids, attention_mask, token_type_ids)  # (B, T, D)
         with self.computing():
-            return self.classifier(hidden, attention_mask).float()  # (B, labels)
+            if self.classifier is not None:
+                return self.classifier(hidden, attention_mask, input_ids).float()  # (B, labels)
+            assert self.reranker is not None
+            last = attention_mask.sum(1) - 1  # (B,): the last real token (the padding is on the right)
+            answers = self.reranker(hidden[torch.arange(hidden.size(0), device=hidden.device), last]).float()  # (B, 2)
+            return (answers[:, 0] - answers[:, 1]).unsqueeze(1)  # (B, 1): yes − no
+
+    def probabilities(self, logits: Tensor) -> Tensor:
+        """The scores of ``classify``'s logits: the classification head's (softmax, or sigmoids), or the sigmoid of
+        a reranker's yes − no."""
+        if self.classifier is not None:
+            return self.classifier.probabilities(logits)
+        return torch.sigmoid(logits.float())
 
     def warm_up(self) -> None:
         """One forward pass on each attention path, so that the first request pays no start-up cost."""
         encodings = self.tokenizer.encode(["warm up"])
         self.embed_encodings(encodings, [EmbeddingSpec(self.config.n_layers, self.pooling.mode, True)])
         self.attention(encodings[0], AttentionSelection((self.config.n_layers - 1,), (0,)))
+
+
+def _double(tensor: Tensor | None) -> Tensor | None:
+    return None if tensor is None else tensor.double().cpu()
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")

@@ -1,60 +1,190 @@
-"""Pooling: token vectors (B, T, D) become one sentence vector (B, D)."""
+"""Pooling: token vectors (B, T, D) become one sentence vector (B, D'), as the directory's sentence-transformers
+modules say: Pooling (every mode), then any Dense modules (D → D'), then the L2 norm.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from safetensors import safe_open
+from torch import Tensor, nn
 
-Pooling = Literal["mean", "cls", "max"]
-POOLING_MODES: tuple[Pooling, ...] = ("mean", "cls", "max")
+logger = logging.getLogger(__name__)
 
-# sentence-transformers' 1_Pooling/config.json flags and the mode each one selects.
+Pooling = Literal["mean", "cls", "max", "lasttoken", "mean_sqrt_len_tokens", "weightedmean"]
+POOLING_MODES: tuple[Pooling, ...] = ("mean", "cls", "max", "lasttoken", "mean_sqrt_len_tokens", "weightedmean")
+
+# sentence-transformers' 1_Pooling/config.json flags (as written before its pooling_mode key) and their modes.
 ST_POOLING_FLAGS: dict[str, Pooling] = {
     "pooling_mode_mean_tokens": "mean",
     "pooling_mode_cls_token": "cls",
     "pooling_mode_max_tokens": "max",
+    "pooling_mode_lasttoken": "lasttoken",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
 }
+# Dense modules' activation_function values (torch classes, as sentence-transformers saves them) we run.
+DENSE_ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "torch.nn.modules.linear.Identity": nn.Identity,
+    "torch.nn.modules.activation.Tanh": nn.Tanh,
+    "torch.nn.modules.activation.ReLU": nn.ReLU,
+    "torch.nn.modules.activation.GELU": nn.GELU,
+    "torch.nn.modules.activation.SiLU": nn.SiLU,
+    "torch.nn.modules.activation.Sigmoid": nn.Sigmoid,
+}
+KNOWN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")  # of modules.json; any other is refused
+
+
+class Dense(nn.Module):
+    """A sentence-transformers Dense module: activation(W x + b), on the pooled vector."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, activation: str) -> None:
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features, bias=bias)
+        self.activation_name = activation
+        self.activation = DENSE_ACTIVATIONS[activation]()
+
+    @property
+    def affine(self) -> bool:
+        """Without an activation: the module maps a mean of vectors to the mean of their images."""
+        return isinstance(self.activation, nn.Identity)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.activation(self.linear(x))  # (…, out_features)
+
+    @classmethod
+    def read(cls, directory: Path) -> Dense:
+        """A Dense module's directory: config.json and model.safetensors (``linear.weight``, ``linear.bias``)."""
+        st = _json(directory / "config.json")
+        if st.get("use_residual") or st.get("module_input_name", "sentence_embedding") != "sentence_embedding":
+            raise ValueError(f"{directory}: only Dense modules on the sentence embedding, without residual, are served")
+        activation = st.get("activation_function", "torch.nn.modules.activation.Tanh")  # sentence-transformers' default
+        if activation not in DENSE_ACTIVATIONS:
+            raise ValueError(
+                f"{directory}: unsupported activation_function {activation!r} "
+                f"(supported: {', '.join(DENSE_ACTIVATIONS)})"
+            )
+        weights = directory / "model.safetensors"
+        if not weights.is_file():
+            raise ValueError(f"{directory} has no model.safetensors (weights in other formats are not read)")
+        dense = cls(int(st["in_features"]), int(st["out_features"]), bool(st.get("bias", True)), activation)
+        with safe_open(str(weights), framework="pt", device="cpu") as checkpoint:
+            names = checkpoint.keys()
+            tensors = {name: checkpoint.get_tensor(name) for name in names}
+        ours = dict(dense.named_parameters())
+        if set(tensors) != set(ours) or any(tensors[n].shape != ours[n].shape for n in ours):
+            found = {name: tuple(t.shape) for name, t in tensors.items()}
+            expected = {name: tuple(p.shape) for name, p in ours.items()}
+            raise ValueError(f"{weights} holds {found}, expected {expected}")
+        with torch.no_grad():
+            for name, tensor in tensors.items():
+                ours[name].copy_(tensor)
+        return dense.eval().requires_grad_(False)
 
 
 @dataclass(frozen=True)
 class PoolingConfig:
     mode: Pooling = "mean"  # how token vectors become the sentence vector
     normalize: bool = True  # L2-normalise the sentence vector
+    include_prompt: bool = True  # False: a prompt's tokens are left out of the pooling (sentence-transformers)
+    dense: tuple[Dense, ...] = field(default=(), compare=False)  # Dense modules after pooling, in order
+
+    @property
+    def affine(self) -> bool:
+        """Whether every Dense module is affine (none, or none with an activation)."""
+        return all(module.affine for module in self.dense)
+
+    def dimension(self, width: int) -> int:
+        """The sentence vector's width for token vectors of ``width``: the last Dense module's output."""
+        return self.dense[-1].linear.out_features if self.dense else width
 
     @classmethod
     def from_model_dir(cls, model_dir: Path) -> PoolingConfig:
-        """The model's own pooling: sentence-transformers' ``1_Pooling/config.json`` if present, else mean."""
-        path = Path(model_dir) / "1_Pooling" / "config.json"
-        if not path.is_file():
-            return cls()
-        try:
-            st = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not valid JSON: {error}") from error
+        """The model's own pooling and Dense modules, from sentence-transformers' files: modules.json where there is
+        one, else ``1_Pooling/config.json``, else mean pooling."""
+        model_dir = Path(model_dir)
+        modules = _modules(model_dir)
+        pooling_dirs = [path for kind, path in modules if kind == "Pooling"] or ["1_Pooling"]
+        path = model_dir / pooling_dirs[0] / "config.json"
+        mode, include_prompt = _pooling(path) if path.is_file() else ("mean", True)
+        dense = tuple(Dense.read(model_dir / path) for kind, path in modules if kind == "Dense")
+        return cls(mode=mode, include_prompt=include_prompt, dense=dense)
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from error
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error}") from error
+    if not isinstance(value, dict | list):
+        raise ValueError(f"{path} must hold a JSON object")
+    return value  # type: ignore[return-value]
+
+
+def _modules(model_dir: Path) -> list[tuple[str, str]]:
+    """modules.json's (kind, path) pairs in order: kind the class name (Transformer, Pooling, Dense, Normalize)."""
+    path = model_dir / "modules.json"
+    if not path.is_file():
+        return []
+    entries = _json(path)
+    if not isinstance(entries, list):
+        raise ValueError(f"{path} must hold a list of modules")
+    modules = []
+    for entry in sorted(entries, key=lambda entry: entry.get("idx", 0)):
+        kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
+        if kind not in KNOWN_MODULES:
+            raise ValueError(f"{path}: unsupported sentence-transformers module {entry.get('type')!r}")
+        modules.append((kind, str(entry.get("path", ""))))
+    return modules
+
+
+def _pooling(path: Path) -> tuple[Pooling, bool]:
+    """A Pooling module's mode and include_prompt: its ``pooling_mode`` key, or the older boolean flags."""
+    st = _json(path)
+    mode = st.get("pooling_mode")
+    if mode is not None:
+        modes = [mode] if isinstance(mode, str) else list(mode)
+    else:
         enabled = [flag for flag, value in st.items() if flag.startswith("pooling_mode_") and value]
         unsupported = [flag for flag in enabled if flag not in ST_POOLING_FLAGS]
-        if unsupported or len(enabled) != 1:
-            raise ValueError(
-                f"{path}: exactly one of {', '.join(ST_POOLING_FLAGS)} must be true, got {enabled or 'none'}"
-            )
-        return cls(mode=ST_POOLING_FLAGS[enabled[0]])
+        if unsupported:
+            raise ValueError(f"{path}: unsupported pooling flags {unsupported}")
+        modes = [ST_POOLING_FLAGS[flag] for flag in enabled]
+    if len(modes) != 1 or modes[0] not in POOLING_MODES:
+        served = ", ".join(POOLING_MODES)
+        raise ValueError(f"{path}: exactly one pooling mode of {served} is served, got {modes or 'none'}")
+    return modes[0], bool(st.get("include_prompt", True))
 
 
-def pool(hidden: Tensor, attention_mask: Tensor, mode: Pooling) -> Tensor:
-    """One vector per sequence from its real (unpadded) tokens: mean, first ([CLS]) or element-wise max."""
-    if mode == "cls":
-        return hidden[:, 0]  # (B, D)
+def pool(hidden: Tensor, attention_mask: Tensor, mode: Pooling, skip: Tensor | None = None) -> Tensor:
+    """One vector per sequence from its real (unpadded) tokens, as sentence-transformers' Pooling computes it.
+
+    ``skip`` (B,): the first tokens of each row left out (a prompt, where the model excludes it); the weighted
+    mean still counts positions from the first token."""
+    T = hidden.size(1)
+    position = torch.arange(T, device=hidden.device)  # (T,)
+    if skip is not None:
+        attention_mask = attention_mask * (position[None, :] >= skip[:, None])  # (B, T)
+    if mode in ("cls", "lasttoken"):
+        chosen = (position * attention_mask).argmax(1) if mode == "lasttoken" else attention_mask.argmax(1)  # (B,)
+        return hidden[torch.arange(hidden.size(0), device=hidden.device), chosen]  # (B, D)
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-    if mode == "mean":
+    if mode in ("mean", "mean_sqrt_len_tokens"):
         summed = (hidden * mask).sum(dim=1)  # (B, D)
-        return summed / mask.sum(dim=1).clamp(min=1e-9)  # (B, D)
+        count = mask.sum(dim=1).clamp(min=1e-9)  # (B, 1)
+        return summed / (count if mode == "mean" else count.sqrt())  # (B, D)
+    if mode == "weightedmean":
+        weights = mask * (position + 1).to(hidden.dtype)[None, :, None]  # (B, T, 1): 1, 2, … from the first token
+        return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)  # (B, D)
     if mode == "max":
         masked = hidden.masked_fill(mask == 0, torch.finfo(hidden.dtype).min)  # (B, T, D)
         return masked.max(dim=1).values  # (B, D)
@@ -66,12 +196,22 @@ def normalize(x: Tensor) -> Tensor:
     return F.normalize(x, p=2, dim=-1)
 
 
-def sentence_embeddings(hidden: Tensor, attention_mask: Tensor, mode: Pooling, normalize_embeddings: bool) -> Tensor:
-    """The one path from token vectors (B, T, D) to sentence vectors (B, D): pool, then L2-normalise if asked.
+def sentence_embeddings(
+    hidden: Tensor,
+    attention_mask: Tensor,
+    mode: Pooling,
+    normalize_embeddings: bool,
+    dense: tuple[Dense, ...] = (),
+    skip: Tensor | None = None,
+) -> Tensor:
+    """The one path from token vectors (B, T, D) to sentence vectors (B, D'): pool, the Dense modules, then
+    L2-normalise if asked.
 
     Everything that serves or checks sentence embeddings goes through here.
     """
-    sentences = pool(hidden, attention_mask, mode)  # (B, D)
+    sentences = pool(hidden, attention_mask, mode, skip)  # (B, D)
+    for module in dense:
+        sentences = module(sentences.to(module.linear.weight.dtype))  # (B, D')
     return normalize(sentences) if normalize_embeddings else sentences
 
 

@@ -117,29 +117,43 @@ class TextTokenizer:
     def vocab_size(self) -> int:
         return self._complete.get_vocab_size()
 
+    def token_id(self, token: str) -> int | None:
+        """The id of one token of the vocabulary (``yes``), or None where the vocabulary has no such token."""
+        return self._complete.token_to_id(token)
+
     def encode(
-        self, texts: Sequence[str], pairs: Sequence[str | None] | None = None, truncate: bool = True
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str | None] | None = None,
+        truncate: bool = True,
+        special_tokens: bool = True,
     ) -> list[Encoding]:
         """Tokenise a batch, each text optionally paired with a second segment.
 
         With ``truncate`` texts are cut to ``max_tokens`` (longest segment first for pairs); without it a
-        text that is too long raises TooManyTokensError naming it.
+        text that is too long raises TooManyTokensError naming it. Without ``special_tokens`` the tokenizer's
+        post-processor adds none (a template that writes its own).
         """
-        encodings = self.encode_unchecked(texts, pairs, truncate)
+        encodings = self.encode_unchecked(texts, pairs, truncate, special_tokens)
         if not truncate:
             self.check_lengths(encodings)
         return encodings
 
     def encode_unchecked(
-        self, texts: Sequence[str], pairs: Sequence[str | None] | None = None, truncate: bool = True
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str | None] | None = None,
+        truncate: bool = True,
+        special_tokens: bool = True,
     ) -> list[Encoding]:
         """As ``encode``, but a too-long text (``truncate`` false) is returned whole: see ``check_lengths``."""
         tokenizer = self._truncating if truncate else self._complete
         if pairs is None:
-            return tokenizer.encode_batch(list(texts))
+            return tokenizer.encode_batch(list(texts), add_special_tokens=special_tokens)
         if len(pairs) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
-        return tokenizer.encode_batch([text if pair is None else (text, pair) for text, pair in zip(texts, pairs)])
+        inputs = [text if pair is None else (text, pair) for text, pair in zip(texts, pairs)]
+        return tokenizer.encode_batch(inputs, add_special_tokens=special_tokens)
 
     def check_lengths(self, encodings: Sequence[Encoding]) -> None:
         """TooManyTokensError for the first encoding longer than ``max_tokens``."""
@@ -155,6 +169,13 @@ class TextTokenizer:
                 raise TokenIdOutOfRange(position, token, size)
         kept = list(ids[: self.max_tokens])
         return TokenIds(kept, [0] * len(kept))
+
+    def around(self, prefix: Sequence[int], middle: Sequence[int], suffix: Sequence[int]) -> TokenIds:
+        """prefix + middle + suffix, the middle cut at its end so that the whole fits ``max_tokens`` (a template's
+        fixed parts kept whole, the text between them shortened)."""
+        room = max(self.max_tokens - len(prefix) - len(suffix), 0)
+        ids = [*prefix, *middle[:room], *suffix]
+        return TokenIds(ids, [0] * len(ids))
 
     def pad(self, encodings: Sequence[TokenSequence]) -> Batch:
         """Stack encodings into (B, T) arrays, padding on the right to the longest."""

@@ -1,21 +1,24 @@
-"""Loading BERT-layout ``model.safetensors`` checkpoints into our Encoder.
+"""Loading ``model.safetensors`` checkpoints into our Encoder and its heads.
 
-The checkpoint's tensor names appear in this module's mapping table and nowhere else.
+The checkpoint's tensor names appear in this module's mapping tables and nowhere else.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
-from torch import Tensor
+from torch import Tensor, nn
 
-from model.config import EncoderConfig
+from model.config import DECODERS, EncoderConfig
 from model.encoder import Encoder
-from model.heads import SequenceClassificationHead, head_names
+from model.heads import LanguageModelHead, SequenceClassificationHead
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +129,61 @@ MODERNBERT_TENSORS: dict[str, tuple[str, ...]] = {
 }
 
 
+DEBERTA_TENSORS: dict[str, tuple[str, ...]] = {
+    "embeddings.token.weight": ("embeddings.word_embeddings.weight",),
+    "embeddings.position.weight": ("embeddings.position_embeddings.weight",),  # position_biased_input only
+    "embeddings.segment.weight": ("embeddings.token_type_embeddings.weight",),
+    "embeddings.norm.weight": ("embeddings.LayerNorm.weight",),
+    "embeddings.norm.bias": ("embeddings.LayerNorm.bias",),
+    "relative_embeddings.weight": ("encoder.rel_embeddings.weight",),
+    "relative_norm.weight": ("encoder.LayerNorm.weight",),
+    "relative_norm.bias": ("encoder.LayerNorm.bias",),
+    "layers.{i}.attention.qkv.weight": (
+        "encoder.layer.{i}.attention.self.query_proj.weight",
+        "encoder.layer.{i}.attention.self.key_proj.weight",
+        "encoder.layer.{i}.attention.self.value_proj.weight",
+    ),
+    "layers.{i}.attention.qkv.bias": (
+        "encoder.layer.{i}.attention.self.query_proj.bias",
+        "encoder.layer.{i}.attention.self.key_proj.bias",
+        "encoder.layer.{i}.attention.self.value_proj.bias",
+    ),
+    **{name: parts for name, parts in BERT_TENSORS.items() if ".attention.qkv." not in name and ".{i}." in name},
+}
+# The decoders (Qwen2, Qwen3, Llama, Mistral): pre-norm layers; q, k and v fused as ours, gate and up likewise.
+DECODER_TENSORS: dict[str, tuple[str, ...]] = {
+    "embeddings.token.weight": ("embed_tokens.weight",),
+    "layers.{i}.attention.qkv.weight": (
+        "layers.{i}.self_attn.q_proj.weight",
+        "layers.{i}.self_attn.k_proj.weight",
+        "layers.{i}.self_attn.v_proj.weight",
+    ),
+    "layers.{i}.attention.qkv.bias": (
+        "layers.{i}.self_attn.q_proj.bias",
+        "layers.{i}.self_attn.k_proj.bias",
+        "layers.{i}.self_attn.v_proj.bias",
+    ),
+    "layers.{i}.attention.out.weight": ("layers.{i}.self_attn.o_proj.weight",),
+    "layers.{i}.attention.out.bias": ("layers.{i}.self_attn.o_proj.bias",),
+    "layers.{i}.attention.query_norm.weight": ("layers.{i}.self_attn.q_norm.weight",),  # Qwen3, Gemma 3
+    "layers.{i}.attention.key_norm.weight": ("layers.{i}.self_attn.k_norm.weight",),
+    "layers.{i}.attention_norm.weight": ("layers.{i}.input_layernorm.weight",),
+    "layers.{i}.feed_forward.expand.weight": ("layers.{i}.mlp.gate_proj.weight", "layers.{i}.mlp.up_proj.weight"),
+    "layers.{i}.feed_forward.expand.bias": ("layers.{i}.mlp.gate_proj.bias", "layers.{i}.mlp.up_proj.bias"),
+    "layers.{i}.feed_forward.contract.weight": ("layers.{i}.mlp.down_proj.weight",),
+    "layers.{i}.feed_forward.contract.bias": ("layers.{i}.mlp.down_proj.bias",),
+    "layers.{i}.feed_forward_norm.weight": ("layers.{i}.post_attention_layernorm.weight",),  # before the MLP
+    "final_norm.weight": ("norm.weight",),
+}
+# Gemma 3 norms each sublayer's input and output: its post_attention_layernorm follows the attention.
+GEMMA3_TENSORS: dict[str, tuple[str, ...]] = {
+    **DECODER_TENSORS,
+    "layers.{i}.attention_output_norm.weight": ("layers.{i}.post_attention_layernorm.weight",),
+    "layers.{i}.feed_forward_norm.weight": ("layers.{i}.pre_feedforward_layernorm.weight",),
+    "layers.{i}.feed_forward_output_norm.weight": ("layers.{i}.post_feedforward_layernorm.weight",),
+}
+
+
 @dataclass(frozen=True)
 class Family:
     tensors: dict[str, tuple[str, ...]]
@@ -134,6 +192,7 @@ class Family:
 
 
 HEADS = ("pooler.", "cls.", "classifier.", "qa_outputs.", "lm_head.", "head.", "decoder.")
+DECODER = Family(DECODER_TENSORS, ("model.",), ("lm_head.", "score."))
 FAMILIES: dict[str, Family] = {
     "bert": Family(BERT_TENSORS, ("bert.",), HEADS),
     "roberta": Family(BERT_TENSORS, ("roberta.",), HEADS),
@@ -151,10 +210,31 @@ FAMILIES: dict[str, Family] = {
     ),
     "mpnet": Family(MPNET_TENSORS, ("mpnet.",), HEADS),
     "modernbert": Family(MODERNBERT_TENSORS, ("model.",), HEADS),
+    "deberta-v2": Family(DEBERTA_TENSORS, ("deberta.",), (*HEADS, "lm_predictions.", "mask_predictions.")),
+    "qwen2": DECODER,
+    "qwen3": DECODER,
+    "llama": DECODER,
+    "mistral": DECODER,
+    "gemma3_text": Family(GEMMA3_TENSORS, ("model.",), ("lm_head.", "score.")),
+}
+# A sequence-classification head's parts (model/heads.py) → the checkpoint's names, per family.
+CLASSIFIER_NAMES = {"dense": "classifier.dense", "out": "classifier.out_proj"}
+HEAD_TENSORS: dict[str, dict[str, str]] = {
+    "bert": {"dense": "bert.pooler.dense", "out": "classifier"},
+    "roberta": CLASSIFIER_NAMES,
+    "xlm-roberta": CLASSIFIER_NAMES,
+    "camembert": CLASSIFIER_NAMES,
+    "mpnet": CLASSIFIER_NAMES,
+    "electra": CLASSIFIER_NAMES,
+    "distilbert": {"dense": "pre_classifier", "out": "classifier"},
+    "modernbert": {"dense": "head.dense", "norm": "head.norm", "out": "classifier"},
+    "deberta-v2": {"dense": "pooler.dense", "out": "classifier"},
+    **{family: {"out": "score"} for family in DECODERS},
 }
 # Tensors an encoder checkpoint may carry that an encoder does not use: the position-id buffer older
 # exports saved, and a sinusoidal position table that we compute instead of loading.
 IGNORED_SUFFIXES = ("position_ids",)
+FLOATS = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 
 def checkpoint_names(encoder: Encoder) -> dict[str, tuple[str, ...]]:
@@ -169,20 +249,48 @@ def checkpoint_names(encoder: Encoder) -> dict[str, tuple[str, ...]]:
     return names
 
 
-def load_weights(encoder: Encoder, path: Path) -> None:
-    """Copy a safetensors checkpoint into ``encoder``, checking every name and shape first.
+def part_shapes(encoder: Encoder, name: str, n_parts: int) -> list[tuple[int, ...]]:
+    """The shapes of the checkpoint tensors that make up one parameter, concatenated along its first axis: q, k
+    and v of their widths (k and v narrower under grouped-query attention), other parts alike."""
+    shape = tuple(encoder.get_parameter(name).shape)
+    if n_parts == 3 and name.endswith((".attention.qkv.weight", ".attention.qkv.bias")):
+        return [(width, *shape[1:]) for width in encoder.config.qkv_widths]
+    return [(shape[0] // n_parts, *shape[1:])] * n_parts
 
-    Raises ValueError naming every missing tensor, unexpected tensor and wrong shape.
-    """
+
+def open_checkpoint(path: Path) -> Any:
+    """The safetensors file, opened; ValueError naming what is wrong with it."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no checkpoint at {path} (expected a model.safetensors file)")
     try:
-        handle = safe_open(str(path), framework="pt", device="cpu")
+        return safe_open(str(path), framework="pt", device="cpu")
     except Exception as error:  # safetensors raises its own error types for a damaged file
         raise ValueError(f"{path} is not a readable safetensors file: {error}") from error
 
-    with handle as checkpoint:
+
+def checkpoint_dtype(path: Path) -> torch.dtype:
+    """The dtype most of the checkpoint's floating-point values are stored in (bfloat16 for most decoders)."""
+    sizes: dict[torch.dtype, int] = {}
+    with open_checkpoint(path) as checkpoint:
+        keys = checkpoint.keys()
+        for key in keys:
+            part = checkpoint.get_slice(key)
+            dtype = FLOATS.get(part.get_dtype())
+            if dtype is not None:
+                sizes[dtype] = sizes.get(dtype, 0) + math.prod(part.get_shape())
+    return max(sizes, key=lambda dtype: sizes[dtype]) if sizes else torch.float32
+
+
+def load_weights(encoder: Encoder, path: Path, dtype: torch.dtype | None = None) -> None:
+    """Copy a safetensors checkpoint into ``encoder``, checking every name and shape first.
+
+    An encoder built on the meta device (``read_encoder``) takes the checkpoint's tensors themselves, converted
+    to ``dtype`` (its own parameters' dtype when None): nothing is allocated or initialised twice.
+    Raises ValueError naming every missing tensor, unexpected tensor and wrong shape.
+    """
+    path = Path(path)
+    with open_checkpoint(path) as checkpoint:
         stored = set(checkpoint.keys())
         family = FAMILIES[encoder.config.family]
         prefix = next((p for p in family.prefixes if any(key.startswith(p) for key in stored)), "")
@@ -202,13 +310,12 @@ def load_weights(encoder: Encoder, path: Path) -> None:
                 missing.extend(absent)
                 continue
             used.update(keys)
-            expected = tuple(ours[name].shape)
-            part_shape = (expected[0] // len(keys), *expected[1:])
+            expected = part_shapes(encoder, name, len(keys))
             loaded = [checkpoint.get_tensor(key) for key in keys]
             bad = [
-                f"{key} {tuple(t.shape)} (expected {part_shape})"
-                for key, t in zip(keys, loaded)
-                if tuple(t.shape) != part_shape
+                f"{key} {tuple(t.shape)} (expected {shape})"
+                for key, t, shape in zip(keys, loaded, expected)
+                if tuple(t.shape) != shape
             ]
             if bad:
                 wrong_shape.extend(bad)
@@ -231,18 +338,45 @@ def load_weights(encoder: Encoder, path: Path) -> None:
         problems.append(f"unexpected tensors: {', '.join(unexpected)}")
     if problems:
         raise ValueError(f"checkpoint {path} does not fit the config: " + "; ".join(problems))
-
-    with torch.no_grad():
-        for name, tensor in tensors.items():
-            ours[name].copy_(tensor)
+    assign(encoder, tensors, dtype)
     logger.debug("loaded %d tensors from %s", len(tensors), path)
 
 
-def load_head(head: SequenceClassificationHead, config: EncoderConfig, path: Path) -> None:
+def assign(module: nn.Module, tensors: dict[str, Tensor], dtype: torch.dtype | None) -> None:
+    """Put the loaded tensors into the module's parameters: as they are (converted to ``dtype``) where the
+    module was built on the meta device, else copied into the parameters it has."""
+    ours = dict(module.named_parameters())
+    with torch.no_grad():
+        if any(parameter.is_meta for parameter in ours.values()):
+            target = dtype or torch.float32
+            module.load_state_dict({name: t.to(target) for name, t in tensors.items()}, strict=False, assign=True)
+        else:
+            for name, tensor in tensors.items():
+                ours[name].copy_(tensor)
+    if any(parameter.is_meta for parameter in module.parameters()):
+        raise AssertionError("a parameter was left without weights")
+
+
+def read_encoder(config: EncoderConfig, path: Path, dtype: torch.dtype = torch.float32) -> Encoder:
+    """An encoder of ``config`` holding the checkpoint's weights in ``dtype``, in eval mode: built on the meta
+    device, so that no weight is initialised, nor held in another dtype, before the checkpoint's arrive."""
+    with torch.device("meta"):
+        encoder = Encoder(config)
+    load_weights(encoder, path, dtype)
+    return encoder.eval().requires_grad_(False)
+
+
+def load_head(
+    head: SequenceClassificationHead, config: EncoderConfig, path: Path, dtype: torch.dtype | None = None
+) -> None:
     """Copy a sequence-classification head's tensors from the checkpoint, every name and shape checked."""
-    names = head_names(config, head)
+    parts = HEAD_TENSORS[config.family]
+    names = {}
+    for name, _ in head.named_parameters():
+        module, _, kind = name.partition(".")  # dense.weight → dense, weight
+        names[name] = f"{parts[module]}.{kind}"
     ours = dict(head.named_parameters())
-    with safe_open(str(path), framework="pt", device="cpu") as checkpoint:
+    with open_checkpoint(path) as checkpoint:
         stored = set(checkpoint.keys())
         missing = sorted(theirs for theirs in names.values() if theirs not in stored)
         if missing:
@@ -255,6 +389,25 @@ def load_head(head: SequenceClassificationHead, config: EncoderConfig, path: Pat
     ]
     if wrong:
         raise ValueError(f"checkpoint {path}: classification head of the wrong shape: {', '.join(wrong)}")
-    with torch.no_grad():
-        for name, tensor in tensors.items():
-            ours[name].copy_(tensor)
+    assign(head, tensors, dtype)
+
+
+def load_language_model_rows(
+    config: EncoderConfig, path: Path, tokens: Sequence[int], tied: bool, dtype: torch.dtype
+) -> LanguageModelHead:
+    """The rows of a ``…ForCausalLM`` checkpoint's LM head (``lm_head``, or the token embeddings it is tied to)
+    for the given token ids: all a yes/no reranker needs of a vocabulary-wide head."""
+    family = FAMILIES[config.family]
+    with open_checkpoint(path) as checkpoint:
+        stored = set(checkpoint.keys())
+        prefix = next((p for p in family.prefixes if any(key.startswith(p) for key in stored)), "")
+        embeddings = prefix + family.tensors["embeddings.token.weight"][0]
+        name = "lm_head.weight" if "lm_head.weight" in stored else (embeddings if tied else None)
+        if name is None or name not in stored:
+            raise ValueError(f"checkpoint {path} is a causal LM but holds no lm_head.weight (and its head is not tied)")
+        table = checkpoint.get_slice(name)
+        rows, width = table.get_shape()
+        if width != config.d_model or any(not 0 <= token < rows for token in tokens):
+            raise ValueError(f"checkpoint {path}: {name} of shape {(rows, width)} does not fit tokens {list(tokens)}")
+        weight = torch.stack([table[token] for token in tokens]).to(dtype)  # (len(tokens), D)
+    return LanguageModelHead(weight, config.final_logit_softcapping)

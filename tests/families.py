@@ -1,6 +1,6 @@
-"""Tiny random-weight checkpoints of the encoder families beyond BERT, each a complete Hugging Face-layout
-directory: config.json, model.safetensors, the family's own kind of tokenizer.json with its tokenizer config,
-and the sentence-transformers files."""
+"""Tiny random-weight checkpoints of the families beyond BERT (the encoders, DeBERTa and the decoders), each a
+complete Hugging Face-layout directory: config.json, model.safetensors, the family's own kind of tokenizer.json
+with its tokenizer config, and the sentence-transformers files."""
 
 from __future__ import annotations
 
@@ -16,9 +16,14 @@ from typing import Any
 import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-FAMILIES: tuple[str, ...] = ("roberta", "xlm-roberta", "camembert", "distilbert", "mpnet", "electra", "modernbert")
-HEADS: tuple[str | None, ...] = (None, "sequence-classification", "masked-lm")
-POOLINGS: tuple[str, ...] = ("mean", "cls", "max")
+ENCODERS: tuple[str, ...] = ("roberta", "xlm-roberta", "camembert", "distilbert", "mpnet", "electra", "modernbert")
+# The decoders, each as its published embedders configure it; embeddinggemma is Gemma 3 made bidirectional.
+DECODERS: tuple[str, ...] = ("qwen2", "qwen3", "llama", "mistral", "gemma3_text", "embeddinggemma", "qwen3-reranker")
+FAMILIES: tuple[str, ...] = (*ENCODERS, "deberta-v2", *DECODERS)
+HEADS: tuple[str | None, ...] = (None, "sequence-classification", "masked-lm", "causal-lm")
+POOLINGS: tuple[str, ...] = ("mean", "cls", "max", "lasttoken", "mean_sqrt_len_tokens", "weightedmean")
+# The template's tokens: Qwen's chat markers, its reasoning tags, and the reranker's two answers.
+QWEN_TOKENS: tuple[str, ...] = ("<|im_start|>", "<|im_end|>", "<think>", "</think>")
 SUFFIXES: tuple[str, ...] = ("s", "es", "ed", "ing", "er", "ly", "en", "ion", "al", "ow")  # subword pieces
 
 MAX_LENGTH = 64  # the tokenizers' model_max_length; the position tables hold at least this many positions
@@ -101,6 +106,11 @@ class Family:
     model_input_names: tuple[str, ...] = ("input_ids", "attention_mask")
     tokenizer_options: dict[str, Any] = field(default_factory=dict)  # extra tokenizer_config.json fields
     vocab_multiple: int = 1  # the config's vocab_size is the tokenizer's size rounded up to this
+    heads: tuple[str | None, ...] = (None, "sequence-classification", "masked-lm")  # the checkpoints it comes as
+    pooling: str = "mean"  # its embedders' sentence-transformers pooling
+    prompts: dict[str, str] = field(default_factory=dict)  # its embedders' prompts
+    dense: tuple[int, ...] = ()  # widths of its embedders' Dense modules after pooling (EmbeddingGemma's)
+    config_pad: bool = True  # config.json names the padding token (Llama's and Mistral's do not: their tokenizers do)
 
 
 ROBERTA_SPECIALS = {
@@ -218,6 +228,156 @@ FAMILY_SPECS: dict[str, Family] = {
     ),
 }
 
+DECODER_HEADS: tuple[str | None, ...] = (None, "sequence-classification", "causal-lm")
+DECODER_CONFIG: dict[str, Any] = {
+    "hidden_size": 16,
+    "num_attention_heads": 4,
+    "num_hidden_layers": 2,
+    "intermediate_size": 32,
+    "max_position_embeddings": MAX_LENGTH,
+    "rms_norm_eps": 1e-6,
+    "initializer_range": 0.02,
+    "tie_word_embeddings": False,
+}
+QWEN_SPECIALS = {"eos": "<|endoftext|>", "pad": "<|endoftext|>"}
+QWEN3_PROMPTS = {
+    "query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
+}
+GEMMA_SPECIALS = {"pad": "<pad>", "eos": "<eos>", "bos": "<bos>", "unk": "<unk>"}
+GEMMA_CONFIG: dict[str, Any] = {
+    **DECODER_CONFIG,
+    "num_key_value_heads": 1,
+    "head_dim": 8,  # wider than hidden_size / heads
+    "query_pre_attn_scalar": 8,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "sliding_window": 6,
+    "layer_types": ["sliding_attention", "full_attention"],
+    "rope_theta": 1_000_000.0,
+    "rope_local_base_freq": 10_000.0,
+    "final_logit_softcapping": 30.0,
+    "tie_word_embeddings": True,
+}
+
+FAMILY_SPECS.update(
+    {
+        "deberta-v2": Family(
+            "deberta-v2",
+            "DebertaV2",
+            "PreTrainedTokenizerFast",
+            {"pad": "[PAD]", "cls": "[CLS]", "sep": "[SEP]", "unk": "[UNK]", "mask": "[MASK]"},
+            {
+                **SMALL,
+                "max_position_embeddings": MAX_LENGTH,
+                "type_vocab_size": 0,
+                "layer_norm_eps": 1e-7,
+                "relative_attention": True,
+                "position_buckets": 8,  # log buckets beyond 4 tokens apart, within the sample texts
+                "max_relative_positions": MAX_LENGTH,
+                "pos_att_type": ["p2c", "c2p"],
+                "share_att_key": True,
+                "norm_rel_ebd": "layer_norm",
+                "position_biased_input": False,
+                "pooler_hidden_size": 16,
+                "pooler_hidden_act": "gelu",
+            },
+        ),
+        "qwen2": Family(  # gte-Qwen2: grouped-query attention, q/k/v biases, a sliding window on the upper layer
+            "qwen2",
+            "Qwen2",
+            "PreTrainedTokenizerFast",
+            QWEN_SPECIALS,
+            {
+                **DECODER_CONFIG,
+                "num_key_value_heads": 2,
+                "rope_theta": 1_000_000.0,  # the older field, not rope_parameters
+                "use_sliding_window": True,
+                "sliding_window": 6,
+                "max_window_layers": 1,  # layer 1 attends within the window
+            },
+            heads=DECODER_HEADS,
+            pooling="lasttoken",
+        ),
+        "qwen3": Family(  # Qwen3-Embedding and Qwen3-Reranker: per-head q/k norms, Dh ≠ D / H, a tied LM head
+            "qwen3",
+            "Qwen3",
+            "PreTrainedTokenizerFast",
+            QWEN_SPECIALS,
+            {
+                **DECODER_CONFIG,
+                "num_key_value_heads": 2,
+                "head_dim": 8,
+                "rope_theta": 1_000_000.0,
+                "tie_word_embeddings": True,
+            },
+            tokenizer_options={"padding_side": "left"},
+            heads=DECODER_HEADS,
+            pooling="lasttoken",
+            prompts=QWEN3_PROMPTS,
+        ),
+        "qwen3-reranker": Family(  # Qwen3-Reranker: a causal LM read for yes or no; its tokenizer adds no token
+            "qwen3",
+            "Qwen3",
+            "PreTrainedTokenizerFast",
+            QWEN_SPECIALS,
+            {
+                **DECODER_CONFIG,
+                "num_key_value_heads": 2,
+                "head_dim": 8,
+                "rope_theta": 1_000_000.0,
+                "tie_word_embeddings": True,
+                "max_position_embeddings": 512,  # the reranker's template alone takes ~100 of these tokens
+            },
+            tokenizer_options={"padding_side": "left", "model_max_length": 512},
+            heads=("causal-lm",),
+        ),
+        "llama": Family(  # multi-query attention, biases on, llama3 rope scaling
+            "llama",
+            "Llama",
+            "PreTrainedTokenizerFast",
+            {"bos": "<|begin_of_text|>", "eos": "<|end_of_text|>", "pad": "<|end_of_text|>"},
+            {
+                **DECODER_CONFIG,
+                "num_key_value_heads": 1,
+                "attention_bias": True,
+                "mlp_bias": True,
+                "rope_scaling": {
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 8,
+                },
+            },
+            heads=DECODER_HEADS,
+            pooling="mean",
+            config_pad=False,
+        ),
+        "mistral": Family(  # e5-mistral: every layer within a sliding window, <s> … </s>
+            "mistral",
+            "Mistral",
+            "PreTrainedTokenizerFast",
+            {"bos": "<s>", "eos": "</s>", "unk": "<unk>", "pad": "</s>"},
+            {**DECODER_CONFIG, "num_key_value_heads": 2, "sliding_window": 6},
+            heads=DECODER_HEADS,
+            pooling="lasttoken",
+            config_pad=False,
+        ),
+        "gemma3_text": Family(
+            "gemma3_text", "Gemma3", "PreTrainedTokenizerFast", GEMMA_SPECIALS, GEMMA_CONFIG, heads=DECODER_HEADS
+        ),
+        "embeddinggemma": Family(  # bidirectional, mean pooling, two Dense modules, prompts
+            "gemma3_text",
+            "Gemma3",
+            "PreTrainedTokenizerFast",
+            GEMMA_SPECIALS,
+            {**GEMMA_CONFIG, "use_bidirectional_attention": True, "sliding_window": 8},
+            heads=(None,),
+            prompts={"query": "task: search result | query: ", "document": "title: none | text: "},
+            dense=(32, 16),
+        ),
+    }
+)
+
 
 # ---- tokenizers ----
 
@@ -293,8 +453,19 @@ def _wordpiece(specials: list[str], unk: str, cls: str, sep: str, roberta_pairs:
     return tokenizer
 
 
-def _byte_level_bpe(specials: list[str], appended: list[str], modernbert: bool) -> Tokenizer:
-    """A byte-level BPE tokenizer (GPT-2 style, no unknown token); ``appended`` specials go after the merges."""
+def _template(single: str, pair: str, tokenizer: Tokenizer, specials: list[str]) -> processors.TemplateProcessing:
+    """A post-processor writing ``single`` and ``pair`` (tokenizers' template syntax) with these special tokens."""
+    return processors.TemplateProcessing(
+        single=single, pair=pair, special_tokens=[(token, _id(tokenizer, token)) for token in specials]
+    )
+
+
+def _byte_level_bpe(specials: list[str], appended: list[str], kind: str) -> Tokenizer:
+    """A byte-level BPE tokenizer (GPT-2 style, no unknown token); ``appended`` specials go after the merges.
+
+    ``kind`` is whose templates: RoBERTa's ``<s> A </s></s> B </s>``, ModernBERT's ``[CLS] A [SEP] B [SEP]``,
+    Qwen's embedders' ``A <|endoftext|>`` (the end-of-text token appended), Llama 3's ``<|begin_of_text|> A``,
+    or none at all (``plain``: Qwen3's base tokenizer, which the reranker keeps)."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
     trainer = trainers.BpeTrainer(
@@ -306,13 +477,18 @@ def _byte_level_bpe(specials: list[str], appended: list[str], modernbert: bool) 
     tokenizer.train_from_iterator(_training_texts(), trainer)
     tokenizer = _add_to_vocab(tokenizer, appended)
     tokenizer.decoder = decoders.ByteLevel()
-    if modernbert:
-        cls_id, sep_id = _id(tokenizer, "[CLS]"), _id(tokenizer, "[SEP]")
-        tokenizer.post_processor = processors.TemplateProcessing(
-            single="[CLS]:0 $A:0 [SEP]:0",
-            pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    if kind == "modernbert":
+        tokenizer.post_processor = _template(
+            "[CLS]:0 $A:0 [SEP]:0", "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1", tokenizer, ["[CLS]", "[SEP]"]
         )
+    elif kind == "qwen":
+        eos = "<|endoftext|>"
+        tokenizer.post_processor = _template(f"$A:0 {eos}:0", f"$A:0 {eos}:0 $B:1 {eos}:1", tokenizer, [eos])
+    elif kind == "plain":
+        tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    elif kind == "llama":
+        bos = "<|begin_of_text|>"
+        tokenizer.post_processor = _template(f"{bos}:0 $A:0", f"{bos}:0 $A:0 {bos}:1 $B:1", tokenizer, [bos])
     else:
         sep_id, cls_id = _id(tokenizer, "</s>"), _id(tokenizer, "<s>")
         tokenizer.post_processor = processors.RobertaProcessing(
@@ -321,9 +497,9 @@ def _byte_level_bpe(specials: list[str], appended: list[str], modernbert: bool) 
     return tokenizer
 
 
-def _unigram(specials: list[str], bos: str, eos: str) -> Tokenizer:
-    """A SentencePiece-like Unigram tokenizer (``▁`` metaspace, case kept, no byte fallback) with XLM-R's
-    templates; ``<mask>`` is the last piece.
+def _unigram(specials: list[str], single: str, pair: str, template_tokens: list[str], mask: str | None) -> Tokenizer:
+    """A SentencePiece-like Unigram tokenizer (``▁`` metaspace, case kept, no byte fallback) with the family's
+    templates (XLM-R's ``<s> A </s></s> B </s>``, DeBERTa's, Gemma's, Mistral's); ``mask`` is the last piece.
 
     Built by hand, not trained: tokenizers' Unigram trainer keeps mostly letters on a few dozen sentences and
     gives a different vocabulary in every process. Words are scored by their frequency, then suffixes, then
@@ -336,8 +512,12 @@ def _unigram(specials: list[str], bos: str, eos: str) -> Tokenizer:
     for character in _alphabet() + [chr(c) for c in range(ord("A"), ord("Z") + 1)]:
         scores.setdefault(character, -10.0)
     ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
-    vocab = [(token, 0.0) for token in specials] + ranked + [("<mask>", 0.0)]
-    tokenizer = Tokenizer(models.Unigram(vocab, unk_id=specials.index("<unk>"), byte_fallback=False))
+    vocab = [(token, 0.0) for token in specials] + ranked + ([(mask, 0.0)] if mask else [])
+    tokenizer = Tokenizer(
+        models.Unigram(
+            vocab, unk_id=next(i for i, t in enumerate(specials) if t in ("<unk>", "[UNK]")), byte_fallback=False
+        )
+    )
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.WhitespaceSplit(),
@@ -346,13 +526,11 @@ def _unigram(specials: list[str], bos: str, eos: str) -> Tokenizer:
     )
     tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True)
     tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in specials])
-    bos_id, eos_id = _id(tokenizer, bos), _id(tokenizer, eos)
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A {eos}",
-        pair=f"{bos} $A {eos} {eos} $B {eos}",
-        special_tokens=[(bos, bos_id), (eos, eos_id)],
-    )
+    tokenizer.post_processor = _template(single, pair, tokenizer, template_tokens)
     return tokenizer
+
+
+XLMR_TEMPLATES = ("<s> $A </s>", "<s> $A </s> </s> $B </s>", ["<s>", "</s>"])
 
 
 @functools.cache
@@ -365,24 +543,41 @@ def _family_tokenizer_json(family: str) -> str:
         specials = ["<s>", "<pad>", "</s>", "<unk>", "[PAD]", "[UNK]"]
         tokenizer = _add_to_vocab(_wordpiece(specials, "[UNK]", "<s>", "</s>", True), ["<mask>"])
     elif family == "roberta":
-        tokenizer = _byte_level_bpe(["<s>", "<pad>", "</s>", "<unk>"], ["<mask>"], modernbert=False)
+        tokenizer = _byte_level_bpe(["<s>", "<pad>", "</s>", "<unk>"], ["<mask>"], "roberta")
     elif family == "modernbert":
         appended = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
-        tokenizer = _byte_level_bpe(["<|endoftext|>"], appended, modernbert=True)
+        tokenizer = _byte_level_bpe(["<|endoftext|>"], appended, "modernbert")
     elif family == "xlm-roberta":
-        tokenizer = _unigram(["<s>", "<pad>", "</s>", "<unk>"], "<s>", "</s>")
+        tokenizer = _unigram(["<s>", "<pad>", "</s>", "<unk>"], *XLMR_TEMPLATES, "<mask>")
     elif family == "camembert":
         # CamemBERT's fairseq layout: <s> and </s> are ids 5 and 6, the NOTUSED ones 0 and 2
         specials = ["<s>NOTUSED", "<pad>", "</s>NOTUSED", "<unk>", "<unk>NOTUSED", "<s>", "</s>"]
-        tokenizer = _unigram(specials, "<s>", "</s>")
+        tokenizer = _unigram(specials, *XLMR_TEMPLATES, "<mask>")
+    elif family == "deberta-v2":  # DeBERTa-v3's SentencePiece vocabulary: [PAD] [CLS] [SEP] [UNK] first
+        pair = "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1"
+        tokenizer = _unigram(["[PAD]", "[CLS]", "[SEP]", "[UNK]"], "[CLS] $A [SEP]", pair, ["[CLS]", "[SEP]"], "[MASK]")
+    elif family in ("qwen2", "qwen3", "qwen3-reranker"):  # the reranker's answers are plain vocabulary tokens
+        kind = "plain" if family == "qwen3-reranker" else "qwen"
+        tokenizer = _byte_level_bpe(["<|endoftext|>", *QWEN_TOKENS[:2]], ["yes", "no"], kind)
+        tokenizer.add_tokens([AddedToken(token, special=False, normalized=False) for token in QWEN_TOKENS[2:]])
+    elif family == "llama":
+        tokenizer = _byte_level_bpe(["<|begin_of_text|>", "<|end_of_text|>"], ["yes", "no"], "llama")
+    elif family == "mistral":  # e5-mistral: <s> first, </s> appended
+        tokenizer = _unigram(["<unk>", "<s>", "</s>"], "<s> $A </s>", "<s> $A </s> $B:1 </s>:1", ["<s>", "</s>"], None)
+    elif family in ("gemma3_text", "embeddinggemma"):  # EmbeddingGemma: <bos> first, <eos> appended
+        specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+        tokenizer = _unigram(specials, "<bos> $A <eos>", "<bos> $A <eos> $B:1 <eos>:1", ["<bos>", "<eos>"], None)
+        tokenizer = _add_to_vocab(tokenizer, ["yes", "no"])  # the reranker's answers
     else:
         raise ValueError(f"unknown family {family!r}; one of {', '.join(FAMILIES)}")
-    mask = FAMILY_SPECS[family].specials["mask"]
-    others = [token for token in FAMILY_SPECS[family].specials.values() if token != mask]
-    # the mask token takes the space before it, as in the real checkpoints (BERT's [MASK] does not)
+    roles = FAMILY_SPECS[family].specials
+    mask = roles.get("mask")
+    others = [token for role, token in roles.items() if role != "mask"]
     tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in dict.fromkeys(others)])
-    lstrip = family not in ("distilbert", "electra")
-    tokenizer.add_special_tokens([AddedToken(mask, lstrip=lstrip, special=True, normalized=False)])
+    if mask is not None:
+        # the mask token takes the space before it, as in the real checkpoints (BERT's [MASK] does not)
+        lstrip = family not in ("distilbert", "electra")
+        tokenizer.add_special_tokens([AddedToken(mask, lstrip=lstrip, special=True, normalized=False)])
     return tokenizer.to_str()
 
 
@@ -412,21 +607,22 @@ def _write_tokenizer(directory: Path, family: str, tokenizer: Tokenizer) -> None
     spec = FAMILY_SPECS[family]
     tokenizer.save(str(directory / "tokenizer.json"))
     special_map: dict[str, Any] = {f"{role}_token": token for role, token in spec.specials.items()}
-    special_map["mask_token"] = {
-        "content": spec.specials["mask"],
-        "lstrip": family not in ("distilbert", "electra"),
-        "normalized": False,
-        "rstrip": False,
-        "single_word": False,
-    }
+    if "mask" in spec.specials:
+        special_map["mask_token"] = {
+            "content": spec.specials["mask"],
+            "lstrip": family not in ("distilbert", "electra"),
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+        }
     if "additional_special_tokens" in spec.tokenizer_options:
         special_map["additional_special_tokens"] = spec.tokenizer_options["additional_special_tokens"]
     tokenizer_config = {
         "tokenizer_class": spec.tokenizer_class,
         **{f"{role}_token": token for role, token in spec.specials.items()},
         "clean_up_tokenization_spaces": False,
-        **spec.tokenizer_options,
         "model_max_length": MAX_LENGTH,
+        **spec.tokenizer_options,
         "model_input_names": list(spec.model_input_names),  # no token_type_ids but for ELECTRA
         "added_tokens_decoder": _added_tokens_decoder(tokenizer),
     }
@@ -437,17 +633,43 @@ def _write_tokenizer(directory: Path, family: str, tokenizer: Tokenizer) -> None
 # ---- sentence-transformers files ----
 
 
-def _write_sentence_transformers(directory: Path, dimension: int, pooling: str) -> None:
-    """modules.json (Transformer + Pooling), sentence_bert_config.json and 1_Pooling/config.json."""
+def _write_sentence_transformers(directory: Path, family: str, dimension: int, pooling: str, seed: int) -> None:
+    """modules.json (Transformer, Pooling, the family's Dense modules, Normalize where it has Dense modules or is a
+    decoder), sentence_bert_config.json, config_sentence_transformers.json with its prompts, and each module's
+    folder. The encoders' Pooling as their published checkpoints write it (the boolean flags), the newer
+    families' as sentence-transformers writes it now (``pooling_mode``); Dense modules by sentence-transformers."""
     import sentence_transformers
     import transformers
+    from sentence_transformers.base.modules import Dense
 
     if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    spec = FAMILY_SPECS[family]
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
     ]
+    torch.manual_seed(seed + 1)
+    width = dimension
+    for out_features in spec.dense:
+        path = f"{len(modules)}_Dense"
+        (directory / path).mkdir(exist_ok=True)
+        Dense(width, out_features, bias=False, activation_function=torch.nn.Identity()).save(str(directory / path))
+        modules.append(
+            {"idx": len(modules), "name": str(len(modules)), "path": path, "type": f"{Dense.__module__}.Dense"}
+        )
+        width = out_features
+    if spec.dense or family in DECODERS:
+        path = f"{len(modules)}_Normalize"
+        (directory / path).mkdir(exist_ok=True)
+        modules.append(
+            {
+                "idx": len(modules),
+                "name": str(len(modules)),
+                "path": path,
+                "type": "sentence_transformers.models.Normalize",
+            }
+        )
     (directory / "modules.json").write_text(json.dumps(modules, indent=2))
     (directory / "sentence_bert_config.json").write_text(
         json.dumps({"max_seq_length": MAX_SEQ_LENGTH, "do_lower_case": False}, indent=2)
@@ -457,20 +679,33 @@ def _write_sentence_transformers(directory: Path, dimension: int, pooling: str) 
         "transformers": transformers.__version__,
         "pytorch": torch.__version__,
     }
-    st_config = {"__version__": versions, "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}
+    st_config = {
+        "__version__": versions,
+        "prompts": dict(spec.prompts),
+        "default_prompt_name": None,
+        "similarity_fn_name": "cosine",
+    }
     (directory / "config_sentence_transformers.json").write_text(json.dumps(st_config, indent=2))
     (directory / "1_Pooling").mkdir(exist_ok=True)
-    flags = {
-        "word_embedding_dimension": dimension,
-        "pooling_mode_cls_token": pooling == "cls",
-        "pooling_mode_mean_tokens": pooling == "mean",
-        "pooling_mode_max_tokens": pooling == "max",
-        "pooling_mode_mean_sqrt_len_tokens": False,
-        "pooling_mode_weightedmean_tokens": False,
-        "pooling_mode_lasttoken": False,
-        "include_prompt": True,
-    }
+    if family in ENCODERS:
+        flags: dict[str, Any] = {
+            "word_embedding_dimension": dimension,
+            **{flag: pooling == mode for flag, mode in ST_POOLING_FLAGS.items()},
+            "include_prompt": True,
+        }
+    else:
+        flags = {"embedding_dimension": dimension, "pooling_mode": pooling, "include_prompt": True}
     (directory / "1_Pooling" / "config.json").write_text(json.dumps(flags, indent=2))
+
+
+ST_POOLING_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
 
 
 # ---- the model ----
@@ -483,13 +718,16 @@ def family_config(family: str, tokenizer: Tokenizer, **config_overrides: Any) ->
     ids = {role: _id(tokenizer, token) for role, token in spec.specials.items()}
     config: dict[str, Any] = {
         "model_type": spec.model_type,
-        "architectures": [f"{spec.class_stem}Model"],
+        "architectures": [f"{spec.class_stem}{'TextModel' if spec.model_type == 'gemma3_text' else 'Model'}"],
         "vocab_size": math.ceil(size / spec.vocab_multiple) * spec.vocab_multiple,
         **spec.config,
-        "pad_token_id": ids["pad"],
     }
+    if spec.config_pad:  # Llama's and Mistral's configs name no padding token
+        config["pad_token_id"] = ids["pad"]
     if "bos" in ids:
-        config.update(bos_token_id=ids["bos"], eos_token_id=ids["eos"])
+        config["bos_token_id"] = ids["bos"]
+    if "eos" in ids:
+        config["eos_token_id"] = ids["eos"]
     if family == "modernbert":
         config.update(
             bos_token_id=ids["cls"], eos_token_id=ids["sep"], cls_token_id=ids["cls"], sep_token_id=ids["sep"]
@@ -500,7 +738,8 @@ def family_config(family: str, tokenizer: Tokenizer, **config_overrides: Any) ->
 
 def _randomize(model: torch.nn.Module, config: dict[str, Any]) -> None:
     """Random weights, not the initialiser's ones and zeros, so that every weight matters: matrices and
-    embeddings from normal(0, 0.5), biases from normal(0, 0.1), LayerNorm scales from normal(1, 0.2).
+    embeddings from normal(0, 0.5), biases from normal(0, 0.1), norm scales from normal(1, 0.2) (Gemma's, stored
+    as w − 1, from normal(0, 0.2)).
 
     With LayerNorm scales and biases from normal(0, 0.5) too, attention turns near uniform and the last hidden
     states nearly the same for every token. DistilBERT's sinusoidal position table stays as computed: the
@@ -508,11 +747,12 @@ def _randomize(model: torch.nn.Module, config: dict[str, Any]) -> None:
     sinusoidal = bool(config.get("sinusoidal_pos_embds"))
     with torch.no_grad():
         for module_name, module in model.named_modules():
+            kind = type(module).__name__
             for name, parameter in module.named_parameters(recurse=False):
                 if sinusoidal and module_name.endswith("position_embeddings"):
                     continue
-                if isinstance(module, torch.nn.LayerNorm) and name == "weight":
-                    parameter.normal_(1.0, 0.2)
+                if kind.endswith(("LayerNorm", "RMSNorm")) and name == "weight":
+                    parameter.normal_(0.0 if kind.startswith("Gemma") else 1.0, 0.2)
                 elif name == "bias":
                     parameter.normal_(0.0, 0.1)
                 else:
@@ -525,7 +765,7 @@ def write_family_model(
     *,
     seed: int = 0,
     head: str | None = None,
-    pooling: str = "mean",
+    pooling: str | None = None,
     sinusoidal: bool = False,
     **config_overrides: Any,
 ) -> Path:
@@ -533,15 +773,22 @@ def write_family_model(
     sentence-transformers.
 
     ``head``: None for the bare model (``RobertaModel``), "sequence-classification" (``num_labels`` from the
-    overrides, default 2) or "masked-lm"; their tensor names carry the base model's prefix. ``pooling``: the
-    sentence-transformers pooling (mean, cls or max). ``sinusoidal``: DistilBERT's fixed sinusoidal positions.
+    overrides, default 2), "masked-lm" (encoders) or "causal-lm" (decoders); their tensor names carry the base
+    model's prefix. ``pooling``: the sentence-transformers pooling (the family's own by default: mean, or the
+    last token for Qwen's and Mistral's embedders). ``sinusoidal``: DistilBERT's fixed sinusoidal positions.
     """
-    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        AutoModelForSequenceClassification,
+    )
 
     if family not in FAMILY_SPECS:
         raise ValueError(f"unknown family {family!r}; one of {', '.join(FAMILIES)}")
-    if head not in HEADS:
-        raise ValueError(f"head must be one of {HEADS}, got {head!r}")
+    if head not in FAMILY_SPECS[family].heads:
+        raise ValueError(f"{family} comes as {FAMILY_SPECS[family].heads}, not {head!r}")
     if sinusoidal and family != "distilbert":
         raise ValueError("sinusoidal position embeddings are DistilBERT's option")
     spec = FAMILY_SPECS[family]
@@ -560,6 +807,9 @@ def write_family_model(
     elif head == "masked-lm":
         config["architectures"] = [f"{spec.class_stem}ForMaskedLM"]
         auto = AutoModelForMaskedLM
+    elif head == "causal-lm":
+        config["architectures"] = [f"{spec.class_stem}ForCausalLM"]
+        auto = AutoModelForCausalLM
     fields = {key: value for key, value in config.items() if key != "model_type"}
     hf_config = AutoConfig.for_model(spec.model_type, **fields)
     torch.manual_seed(seed)
@@ -570,8 +820,9 @@ def write_family_model(
     # which transformers reads back into its own fields
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     _write_tokenizer(directory, family, tokenizer)
-    dimension = int(config.get("dim", config.get("hidden_size", 16)))
-    _write_sentence_transformers(directory, dimension, pooling)
+    if head != "causal-lm":  # a causal LM is a reranker here, not a sentence-transformers embedder
+        dimension = int(config.get("dim", config.get("hidden_size", 16)))
+        _write_sentence_transformers(directory, family, dimension, pooling or spec.pooling, seed)
     return directory
 
 
@@ -579,10 +830,11 @@ def hf_model(directory: Path) -> Any:
     """transformers' bare model (a ``PreTrainedModel``) for the directory, the base model of a head checkpoint,
     with eager attention so that it can return attention probabilities, in eval mode.
 
-    From a head checkpoint, the pooler of RoBERTa-likes and MPNet is missing and newly initialised."""
+    From a head checkpoint, the pooler of RoBERTa-likes and MPNet is missing and newly initialised. In float32,
+    whatever dtype the checkpoint stores."""
     from transformers import AutoModel
 
-    return AutoModel.from_pretrained(directory, attn_implementation="eager").eval()
+    return AutoModel.from_pretrained(directory, attn_implementation="eager", dtype=torch.float32).eval()
 
 
 if __name__ == "__main__":  # python -m tests.families: the tensor names each family and head saves
@@ -593,7 +845,7 @@ if __name__ == "__main__":  # python -m tests.families: the tensor names each fa
 
     with tempfile.TemporaryDirectory() as scratch:
         for family in FAMILIES:
-            for head in HEADS:
+            for head in FAMILY_SPECS[family].heads:
                 path = write_family_model(Path(scratch) / f"{family}-{head}", family, head=head)
                 with safe_open(str(path / "model.safetensors"), "pt") as weights:
                     names = dict.fromkeys(re.sub(r"\.\d+\.", ".{i}.", name) for name in sorted(weights.keys()))

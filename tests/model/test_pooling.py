@@ -59,6 +59,10 @@ def test_unknown_pooling_is_rejected(padded) -> None:
         ({"pooling_mode_mean_tokens": True}, "mean"),
         ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, "cls"),
         ({"pooling_mode_max_tokens": True}, "max"),
+        ({"pooling_mode_lasttoken": True}, "lasttoken"),
+        ({"pooling_mode_mean_sqrt_len_tokens": True}, "mean_sqrt_len_tokens"),
+        ({"pooling_mode_weightedmean_tokens": True}, "weightedmean"),
+        ({"pooling_mode": "lasttoken", "include_prompt": True}, "lasttoken"),  # sentence-transformers ≥ 5 writes this
     ],
 )
 def test_pooling_config_is_read_from_sentence_transformers_file(tmp_path: Path, flags: dict, mode: str) -> None:
@@ -67,11 +71,24 @@ def test_pooling_config_is_read_from_sentence_transformers_file(tmp_path: Path, 
     assert PoolingConfig.from_model_dir(tmp_path).mode == mode
 
 
-def test_pooling_config_defaults_to_mean_and_rejects_unsupported_modes(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        (
+            {"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True},
+            "exactly one pooling mode",
+        ),  # concatenated
+        ({"pooling_mode_median_tokens": True}, "pooling_mode_median_tokens"),  # no such mode
+        ({"pooling_mode": "median"}, "median"),
+    ],
+)
+def test_pooling_config_defaults_to_mean_and_rejects_unsupported_modes(
+    tmp_path: Path, flags: dict, problem: str
+) -> None:
     assert PoolingConfig.from_model_dir(tmp_path).mode == "mean"
     (tmp_path / "1_Pooling").mkdir()
-    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_sqrt_len_tokens": True}))
-    with pytest.raises(ValueError, match="pooling_mode_mean_sqrt_len_tokens"):
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(flags))
+    with pytest.raises(ValueError, match=problem):
         PoolingConfig.from_model_dir(tmp_path)
 
 

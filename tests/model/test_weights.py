@@ -107,7 +107,7 @@ def test_more_layers_in_config_than_checkpoint_reports_missing_layer(tmp_path: P
         # a family we do not serve: the message lists those we do
         ({"model_type": "gpt2"}, "model_type.*supported: bert, roberta, xlm-roberta, camembert, distilbert, mpnet"),
         ({"position_embedding_type": "relative_key"}, "position_embedding_type"),  # relative positions
-        ({"hidden_act": "silu"}, "hidden_act"),  # unknown activation
+        ({"hidden_act": "quick_gelu"}, "hidden_act"),  # an activation we do not run
         ({"is_decoder": True}, "is_decoder"),  # a decoder
         ({"num_attention_heads": 5}, "divisible"),  # 16 is not divisible by 5
         ({"hidden_size": None}, "hidden_size"),  # a required field missing
