@@ -237,7 +237,7 @@ def pass_tokens(model: TextEncoder) -> int:
     """Padded tokens a forward pass takes at most, unless set (ENCODER_MAX_BATCH_TOKENS).
 
     On a CPU, as many as keep the pass's largest activation (the padded q, k, v, or the feed-forward's
-    hidden layer: 4 bytes × max(3D, F) a token) within 24 MiB. glibc serves larger blocks with fresh
+    hidden layer: 4 bytes × max(q, k and v's width, F) a token) within 24 MiB. glibc serves larger blocks with fresh
     mappings, unmapped again when freed, so the kernel faults in and zeroes every page of them on every
     pass: cross-encoder passes cut at 16,384 tokens (up to 128 pairs) ran at about 0.75× the speed of passes
     cut at 4,096, which took almost no page faults, and embedding passes lost nothing by the cut
@@ -246,7 +246,7 @@ def pass_tokens(model: TextEncoder) -> int:
     if model.device.type != "cpu":
         return GPU_PASS_TOKENS
     config = model.config
-    widest = max(3 * config.d_model, config.d_ff * (2 if config.glu else 1))  # floats a token, in one activation
+    widest = max(sum(config.qkv_widths), config.d_ff * (2 if config.glu else 1))  # floats a token, in one activation
     return max(256, min(GPU_PASS_TOKENS, CPU_PASS_ACTIVATION_BYTES // (4 * widest)))
 
 

@@ -120,12 +120,20 @@ class Request(BaseModel):
 
 # ---- /encode ----
 
+PROMPT_NAME = (
+    "a prompt of the model's sentence-transformers config (e5's query and passage, Qwen3-Embedding's query) put "
+    "before each text; the model's default prompt when null"
+)
+PROMPT = "a literal prompt put before each text, as sentence-transformers' encode(prompt=...); not with prompt_name"
+
 
 class EncodeRequest(Request):
     texts: Texts
     model: str | None = Field(None, description="a served model's name (see /v1/models); the default model when null")
-    pooling: Literal["mean", "cls", "max"] | None = Field(
-        None, description="how token vectors become one sentence vector; the model's own (mean for MiniLM) when null"
+    pooling: Literal["mean", "cls", "max", "lasttoken", "mean_sqrt_len_tokens", "weightedmean"] | None = Field(
+        None,
+        description="how token vectors become one sentence vector (sentence-transformers' modes); the model's own "
+        "(mean for MiniLM, the last token for Qwen3-Embedding) when null",
     )
     normalize: bool = Field(True, description="L2-normalise the sentence embedding")
     layer: int = Field(-1, description="hidden state: 0 = embeddings, 1..L = output of layer l, negative from the end")
@@ -138,10 +146,8 @@ class EncodeRequest(Request):
     dimensions: int | None = Field(
         None, ge=1, description="keep the first `dimensions` components (Matryoshka), then L2-normalise again"
     )
-    prompt_name: str | None = Field(
-        None,
-        description="a prompt of the model's sentence-transformers config (e5's query, passage) put before each text",
-    )
+    prompt_name: str | None = Field(None, description=PROMPT_NAME)
+    prompt: str | None = Field(None, description=PROMPT)
 
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"texts": ["The quick brown fox.", "A lazy dog."]}]},
@@ -312,8 +318,9 @@ class Explanation(BaseModel):
         description="[i][j]: the part of the score due to source token i and text token j; they sum to the score"
     )
     method: str = Field(
-        description="mean_pooling_exact (API.md's formula), max_pooling_component_holders or cls_token: how the "
-        "pooling's cosine splits into token pairs (README, Similarity explained)"
+        description="how the pooling's cosine splits into token pairs (README, Similarity explained): "
+        "mean_pooling_exact (API.md's formula), weighted_mean_exact, max_pooling_component_holders, cls_token or "
+        "last_token"
     )
 
 
@@ -333,13 +340,20 @@ class SimilarityResponse(BaseModel):
 
 
 class PositionalEncodingResponse(BaseModel):
-    kind: Literal["sinusoidal", "learned", "rotary"]
+    kind: Literal["sinusoidal", "learned", "rotary", "relative"]
     length: int
-    d_model: int = Field(description="the encoding's width; for rotary, the width of the rotated head vectors")
-    base: float | None = Field(description="the wavelength base; null for the learned table")
-    encoding: list[list[float]] = Field(
+    d_model: int = Field(
+        description="the encoding's width; for rotary, the width of the rotated head vectors; for relative, length"
+    )
+    base: float | None = Field(description="the wavelength base; null for the learned table and relative buckets")
+    buckets: int | None = Field(
+        None, description="relative only: how many buckets there are (MPNet's buckets, DeBERTa's 2 × position_buckets)"
+    )
+    encoding: list[list[float]] | list[list[int]] = Field(
         description="encoding[pos][k]; for rotary, (length, d_model / 2): the angle pos / base^(2k/d_model) by "
-        "which the pair of components (k, k + d_model/2) of every head's query and key is rotated at pos"
+        "which the pair of components (k, k + d_model/2) of every head's query and key is rotated at pos; for "
+        "relative, (length, length): the bucket that query i and key j use (MPNet's bias row, DeBERTa's relative "
+        "embedding row)"
     )
 
 
@@ -373,10 +387,8 @@ class OpenAIEmbeddingsRequest(Request):
     model: str | None = Field(None, description="a name from /v1/models; the default model when null")
     encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 bytes")
     dimensions: int | None = Field(None, ge=1, description="keep the first components, then L2-normalise again")
-    prompt_name: str | None = Field(
-        None,
-        description="a prompt of the model's sentence-transformers config (e5's query, passage) put before each text",
-    )
+    prompt_name: str | None = Field(None, description=PROMPT_NAME)
+    prompt: str | None = Field(None, description=PROMPT)
     user: str | None = Field(None, description="accepted and ignored")
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"input": ["The quick brown fox."]}]})
@@ -415,11 +427,23 @@ class RerankRequest(Request):
     documents: Annotated[list[Text], Field(min_length=1)] = Field(
         description="1 to max_batch_texts non-empty documents"
     )
-    model: str | None = Field(None, description="a cross-encoder (a sequence classifier with one output)")
+    model: str | None = Field(
+        None,
+        description="a cross-encoder (a sequence classifier with one output), or a causal LM read for yes or no "
+        "(Qwen3-Reranker)",
+    )
     top_n: int | None = Field(None, ge=1, description="keep the best top_n; all when null")
     return_documents: bool = Field(False, description="add each document's text")
-    raw_scores: bool = Field(False, description="the logit instead of its sigmoid")
-    truncate: bool = Field(True, description="cut a (query, document) pair longer than the maximum; with false a 422")
+    raw_scores: bool = Field(False, description="the logit (for yes-no, logit(yes) − logit(no)) instead of its sigmoid")
+    truncate: bool = Field(
+        True,
+        description="cut a pair longer than the maximum (for yes-no, the document, never the template); false: 422",
+    )
+    instruction: Text | None = Field(
+        None,
+        description="yes-no rerankers: the task in the template's <Instruct> line; 'Given a web search query, "
+        "retrieve relevant passages that answer the query' when null",
+    )
 
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"query": "What is a fox?", "documents": ["A fox is an animal.", "Paris."]}]}
@@ -434,6 +458,10 @@ class RerankResult(BaseModel):
 
 class RerankResponse(BaseModel):
     model: str
+    method: Literal["cross-encoder", "yes-no"] = Field(
+        description="cross-encoder: the sigmoid of a classifier's one logit; yes-no: the sigmoid of logit(yes) − "
+        "logit(no) at the last token of the model card's template"
+    )
     results: list[RerankResult] = Field(description="best first")
     usage: Usage
 
@@ -473,14 +501,23 @@ class Architecture(BaseModel):
     vocab_size: int
     max_positions: int
     position_embedding: str
-    family: str = Field(description="the checkpoint's model_type: bert, roberta, xlm-roberta, camembert, …")
+    family: str = Field(description="the checkpoint's model_type: bert, roberta, …, deberta-v2, qwen3, gemma3_text")
     position_encoding: str = Field(
-        description="learned, learned_offset (counted from the padding index + 1), relative_buckets, rotary or "
-        "sinusoidal"
+        description="learned, learned_offset (counted from the padding index + 1), relative_buckets, rotary, "
+        "disentangled (DeBERTa's relative terms) or sinusoidal"
     )
     activation: str
     pooling: str
     normalize: bool
+    attention: Literal["bidirectional", "causal"] = Field(
+        description="causal: query i sees keys j ≤ i (the decoders, unless their config makes them bidirectional)"
+    )
+    kv_heads: int = Field(description="key/value heads; fewer than heads under grouped-query attention")
+    head_dim: int = Field(description="the width of one head's query, key and value")
+    norm: Literal["layernorm", "rmsnorm"]
+    sliding_window: int | None = Field(description="the config's sliding window, where some layers have one")
+    local_layers: list[int] = Field(description="the layers (0-based) that attend within the sliding window")
+    dimension: int = Field(description="the sentence embeddings' width (the last Dense module's output, else hidden)")
 
 
 class Limits(BaseModel):
@@ -506,7 +543,16 @@ class InfoResponse(BaseModel):
     architecture: Architecture
     device: str
     dtype: str = Field(description="what the matrix products run in")
-    weights_dtype: str = Field(description="what the weights are kept in (float32 on the CPU, under a lower dtype too)")
+    weights_dtype: str = Field(
+        description="what the embedding pass's weights are kept in (float32 on the CPU under a lower dtype, unless "
+        "the checkpoint stores that dtype)"
+    )
+    explicit_weights_dtype: str = Field(
+        description="what the explicit paths' weights are kept in (they compute in float32 either way)"
+    )
+    rerank: Literal["cross-encoder", "yes-no"] | None = Field(
+        description="how /rerank scores with this model, if it can"
+    )
     limits: Limits
     auth: bool = Field(description="whether requests need an API key")
     version: str

@@ -36,6 +36,7 @@ class _Request:
     param: str
     indexed: bool
     future: asyncio.Future[list[Encoding]] = field(repr=False)
+    special_tokens: bool = True  # the post-processor's special tokens added (not for a template that writes its own)
 
     def name(self, index: int) -> str:
         """The request field that a text is: ``texts[3]``, or ``text``."""
@@ -62,13 +63,15 @@ class Tokenization:
         truncate: bool = True,
         param: str = "texts",
         indexed: bool = True,
+        special_tokens: bool = True,
     ) -> list[Encoding]:
         """The encodings of ``texts`` (each optionally paired), or InvalidRequest naming the text at fault.
 
-        ``param`` names the request field in errors, with the text's index when ``indexed``.
+        ``param`` names the request field in errors, with the text's index when ``indexed``. Without
+        ``special_tokens`` the tokenizer adds none of its own.
         """
         loop = asyncio.get_running_loop()
-        request = _Request(texts, pairs, truncate, param, indexed, loop.create_future())
+        request = _Request(texts, pairs, truncate, param, indexed, loop.create_future(), special_tokens)
         if not self._waiting:
             loop.call_soon(self._flush, loop)
         self._waiting.append(request)
@@ -103,29 +106,30 @@ class Tokenization:
         outcomes: list[tuple[_Request, list[Encoding] | BaseException]] = []
         try:
             for truncate in (True, False):
-                group = [r for r in requests if r.truncate is truncate]
-                if group:
-                    outcomes.extend(self._tokenize_group(group, truncate))
+                for special in (True, False):
+                    group = [r for r in requests if r.truncate is truncate and r.special_tokens is special]
+                    if group:
+                        outcomes.extend(self._tokenize_group(group, truncate, special))
         except BaseException as error:  # a bug here must not leave requests waiting for ever
             logger.exception("tokenising %d requests failed", len(requests))
             outcomes = [(r, error if isinstance(error, Exception) else RuntimeError(str(error))) for r in requests]
         return outcomes
 
     def _tokenize_group(
-        self, group: list[_Request], truncate: bool
+        self, group: list[_Request], truncate: bool, special: bool = True
     ) -> list[tuple[_Request, list[Encoding] | BaseException]]:
         texts = [text for r in group for text in r.texts]
         paired = any(r.pairs is not None for r in group)
         pairs = [pair for r in group for pair in (r.pairs or [None] * len(r.texts))] if paired else None
         try:
-            encodings = self.tokenizer.encode_unchecked(texts, pairs, truncate)
+            encodings = self.tokenizer.encode_unchecked(texts, pairs, truncate, special)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException:  # an Exception, or a panic of the Rust library (pyo3's PanicException)
             if len(group) == 1:
                 return [(group[0], self._failure(group[0]))]
             # One request's text broke the merged call: each request alone, so only that one fails.
-            return [outcome for r in group for outcome in self._tokenize_group([r], truncate)]
+            return [outcome for r in group for outcome in self._tokenize_group([r], truncate, special)]
         outcomes: list[tuple[_Request, list[Encoding] | BaseException]] = []
         start = 0
         for r in group:
@@ -150,7 +154,8 @@ class Tokenization:
         for index, text in enumerate(request.texts):
             pair = None if request.pairs is None else request.pairs[index]
             try:
-                self.tokenizer.encode_unchecked([text], None if pair is None else [pair], request.truncate)
+                pairs = None if pair is None else [pair]
+                self.tokenizer.encode_unchecked([text], pairs, request.truncate, request.special_tokens)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException as error:  # see _tokenize_group

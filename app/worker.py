@@ -221,9 +221,8 @@ class Worker:
 
 def classify(model: TextEncoder, encodings: Sequence[TokenSequence]) -> list[Scores]:
     """Each text's logits and probabilities, from one pass (on the compute thread)."""
-    assert model.classifier is not None  # the routes send classification entries to classifiers only
-    logits = model.classify(encodings)  # (B, labels)
-    probabilities = model.classifier.probabilities(logits)  # (B, labels)
+    logits = model.classify(encodings)  # (B, labels); the routes send these entries to models that score
+    probabilities = model.probabilities(logits)  # (B, labels)
     return [Scores(*row) for row in zip(logits.cpu().numpy(), probabilities.cpu().numpy())]
 
 

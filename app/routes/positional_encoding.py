@@ -29,13 +29,14 @@ async def positional_encoding(
         ),
     ] = None,
     kind: Annotated[
-        Literal["sinusoidal", "learned", "rotary"],
+        Literal["sinusoidal", "learned", "rotary", "relative"],
         Query(
             description="sinusoidal: the formula of the paper; learned: the model's own position table; rotary: "
-            "the rotation angles of rotary position embeddings (d_model is then the head width)"
+            "the rotation angles of rotary position embeddings (d_model is then the head width; the model's own "
+            "base and scaling unless base is given); relative: the bucket each query and key use (MPNet, DeBERTa)"
         ),
     ] = "sinusoidal",
 ) -> Response:
-    """Positional encodings: the sinusoid of "Attention Is All You Need", the model's learned table, or rotary
-    angles."""
+    """Positional encodings: the sinusoid of "Attention Is All You Need", the model's learned table, rotary
+    angles, or the relative-position buckets."""
     return await responder.answer(request, lambda _: inspection.positional_encoding(model, kind, length, d_model, base))

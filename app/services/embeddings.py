@@ -77,14 +77,15 @@ class Embeddings:
             layer = model.resolve_layer(request.layer)
         except ValueError as error:
             raise InvalidRequest("layer", str(error).removeprefix("layer ")) from error
-        self.check_dimensions(request.dimensions, model.config.d_model)
+        self.check_dimensions(request.dimensions, model.dimension)
+        texts, skip = self.prompted(served, request.texts, request.prompt_name, request.prompt)
         spec = EmbeddingSpec(
             layer=layer,
             pooling=request.pooling or model.pooling.mode,
             normalize=request.normalize,
             token_vectors=request.return_token_embeddings,
+            skip=skip,
         )
-        texts = self.prompted(served, request.texts, request.prompt_name)
         encodings = await served.tokens.encode(texts, truncate=request.truncate, param="texts")
         results = await served.queue.embed(encodings, spec, timing)
         sentences = np.stack([result.sentence for result in results])  # (B, D)
@@ -117,15 +118,23 @@ class Embeddings:
         return Reply(response, n_values)
 
     @staticmethod
-    def prompted(served: ServedModel, texts: list[str], prompt_name: str | None) -> list[str]:
-        """The texts with the model's prompt before each; 422 for a prompt the model does not have."""
+    def prompted(
+        served: ServedModel, texts: list[str], prompt_name: str | None, prompt: str | None = None
+    ) -> tuple[list[str], int]:
+        """The texts with the prompt before each (``prompt``, the one named, or the model's default), and how many
+        first tokens the pooling leaves out (a prompt's, where the model excludes prompts); 422 for a prompt the
+        model does not have, or for both ``prompt`` and ``prompt_name``."""
+        if prompt is not None and prompt_name is not None:
+            raise InvalidRequest("prompt", "give prompt or prompt_name, not both")
+        model = served.model
         try:
-            return served.model.prompted(texts, prompt_name)
+            before = model.prompt(prompt_name, prompt)
         except KeyError:
-            have = ", ".join(served.model.prompts) or "none"
+            have = ", ".join(model.prompts) or "none"
             raise InvalidRequest(
                 "prompt_name", f"model {served.name!r} has no prompt {prompt_name!r} (its prompts: {have})"
             ) from None
+        return model.prompted(texts, None, before), model.prompt_skip(before)
 
     @staticmethod
     def check_dimensions(dimensions: int | None, width: int) -> None:
@@ -138,18 +147,18 @@ class Embeddings:
         """OpenAI's /v1/embeddings: the model's pooled, normalised embeddings; texts truncated, token ids as
         they are."""
         model = served.model
-        self.check_dimensions(request.dimensions, model.config.d_model)
+        self.check_dimensions(request.dimensions, model.dimension)
         inputs = request.input
         encodings: list[TokenSequence]
+        skip = 0
         if isinstance(inputs, str):
-            text = self.prompted(served, [inputs], request.prompt_name)
+            text, skip = self.prompted(served, [inputs], request.prompt_name, request.prompt)
             encodings = list(await served.tokens.encode(text, param="input", indexed=False))
         elif all(isinstance(item, str) for item in inputs):
             texts = [item for item in inputs if isinstance(item, str)]
             self.check_batch(len(texts), "input")
-            encodings = list(
-                await served.tokens.encode(self.prompted(served, texts, request.prompt_name), param="input")
-            )
+            texts, skip = self.prompted(served, texts, request.prompt_name, request.prompt)
+            encodings = list(await served.tokens.encode(texts, param="input"))
         else:
             single = all(isinstance(item, int) for item in inputs)
             rows: list[list[int]] = [inputs] if single else inputs  # type: ignore[list-item,assignment]
@@ -161,7 +170,7 @@ class Embeddings:
                 except TokenIdOutOfRange as error:
                     name = f"input[{error.position}]" if single else f"input[{index}][{error.position}]"
                     raise InvalidRequest(name, str(error)) from None
-        spec = EmbeddingSpec(layer=model.config.n_layers, pooling=model.pooling.mode, normalize=True)
+        spec = EmbeddingSpec(layer=model.config.n_layers, pooling=model.pooling.mode, normalize=True, skip=skip)
         results = await served.queue.embed(encodings, spec, timing)
         sentences = np.stack([result.sentence for result in results])  # (B, D)
         if request.dimensions is not None:

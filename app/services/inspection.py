@@ -49,7 +49,6 @@ from model import (
 )
 from model.encoder import HEAD_STEP_ARRAYS, rotary_angles
 from model.inspection import HEAD_STATISTICS, explain_similarity
-from model.pooling import Pooling
 
 
 def statistics_slices(lengths: Sequence[int], per_token_squared: int, slice_values: int) -> list[list[int]]:
@@ -96,16 +95,23 @@ def _head_statistics(encodings: Sequence[Encoding], texts: Sequence[str], model:
 
 
 def explain_all(
-    results: Sequence[TextEmbedding], pooling: Pooling, source: Encoding, encodings: Sequence[Encoding]
+    results: Sequence[TextEmbedding],
+    model: TextEncoder,
+    source: Encoding,
+    encodings: Sequence[Encoding],
+    skip: int,
 ) -> list[Explanation]:
     """Each text's explanation against the source (results[0]), one text at a time: memory stays flat."""
     source_vectors = results[0].tokens
     assert source_vectors is not None
     a = torch.from_numpy(source_vectors)  # (n, D)
+    project = model.project_tokens if model.pooling.dense else None
     explanations = []
     for result, encoding in zip(results[1:], encodings):
         assert result.tokens is not None
-        contributions, method = explain_similarity(a, torch.from_numpy(result.tokens), pooling)  # (n, m)
+        contributions, method = explain_similarity(
+            a, torch.from_numpy(result.tokens), model.pooling.mode, project, (skip, skip)
+        )  # (n, m)
         explanations.append(
             construct(
                 Explanation,
@@ -256,7 +262,13 @@ class Inspection:
         settings = self.settings
         self.embeddings.check_batch(len(request.texts))
         model = served.model
-        texts = model.prompted([request.source, *request.texts], None)
+        if request.explain and model.pooling.dense and (not model.pooling.affine or model.pooling.mode == "max"):
+            raise InvalidRequest(
+                "explain",
+                f"model {served.name!r} pools by {model.pooling.mode} and then applies Dense modules with an "
+                "activation (or to a max): its cosine does not split into token pairs exactly; send explain false",
+            )
+        texts, skip = self.embeddings.prompted(served, [request.source, *request.texts], None)
         (source_encoding,) = await served.tokens.encode(
             texts[:1], truncate=request.truncate, param="source", indexed=False
         )
@@ -270,14 +282,18 @@ class Inspection:
                 "texts, or explain false",
             )
         spec = EmbeddingSpec(
-            layer=model.config.n_layers, pooling=model.pooling.mode, normalize=True, token_vectors=request.explain
+            layer=model.config.n_layers,
+            pooling=model.pooling.mode,
+            normalize=True,
+            token_vectors=request.explain,
+            skip=skip,
         )
         results = await served.queue.embed([source_encoding, *encodings], spec, timing)
         sentences = np.stack([result.sentence for result in results])  # (1 + N, D), unit length
         scores = sentences[1:] @ sentences[0]  # (N,)
         explanations = None
         if request.explain:
-            explanations = await COMPUTE.run_async(explain_all, results, model.pooling.mode, source_encoding, encodings)
+            explanations = await COMPUTE.run_async(explain_all, results, model, source_encoding, encodings, skip)
         data = []
         for index, score in enumerate(scores):
             item: dict[str, Any] = {"index": index, "score": float(score)}
@@ -292,19 +308,19 @@ class Inspection:
     async def positional_encoding(
         self,
         served: ServedModel,
-        kind: Literal["sinusoidal", "learned", "rotary"],
+        kind: Literal["sinusoidal", "learned", "rotary", "relative"],
         length: int,
         d_model: int | None,
         base: float | None,
     ) -> Reply:
-        config = served.model.config
+        model, config, settings = served.model, served.model.config, self.settings
         if kind == "learned":
-            table = served.model.encoder.embeddings.position_table()
+            table = model.encoder.embeddings.position_table()
             if table is None:
                 raise InvalidRequest(
                     "kind",
                     f"model {served.name!r} has no position table: its positions are {config.position_embedding} "
-                    "(ask for kind=rotary)",
+                    f"(ask for kind={'rotary' if config.position_embedding == 'rotary' else 'relative'})",
                 )
             if length > table.size(0):
                 raise InvalidRequest("length", f"must be at most {table.size(0)}, the model's positions, got {length}")
@@ -319,11 +335,36 @@ class Inspection:
                 encoding=encoding,
             )
             return Reply(response, encoding.size)
+        if kind == "relative":
+            buckets = model.relative_buckets
+            if buckets is None:
+                raise InvalidRequest(
+                    "kind",
+                    f"model {served.name!r} has no relative positions: its positions are {config.position_embedding}",
+                )
+            if length > settings.pe_max_length:
+                raise InvalidRequest("length", f"must be at most {settings.pe_max_length}, got {length}")
+            if length * length > settings.pe_max_values:
+                raise InvalidRequest(
+                    "length", f"length² = {length * length:,} is more than the limit of {settings.pe_max_values:,}"
+                )
+            matrix = await COMPUTE.run_async(model.relative_positions, length)  # (length, length) int64
+            response = construct(
+                PositionalEncodingResponse,
+                kind=kind,
+                length=length,
+                d_model=length,
+                base=None,
+                buckets=buckets,
+                encoding=matrix,
+            )
+            return Reply(response, matrix.size)
 
-        settings = self.settings
         rotary = kind == "rotary"
+        own = rotary and config.position_embedding == "rotary" and base is None  # the model's own angles
+        scaling = config.rope_scaling if own else None
         if base is None:
-            base = config.rope_theta if rotary and config.position_embedding == "rotary" else 10000.0
+            base = config.rope_theta if own else 10000.0
         if d_model is None:
             d_model = config.head_dim if rotary else config.d_model
         if length > settings.pe_max_length:
@@ -339,8 +380,10 @@ class Inspection:
             )
         if not (math.isfinite(base) and base > 1):
             raise InvalidRequest("base", f"must be a finite number greater than 1, got {base}")
-        formula = rotary_angles if rotary else sinusoidal_positional_encoding
-        table = await COMPUTE.run_async(formula, length, d_model, base)
+        if rotary:
+            table = await COMPUTE.run_async(functools.partial(rotary_angles, scaling=scaling), length, d_model, base)
+        else:
+            table = await COMPUTE.run_async(sinusoidal_positional_encoding, length, d_model, base)
         encoding = table.numpy()
         response = construct(
             PositionalEncodingResponse, kind=kind, length=length, d_model=d_model, base=base, encoding=encoding

@@ -1,6 +1,8 @@
-"""/rerank and /classify: the classification heads of cross-encoders and sequence classifiers."""
+"""/rerank and /classify: the heads of cross-encoders, yes/no rerankers and sequence classifiers."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -20,6 +22,8 @@ from app.serialization import construct
 from app.services.embeddings import Embeddings, second_segments, usage
 from app.work_queue import Timing
 from model import SequenceClassificationHead
+from model.heads import YES_NO
+from model.tokenizer import TokenIds, TokenSequence
 
 
 def head_of(served: ServedModel, task: str, labels: int | None = None) -> SequenceClassificationHead:
@@ -34,18 +38,41 @@ def head_of(served: ServedModel, task: str, labels: int | None = None) -> Sequen
     return head
 
 
+def rerank_method(served: ServedModel) -> str:
+    """How the model scores pairs (``TextEncoder.scores_method``), or a 422 naming the model when it cannot."""
+    method = served.model.scores_method
+    if method is None:
+        if served.model.classifier is not None:
+            head_of(served, "rerank", labels=1)  # the 422 that names its number of outputs
+        raise InvalidRequest(
+            "model",
+            f"model {served.name!r} cannot rerank: it is neither a cross-encoder (a classifier with one output) nor "
+            "a causal LM whose vocabulary has the tokens yes and no",
+        )
+    return method
+
+
 class Tasks:
     def __init__(self, embeddings: Embeddings) -> None:
         self.embeddings = embeddings  # for its limits
 
     async def rerank(self, served: ServedModel, request: RerankRequest, timing: Timing | None = None) -> Reply:
-        """Documents by relevance to the query: a cross-encoder's score of each (query, document) pair."""
-        head_of(served, "rerank", labels=1)
+        """Documents by relevance to the query: a cross-encoder's score of each (query, document) pair, or a yes/no
+        reranker's answer to each pair formatted in its template."""
+        method = rerank_method(served)
         self.embeddings.check_batch(len(request.documents), "documents")
-        queries = [request.query] * len(request.documents)
-        # (query, document) pairs, the query first as cross-encoders are trained; a pair too long for the
-        # model is named by its document.
-        encodings = await served.tokens.encode(queries, request.documents, truncate=request.truncate, param="documents")
+        encodings: Sequence[TokenSequence]
+        if method == "yes-no":
+            encodings = await self.formatted(served, request)
+        else:
+            if request.instruction is not None:
+                raise InvalidRequest("instruction", f"applies to yes-no rerankers; model {served.name!r} is a {method}")
+            queries = [request.query] * len(request.documents)
+            # (query, document) pairs, the query first as cross-encoders are trained; a pair too long for the
+            # model is named by its document.
+            encodings = await served.tokens.encode(
+                queries, request.documents, truncate=request.truncate, param="documents"
+            )
         scored = await served.queue.classify(encodings, timing)
         scores = np.array([(row.logits if request.raw_scores else row.probabilities)[0] for row in scored])  # (B,)
         order = np.argsort(-scores, kind="stable")[: request.top_n]
@@ -58,7 +85,39 @@ class Tasks:
             )
             for i in order
         ]
-        return Reply(construct(RerankResponse, model=served.name, results=results, usage=usage(encodings)))
+        response = construct(RerankResponse, model=served.name, method=method, results=results, usage=usage(encodings))
+        return Reply(response)
+
+    @staticmethod
+    async def formatted(served: ServedModel, request: RerankRequest) -> list[TokenIds]:
+        """Each document in the yes/no template with the query and instruction (``YES_NO``), tokenised with no
+        special token beyond those the template writes: the fixed prefix and suffix kept whole, the document cut
+        where the whole is too long (with ``truncate``; else a 422 naming it)."""
+        model = served.model
+        instruction = request.instruction if request.instruction is not None else YES_NO.instruction
+        head = YES_NO.head(instruction, request.query)
+        middles = [head + document for document in request.documents]
+        (head_encoding, *encodings) = await served.tokens.encode(
+            [head, *middles], truncate=request.truncate, param="documents", special_tokens=False
+        )
+        prefix, suffix = model.template_ids
+        fixed = len(prefix) + len(suffix) + len(head_encoding.ids)
+        if fixed >= model.max_tokens:
+            raise InvalidRequest(
+                "query",
+                f"the template, instruction and query take {fixed} tokens of the {model.max_tokens} the model reads, "
+                "leaving no room for a document: send a shorter query or instruction",
+            )
+        if not request.truncate:
+            for index, encoding in enumerate(encodings):
+                n = len(prefix) + len(encoding.ids) + len(suffix)
+                if n > model.max_tokens:
+                    raise InvalidRequest(
+                        f"documents[{index}]",
+                        f"in the template, the pair has {n} tokens, more than the maximum of {model.max_tokens} "
+                        "(send truncate: true to cut the document)",
+                    )
+        return [model.tokenizer.around(prefix, encoding.ids, suffix) for encoding in encodings]
 
     async def classify(self, served: ServedModel, request: ClassifyRequest, timing: Timing | None = None) -> Reply:
         """Labels with their scores: softmax over the labels, or a sigmoid per label for multi-label heads."""

@@ -30,7 +30,7 @@ ENCODE_422 = [
     ({"texts": ["ok", "word " * 300], "truncate": False}, "texts[1]", "302 tokens, more than the maximum of 256"),
     ({"texts": "x", "layer": 7}, "layer", "between -7 and 6"),  # layer out of range
     ({"texts": "x", "layer": -8}, "layer", "between -7 and 6"),
-    ({"texts": "x", "pooling": "median"}, "pooling", "'mean', 'cls' or 'max'"),  # unknown pooling
+    ({"texts": "x", "pooling": "median"}, "pooling", "'mean', 'cls', 'max', 'lasttoken'"),  # unknown pooling
     ({"texts": "x", "encoding_format": "hex"}, "encoding_format", "'float' or 'base64'"),
     ({"texts": 5}, "texts", "must be a string or a list of strings"),  # wrong type
     ({"texts": ["a", 5]}, "texts[1]", "valid string"),  # wrong item type
@@ -84,7 +84,7 @@ PE_422 = [
     ({"base": 1}, "base", "greater than 1"),
     ({"base": "inf"}, "base", "finite"),
     ({"base": "nan"}, "base", "finite"),
-    ({"kind": "alibi"}, "kind", "'sinusoidal', 'learned' or 'rotary'"),
+    ({"kind": "alibi"}, "kind", "'sinusoidal', 'learned', 'rotary' or 'relative'"),
     ({"kind": "learned", "length": 513}, "length", "at most 512"),
 ]
 

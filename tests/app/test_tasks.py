@@ -130,7 +130,7 @@ async def test_classify_equals_transformers(tasks: Service, name: str) -> None:
 @pytest.mark.parametrize(
     ("path", "body", "status", "param", "words"),
     [
-        ("/rerank", {"query": "q", "documents": ["d"], "model": "plain"}, 422, "model", "no classification head"),
+        ("/rerank", {"query": "q", "documents": ["d"], "model": "plain"}, 422, "model", "cannot rerank"),
         ("/rerank", {"query": "q", "documents": ["d"], "model": "bert-cls"}, 422, "model", "has 3 outputs"),
         ("/classify", {"texts": "x", "model": "plain"}, 422, "model", "cannot classify"),
         ("/rerank", {"query": "q", "documents": ["d"], "model": "bert-ce", "top_n": 0}, 422, "top_n", ""),

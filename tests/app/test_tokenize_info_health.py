@@ -50,8 +50,16 @@ async def test_info_describes_model_device_and_limits(client: httpx.AsyncClient,
         "normalize": True,
         "family": "bert",
         "position_encoding": "learned",
+        "attention": "bidirectional",
+        "kv_heads": 12,
+        "head_dim": 32,
+        "norm": "layernorm",
+        "sliding_window": None,
+        "local_layers": [],
+        "dimension": 384,
     }
     assert (body["device"], body["dtype"]) == ("cpu", "float32")
+    assert (body["weights_dtype"], body["explicit_weights_dtype"], body["rerank"]) == ("float32", "float32", None)
     assert body["limits"]["max_batch_texts"] == 256 and body["limits"]["max_tokens_per_text"] == 256
     assert body["auth"] is False
     assert body["version"]
