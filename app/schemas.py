@@ -15,6 +15,11 @@ def _text(text: str) -> str:
     surrogates, which no UTF-8 tokenizer accepts)."""
     if not text:
         raise ValueError("must not be empty")
+    return _unicode(text)
+
+
+def _unicode(text: str) -> str:
+    """Valid Unicode: no lone surrogate."""
     if not text.isascii():
         try:
             text.encode("utf-8")
@@ -35,6 +40,7 @@ def _one_or_many(value: Any) -> Any:
 
 
 Text = Annotated[str, AfterValidator(_text)]
+Prompt = Annotated[str, AfterValidator(_unicode)]  # may be empty, as sentence-transformers' document prompts are
 
 
 def _entries(value: list[Any], check: Any) -> None:
@@ -147,7 +153,7 @@ class EncodeRequest(Request):
         None, ge=1, description="keep the first `dimensions` components (Matryoshka), then L2-normalise again"
     )
     prompt_name: str | None = Field(None, description=PROMPT_NAME)
-    prompt: str | None = Field(None, description=PROMPT)
+    prompt: Prompt | None = Field(None, description=PROMPT)
 
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"texts": ["The quick brown fox.", "A lazy dog."]}]},
@@ -278,12 +284,19 @@ class NeuronResponse(BaseModel):
     token_details: list[PairTokenInfo]
     layer: int = Field(description="absolute layer index")
     head: int = Field(description="absolute head index")
-    scale: float = Field(description="what the dot products are multiplied by (1/√Dh)")
-    queries: list[list[float]] = Field(
-        description="(T, Dh): the head's slice of the query projection (rotated for rotary models)"
+    scale: float = Field(
+        description="what the dot products are multiplied by: 1/√Dh (Gemma: query_pre_attn_scalar^-½; DeBERTa: "
+        "1/√(3 Dh))"
     )
-    keys: list[list[float]] = Field(description="(T, Dh): the head's slice of the key projection (rotated likewise)")
-    values: list[list[float]] = Field(description="(T, Dh): the head's slice of the value projection")
+    queries: list[list[float]] = Field(
+        description="(T, Dh): the head's slice of the query projection (normed per head for Qwen3 and Gemma, rotated "
+        "for rotary models)"
+    )
+    keys: list[list[float]] = Field(
+        description="(T, Dh): its key/value head's slice of the key projection (normed and rotated likewise); query "
+        "heads of one group (grouped-query attention) share it"
+    )
+    values: list[list[float]] = Field(description="(T, Dh): its key/value head's slice of the value projection")
     scores: list[list[float]] = Field(
         description="(T, T): scale · queries · keysᵀ, plus the position bias where the model has one, before masking "
         "and softmax"
@@ -388,7 +401,7 @@ class OpenAIEmbeddingsRequest(Request):
     encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 bytes")
     dimensions: int | None = Field(None, ge=1, description="keep the first components, then L2-normalise again")
     prompt_name: str | None = Field(None, description=PROMPT_NAME)
-    prompt: str | None = Field(None, description=PROMPT)
+    prompt: Prompt | None = Field(None, description=PROMPT)
     user: str | None = Field(None, description="accepted and ignored")
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"input": ["The quick brown fox."]}]})

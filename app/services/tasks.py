@@ -97,9 +97,10 @@ class Tasks:
         instruction = request.instruction if request.instruction is not None else YES_NO.instruction
         head = YES_NO.head(instruction, request.query)
         middles = [head + document for document in request.documents]
-        (head_encoding, *encodings) = await served.tokens.encode(
-            [head, *middles], truncate=request.truncate, param="documents", special_tokens=False
-        )
+        # cut at the model's length here (what overflows is kept aside, so that its length is known), and to fit
+        # the template below
+        encodings = await served.tokens.encode(middles, param="documents", special_tokens=False)
+        (head_encoding,) = await served.tokens.encode([head], param="query", indexed=False, special_tokens=False)
         prefix, suffix = model.template_ids
         fixed = len(prefix) + len(suffix) + len(head_encoding.ids)
         if fixed >= model.max_tokens:
@@ -110,7 +111,8 @@ class Tasks:
             )
         if not request.truncate:
             for index, encoding in enumerate(encodings):
-                n = len(prefix) + len(encoding.ids) + len(suffix)
+                middle = len(encoding.ids) + sum(len(part.ids) for part in encoding.overflowing)
+                n = len(prefix) + middle + len(suffix)
                 if n > model.max_tokens:
                     raise InvalidRequest(
                         f"documents[{index}]",
