@@ -15,7 +15,7 @@ import {drawModelView, placeCellButtons} from "./view-model.js";
 import {
   biasText, drawNeuronView, fillNeuronSteps, fillNeuronTable, fillQueryTokens, markQueryToken, neuronData, neuronSummary, neuronText,
 } from "./view-neuron.js";
-import {drawPositionalEncoding, positionalText} from "./view-positional.js";
+import {drawPositionalEncoding, positionalLegend, positionalText} from "./view-positional.js";
 import {drawRerank, fillRerankList, rerankText} from "./view-rerank.js";
 import {
   drawExplanation, drawSimilarity, explanationOf, explanationText, explanationTitle, fillExplanationTable, fillSimilarityTable,
@@ -227,11 +227,13 @@ function buildControls() {
 
   const toggles = $("head-toggles");
   toggles.innerHTML = "";
+  const group = headGroup();
   heads.forEach((h) => {
     const button = document.createElement("button");
     button.type = "button";
     button.textContent = String(h + 1);
-    button.title = `head ${h + 1}`;
+    button.title = group ? `head ${h + 1} · key/value head ${group(h) + 1}` : `head ${h + 1}`;
+    if (group) button.dataset.group = String(group(h));
     button.style.borderColor = headColour(h);
     button.style.background = headColour(h);
     button.style.color = "#fff";
@@ -244,6 +246,27 @@ function buildControls() {
     });
     toggles.append(button);
   });
+}
+
+// Under grouped-query attention, the key/value head each query head attends with (query head h uses key/value
+// head h ÷ (heads / kv_heads)); null when every head has its own.
+function headGroup() {
+  const a = state.info && state.info.architecture;
+  if (!a || !a.kv_heads || a.kv_heads >= a.heads) return null;
+  const size = a.heads / a.kv_heads;
+  return (h) => Math.floor(h / size);
+}
+
+// The sentence under the head toggles that says which query heads share a key/value head.
+function describeGroups() {
+  const a = state.info && state.info.architecture, note = $("head-groups");
+  const group = headGroup();
+  note.hidden = !group;
+  if (!group) return;
+  const size = a.heads / a.kv_heads;
+  const groups = Array.from({length: a.kv_heads}, (_, g) =>
+    size === 1 ? `head ${g + 1}` : `heads ${g * size + 1}–${(g + 1) * size} share key/value head ${g + 1}`);
+  note.textContent = `Grouped-query attention: ${groups.join("; ")}. Heads of one group look with the same keys and values, each with its own queries.`;
 }
 
 // ---------- head view ----------
@@ -405,7 +428,22 @@ async function renderPositionalEncoding() {
   const params = new URLSearchParams({kind, length: $("pe-length").value});
   if (kind === "sinusoidal") params.set("d_model", $("pe-width").value);
   state.pe = await api(`/positional-encoding?${params}`);
-  show("pe", "pe-canvas", {data: state.pe, layout: peLayout(state.pe.length, state.pe.d_model), draw: drawPositionalEncoding});
+  const columns = state.pe.encoding[0].length;  // rotary: the head width's half; relative: the positions
+  show("pe", "pe-canvas", {data: state.pe, layout: peLayout(state.pe.length, columns), draw: drawPositionalEncoding});
+  $("pe-readout").textContent = positionalLegend(state.pe);
+}
+
+// The kinds the picked model has: the sinusoid always; its own table, rotary angles or relative buckets.
+function fillPositionalKinds() {
+  const a = state.info.architecture, select = $("pe-kind"), previous = select.value;
+  const kinds = [["sinusoidal", "sinusoidal"]];
+  if (!["rotary", "disentangled"].includes(a.position_encoding)) kinds.push(["learned", "learned (the model's)"]);
+  if (a.position_encoding === "rotary") kinds.push(["rotary", "rotary (the model's angles)"]);
+  if (["relative_buckets", "disentangled"].includes(a.position_encoding)) kinds.push(["relative", "relative buckets (the model's)"]);
+  select.innerHTML = "";
+  kinds.forEach(([value, text]) => select.add(new Option(text, value)));
+  select.value = kinds.some(([value]) => value === previous) ? previous : "sinusoidal";
+  $("pe-width").disabled = select.value !== "sinusoidal";
 }
 
 // ---------- similarity ----------
@@ -499,6 +537,12 @@ const statsCurrent = () => state.stats && state.stats.texts.join("\n") === stats
 
 // ---------- rerank ----------
 
+// /rerank's `method`, in words.
+const RERANK_METHODS = {
+  "cross-encoder": "the cross-encoder's score of the pair",
+  "yes-no": "the chance the model answers “yes” rather than “no” after the query and the document",
+};
+
 function rerankFigure() {
   return {data: state.rerank, layout: rerankLayout(state.rerank.results), draw: drawRerank};
 }
@@ -513,14 +557,18 @@ async function renderRerank() {
   const query = $("rerank-query").value;
   const documents = $("rerank-docs").value.split("\n").map((t) => t.trim()).filter((t) => t !== "");
   const data = await api("/rerank", {query, documents, return_documents: true});
-  state.rerank = {model: data.model, query, results: data.results, selected: null};
+  state.rerank = {model: data.model, method: data.method, query, results: data.results, selected: null};
   show("rerank", "rerank-canvas", rerankFigure());
   fillRerankList($("rerank-list"), state.rerank, (row) => guarded(null, () => selectDocument(row)));
-  $("rerank-readout").textContent = "Select a document to see its attention to the query.";
+  const how = data.method ? `Scored by ${RERANK_METHODS[data.method] || data.method}. ` : "";
+  const between = state.info.architecture.attention === "causal" ? "its attention to the query" : "the query's attention to it";
+  $("rerank-readout").textContent = `${how}Select a document to see ${between}.`;
 }
 
 // The cross-encoder's attention (last layer, mean over heads) from the query's tokens (rows) to the
-// document's (columns), special tokens left out, for the document in row `row` of the ranking.
+// document's (columns), special tokens left out, for the document in row `row` of the ranking. A causal model
+// reads the query first and its query tokens never see the document: there the rows are the document's tokens
+// and the columns the query's.
 async function selectDocument(row) {
   const rerank = state.rerank;
   if (!rerank || !rerank.results[row]) return;
@@ -532,10 +580,12 @@ async function selectDocument(row) {
   if (state.rerank !== rerank || rerank.selected !== row) return;  // superseded meanwhile
   const matrix = data.attention[0][0];
   const pick = (segment) => data.token_details.map((d, i) => (d.segment === segment && !d.special ? i : -1)).filter((i) => i >= 0);
-  const rows = pick(0), cols = pick(1);
+  const causal = state.info.architecture.attention === "causal";
+  const [rows, cols] = causal ? [pick(1), pick(0)] : [pick(0), pick(1)];
+  const direction = causal ? `document ${row + 1} → query` : `query → document ${row + 1}`;
   state.pair = {
     model: data.model, query: rerank.query, document: result.document,
-    title: `${data.model} · last layer, mean over heads: query → document ${row + 1}`,
+    title: `${data.model} · last layer, mean over heads: ${direction}`,
     rowTokens: rows.map((i) => data.tokens[i]), colTokens: cols.map((j) => data.tokens[j]),
     matrix: rows.map((i) => cols.map((j) => matrix[i][j])),
   };
@@ -550,8 +600,12 @@ async function selectDocument(row) {
 async function loadInfo() {
   state.info = await api("/info");
   const {model, architecture: a, device, dtype} = state.info;
-  $("model-info").textContent = `${model} · ${a.layers} layers × ${a.heads} heads · ${a.hidden_size} wide · ${device}, ${dtype}`;
+  const shared = a.kv_heads && a.kv_heads < a.heads ? ` (${a.kv_heads} key/value)` : "";
+  const causal = a.attention === "causal" ? " · causal: each token sees itself and those before it" : "";
+  $("model-info").textContent = `${model} · ${a.layers} layers × ${a.heads} heads${shared} · ${a.hidden_size} wide${causal} · ${device}, ${dtype}`;
   state.layer = a.layers - 1;
+  describeGroups();
+  fillPositionalKinds();
 }
 
 // The picker lists every served model, the service's default first; with only one there is nothing to pick.
@@ -691,7 +745,7 @@ function wire() {
   $("rerank-form").addEventListener("submit", (event) => { event.preventDefault(); guarded(event.submitter, renderRerank); });
   $("model-select").addEventListener("change", (event) => guarded(null, () => switchModel(event.target.value)));
   $("pe-form").addEventListener("submit", (event) => { event.preventDefault(); guarded(null, renderPositionalEncoding); });
-  $("pe-kind").addEventListener("change", () => { $("pe-width").disabled = $("pe-kind").value === "learned"; });
+  $("pe-kind").addEventListener("change", () => { $("pe-width").disabled = $("pe-kind").value !== "sinusoidal"; });
   $("sim-form").addEventListener("submit", (event) => { event.preventDefault(); guarded(event.submitter, renderSimilarity); });
   $("download-png").addEventListener("click", () => {
     const figure = pngFigure();

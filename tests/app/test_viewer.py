@@ -915,5 +915,181 @@ def test_rerank_with_a_plain_encoder_explains_the_error(multi: Watched) -> None:
     rank(page)
     assert page.is_visible("#error")
     text = page.inner_text("#error")
-    assert "did not accept" in text and "has no classification head" in text
+    assert "did not accept" in text and "cannot rerank: it is neither a cross-encoder" in text
     assert page.locator("#rerank-list button").count() == 0
+
+
+# ---- the models people pick now: a causal model with grouped-query attention, a yes/no reranker, DeBERTa ----
+
+DECODER_TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture(scope="module")
+def decoders_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Tiny random Qwen3 embedder (4 query heads over 2 key/value heads, causal, last-token pooling), a
+    Qwen3-Reranker-shaped causal LM and a DeBERTa-v3-shaped model (relative positions)."""
+    from tests.families import write_family_model
+
+    root = tmp_path_factory.mktemp("viewer-decoders")
+    models = {
+        "qwen3": write_family_model(root / "qwen3", "qwen3"),
+        "reranker": write_family_model(root / "reranker", "qwen3-reranker", head="causal-lm"),
+        "deberta": write_family_model(root / "deberta", "deberta-v2"),
+    }
+    with running_server({"ENCODER_MODELS": ",".join(f"{n}={d}" for n, d in models.items())}) as url:
+        yield url
+
+
+@pytest.fixture
+def decoder_page(browser: Browser, decoders_server: str) -> Iterator[Watched]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    watched = Watched(context.new_page())
+    watched.page.goto(decoders_server + "/")
+    watched.page.wait_for_selector("#head-left .token")
+    idle(watched.page)
+    yield watched
+    context.close()
+
+
+def downloaded_json(page: Page) -> Any:
+    with page.expect_download() as data:
+        page.click("#download-json")
+    return json.loads(open(data.value.path(), encoding="utf-8").read())
+
+
+def test_a_causal_model_with_grouped_query_heads_works_in_every_view(
+    decoder_page: Watched, decoders_server: str
+) -> None:
+    page = decoder_page.page
+    assert page.input_value("#model-select") == "qwen3"  # the first listed, the default
+    info = page.inner_text("#model-info")
+    assert info.startswith("qwen3 · 2 layers × 4 heads (2 key/value) · 16 wide · causal: each token sees itself")
+    # Which query heads share a key/value head: said under the toggles and on each toggle.
+    assert page.is_visible("#head-groups")
+    assert page.inner_text("#head-groups").startswith(
+        "Grouped-query attention: heads 1–2 share key/value head 1; heads 3–4 share key/value head 2."
+    )
+    toggles = page.locator("#head-toggles button")
+    assert [toggles.nth(h).get_attribute("title") for h in range(4)] == [
+        "head 1 · key/value head 1",
+        "head 2 · key/value head 1",
+        "head 3 · key/value head 2",
+        "head 4 · key/value head 2",
+    ]
+    submit(page, DECODER_TEXT)
+    assert ink(page, "#head-canvas") > 0
+
+    # The heatmap: the causal triangle, zero above the diagonal and read as such.
+    open_tab(page, "heatmap")
+    tokens = page_tokens(page)
+    grid = layout(page, "m.heatmapLayout(arg)", tokens)
+    hover_cell(page, "#heat-canvas", grid, 0, len(tokens) - 1)
+    assert page.inner_text("#heat-readout").startswith(f"“{tokens[0]}” → “{tokens[-1]}”: 0.0000")
+    hover_cell(page, "#heat-canvas", grid, 0, 0)
+    assert page.inner_text("#heat-readout").startswith(f"“{tokens[0]}” → “{tokens[0]}”: 1.0000")
+    matrix = downloaded_json(page)["matrix"]
+    assert len(matrix) == len(tokens)
+    assert all(matrix[i][j] == 0 for i in range(len(tokens)) for j in range(i + 1, len(tokens)))
+    assert all(matrix[i][i] > 0 for i in range(len(tokens)))
+    for tab, canvas in (("model", "#model-canvas"), ("neuron", "#neuron-canvas"), ("stats", "#stats-canvas")):
+        open_tab(page, tab)
+        assert ink(page, canvas) > 0, tab
+    # The neuron view's head 2 (index 1) uses key/value head 1: the same keys as head 1's, its own queries.
+    open_tab(page, "neuron")
+    first = downloaded_json(page)
+    with posted(page, "/attention/neuron", head=1):
+        page.select_option("#neuron-head", "1")
+    idle(page)
+    second = downloaded_json(page)
+    assert first["keys"] == second["keys"] and first["queries"] != second["queries"]
+
+    # Positional encoding: the model's own rotary angles at its base; no learned table to offer.
+    open_tab(page, "pe")
+    kinds = page.eval_on_selector_all("#pe-kind option", "os => os.map((o) => o.value)")
+    assert kinds == ["sinusoidal", "rotary"]
+    page.select_option("#pe-kind", "rotary")
+    assert page.is_disabled("#pe-width")
+    with page.expect_response(lambda r: "kind=rotary" in r.url):
+        page.click("#pe-form button[type=submit]")
+    idle(page)
+    length = int(page.input_value("#pe-length"))
+    answer = httpx.get(
+        f"{decoders_server}/positional-encoding", params={"kind": "rotary", "length": length, "model": "qwen3"}
+    ).json()
+    pairs = len(answer["encoding"][0])
+    assert pairs == 4  # half the head width, 8
+    grid = layout(page, "m.peLayout(arg[0], arg[1])", [answer["length"], pairs])
+    assert css_size(page, "#pe-canvas") == (grid["width"], grid["height"])
+    hover_cell(page, "#pe-canvas", grid, 3, 1)
+    theta = 3 / answer["base"] ** (2 / 8)  # position 3, pair 1 of a head 8 wide
+    assert page.inner_text("#pe-readout").startswith(f"position 3, pair 1: θ = {theta:.4f} rad")
+
+    # Similarity, explained at the last token (the model's pooling): the whole score in one cell.
+    compare(page, [DECODER_TEXT, "A lazy dog.", "Hello world!"])
+    page.click("#sim-grid button[data-row='0'][data-col='1']")
+    idle(page)
+    assert page.is_visible("#sim-explain-canvas") and ink(page, "#sim-explain-canvas") > 0
+    assert "(method: last_token)" in page.inner_text("#sim-explain-readout")
+    assert decoder_page.errors == []
+
+
+def test_a_yes_no_reranker_ranks_and_shows_each_documents_attention_to_the_query(
+    decoder_page: Watched, decoders_server: str
+) -> None:
+    page = decoder_page.page
+    pick_model(page, "reranker")
+    rank(page)
+    expected = httpx.post(
+        f"{decoders_server}/rerank",
+        json={"query": QUERY, "documents": DOCUMENTS, "model": "reranker", "return_documents": True},
+    ).json()
+    assert expected["method"] == "yes-no"
+    buttons = page.locator("#rerank-list button")
+    assert [buttons.nth(k).get_attribute("data-index") for k in range(len(DOCUMENTS))] == [
+        str(r["index"]) for r in expected["results"]
+    ]
+    readout = page.inner_text("#rerank-readout")
+    assert readout.startswith("Scored by the chance the model answers “yes” rather than “no”")
+    assert readout.endswith("Select a document to see its attention to the query.")
+    buttons.nth(0).click()
+    idle(page)
+    # Causal: the query, read first, never sees the document; the document's tokens (rows) see the query's.
+    document = expected["results"][0]["document"]
+    attention = httpx.post(
+        f"{decoders_server}/attention",
+        json={"text": QUERY, "text_pair": document, "model": "reranker", "layers": [-1], "aggregate": "mean"},
+    ).json()
+    details, tokens = attention["token_details"], attention["tokens"]
+    rows = [tokens[i] for i, d in enumerate(details) if d["segment"] == 1 and not d["special"]]
+    cols = [tokens[i] for i, d in enumerate(details) if d["segment"] == 0 and not d["special"]]
+    title = "reranker · last layer, mean over heads: document 1 → query"
+    block = layout(page, "m.crossLayout(arg[0], arg[1], arg[2])", [rows, cols, title])
+    assert css_size(page, "#rerank-attn-canvas") == (block["width"], block["height"])
+    saved = downloaded_json(page)["attention"]
+    assert saved["title"] == title and saved["rowTokens"] == rows and saved["colTokens"] == cols
+    assert min(min(row) for row in saved["matrix"]) > 0  # every document token sees every query token
+    assert decoder_page.errors == []
+
+
+def test_relative_positions_are_drawn_as_the_bucket_matrix(decoder_page: Watched, decoders_server: str) -> None:
+    page = decoder_page.page
+    pick_model(page, "deberta")
+    open_tab(page, "pe")
+    kinds = page.eval_on_selector_all("#pe-kind option", "os => os.map((o) => o.value)")
+    assert kinds == ["sinusoidal", "relative"]
+    page.select_option("#pe-kind", "relative")
+    page.fill("#pe-length", "24")
+    page.click("#pe-form button[type=submit]")
+    idle(page)
+    answer = httpx.get(
+        f"{decoders_server}/positional-encoding", params={"kind": "relative", "length": 24, "model": "deberta"}
+    ).json()
+    grid = layout(page, "m.peLayout(24, 24)")
+    assert css_size(page, "#pe-canvas") == (grid["width"], grid["height"])
+    assert ink(page, "#pe-canvas") > 0
+    hover_cell(page, "#pe-canvas", grid, 2, 20)
+    assert page.inner_text("#pe-readout") == f"query 2, key 20: bucket {answer['encoding'][2][20]}"
+    hover_cell(page, "#pe-canvas", grid, 20, 2)
+    assert page.inner_text("#pe-readout") == f"query 20, key 2: bucket {answer['encoding'][20][2]}"
+    assert answer["encoding"][2][20] != answer["encoding"][20][2]
+    assert decoder_page.errors == []
