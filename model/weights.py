@@ -344,12 +344,17 @@ def load_weights(encoder: Encoder, path: Path, dtype: torch.dtype | None = None)
 
 def assign(module: nn.Module, tensors: dict[str, Tensor], dtype: torch.dtype | None) -> None:
     """Put the loaded tensors into the module's parameters: as they are (converted to ``dtype``) where the
-    module was built on the meta device, else copied into the parameters it has."""
+    module was built on the meta device, else copied into the parameters it has.
+
+    Either way the parameters own their memory: a tensor already in ``dtype`` is copied too, never kept as a
+    view of the checkpoint's mapped file, which would keep every page of the file resident beside the fused
+    q/k/v and gate/up copies made from it (a bfloat16 Qwen3-0.6B: 1.8 GB resident instead of 1.2)."""
     ours = dict(module.named_parameters())
     with torch.no_grad():
         if any(parameter.is_meta for parameter in ours.values()):
             target = dtype or torch.float32
-            module.load_state_dict({name: t.to(target) for name, t in tensors.items()}, strict=False, assign=True)
+            owned = {name: t.to(target, copy=True) for name, t in tensors.items()}
+            module.load_state_dict(owned, strict=False, assign=True)
         else:
             for name, tensor in tensors.items():
                 ours[name].copy_(tensor)

@@ -71,3 +71,27 @@ def test_the_report_gives_each_ratio_pooled_and_round_by_round(monkeypatch: pyte
     assert "one text (20.0 ms) | 0.50 | 0.50, 0.50, 0.50 | 2.00 | ≤ 1.0 |" in text
     assert "in-process (20 ms) | 0.50 | 0.50, 0.50, 0.50 | — | ≤ 0.1 |" in text  # (c): no peer
     assert text.index("infinity-emb: peer e") < text.index("infinity-emb: peer b") < text.index("infinity-emb: peer d")
+
+
+@pytest.mark.slow
+def test_the_decoder_benchmark_times_the_same_computation_in_both_libraries(tmp_path) -> None:
+    """bench.decoders' checkpoint (Qwen3-0.6B's shape, one layer here) read by our loader and by transformers: the
+    same last hidden states on the real tokens of a padded batch, so that its two timings are of one computation."""
+    import torch
+    from transformers import AutoModel
+
+    from bench.decoders import QWEN3_06B, batches, write_qwen3
+    from model import TextEncoder
+
+    directory = write_qwen3(tmp_path / "qwen3", layers=1)
+    ours = TextEncoder.load(directory, device="cpu", dtype="float32")
+    assert (ours.config.d_model, ours.config.kv_heads, ours.config.head_dim) == (1024, 8, 128)
+    assert ours.config.vocab_size == QWEN3_06B["vocab_size"] and ours.config.causal
+    theirs = AutoModel.from_pretrained(directory, dtype=torch.float32, attn_implementation="sdpa").eval()
+    (inputs,) = batches(directory, ["A short text.", "A longer text, with more words than the first one has."], 2)
+    mask = inputs[1].bool()
+    assert not mask.all(), "the batch must hold padding"
+    with torch.inference_mode():
+        mine = ours.last_hidden_state(*inputs)
+        reference = theirs(input_ids=inputs[0], attention_mask=inputs[1]).last_hidden_state
+    torch.testing.assert_close(mine[mask], reference[mask], atol=1e-4, rtol=1e-4)

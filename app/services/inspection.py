@@ -262,11 +262,15 @@ class Inspection:
         settings = self.settings
         self.embeddings.check_batch(len(request.texts))
         model = served.model
-        if request.explain and model.pooling.dense and (not model.pooling.affine or model.pooling.mode == "max"):
+        # Dense modules after pooling go through a weighted sum whose weights sum to 1 only where they are affine
+        # (no activation), and not through a max or a sum scaled by √n
+        pooled_apart = model.pooling.mode in ("max", "mean_sqrt_len_tokens")
+        if request.explain and model.pooling.dense and (not model.pooling.affine or pooled_apart):
             raise InvalidRequest(
                 "explain",
-                f"model {served.name!r} pools by {model.pooling.mode} and then applies Dense modules with an "
-                "activation (or to a max): its cosine does not split into token pairs exactly; send explain false",
+                f"model {served.name!r} pools by {model.pooling.mode} and then applies Dense modules"
+                f"{' with an activation' if not model.pooling.affine else ''}: its cosine does not split into token "
+                "pairs exactly; send explain false",
             )
         texts, skip = self.embeddings.prompted(served, [request.source, *request.texts], None)
         (source_encoding,) = await served.tokens.encode(

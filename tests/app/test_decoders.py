@@ -348,3 +348,25 @@ def test_a_rope_scaling_not_implemented_stops_the_service_at_start_naming_it(tmp
     (directory / "config.json").write_text(json.dumps({**config, "rope_scaling": yarn}))
     with pytest.raises(ModelLoadError, match=r"cannot serve model 'yarn'.*rope scaling.*'yarn'"):
         load_registry(Settings(models=[("yarn", directory)]), Metrics())
+
+
+async def test_an_explanation_that_would_not_be_exact_is_refused_naming_explain(tmp_path: Path) -> None:
+    """Dense modules after a pooling whose weights do not sum to 1 (mean_sqrt_len_tokens) or after a max: the
+    cosine does not split into token pairs through them, so explain is a 422; without it the scores still come."""
+    from tests.helpers import serving
+
+    for pooling in ("mean_sqrt_len_tokens", "max"):
+        directory = write_family_model(tmp_path / pooling, "embeddinggemma", pooling=pooling)
+        model = TextEncoder.load(directory, device="cpu", dtype="float32")
+        assert model.pooling.dense and model.pooling.mode == pooling
+        async with serving(Settings(), model) as service:
+            body = {"source": QUERY, "texts": DOCUMENTS[:2], "explain": True}
+            assert_error(
+                await service.client.post("/similarity", json=body),
+                422,
+                "validation_error",
+                "explain",
+                f"pools by {pooling} and then applies Dense modules: its cosine does not split",
+            )
+            plain = await service.client.post("/similarity", json={**body, "explain": False})
+            assert plain.status_code == 200 and len(plain.json()["data"]) == 2
