@@ -1,9 +1,10 @@
 """The queue between the requests and the inference thread: entries, budgets and dropping.
 
-A request's tokenised texts enter as typed entries, each carrying the ``Ticket`` of its request (the
-request's future, resolved once every entry is answered). The worker takes entries in arrival order:
-embedding entries up to the padded-token budget (rows × longest row) and the batch size, an attention
-inspection entry alone. Entries whose request is gone (client disconnected, deadline passed) are dropped unseen.
+A request's task (app/messages.py) enters as entries, each carrying the ``Ticket`` of its request (the request's
+future, resolved once every entry is answered): one entry a text for the kinds whose texts share passes (embed,
+classify), one for the whole task otherwise. The worker takes entries in arrival order: entries of one batched
+kind up to the padded-token budget (rows × longest row) and the batch size, any other entry alone. Entries whose
+request is gone (client disconnected, deadline passed) are dropped unseen.
 
 With several compute lanes (app/compute.py) the queue is shared out between them: a pass takes at most its
 fair share, the entries queued and computing divided by the lanes, and a lane that comes free while a pass of
@@ -13,8 +14,8 @@ free lane takes each as it comes, and one lane computes passes of one to four te
 everything else into one large pass (all-MiniLM-L6-v2 on one core: 59 texts/s in passes of one, 94 in passes
 of sixteen).
 
-The queue knows entries, their token counts and their tickets; what an entry asks of the model is the
-worker's business (app/worker.py).
+The queue knows entries, their kinds, token counts and tickets; what a kind asks of the model is the worker's
+business (app/worker.py).
 """
 
 from __future__ import annotations
@@ -26,15 +27,10 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any
 
-import numpy as np
-from tokenizers import Encoding
-
-from model import AttentionSelection, EmbeddingSpec, TextEmbedding
+from app.messages import Options, Task, TaskKind
 from model.tokenizer import TokenSequence
-
-T = TypeVar("T")
 
 # How long a free lane waits for its fair share while another pass of the same queue computes: about the time
 # the event loop takes to answer a pass of sixteen texts and to read their clients' next requests.
@@ -118,50 +114,28 @@ def _reject(future: asyncio.Future[Any], error: BaseException) -> None:
 
 
 @dataclass(eq=False, slots=True)
-class EmbedEntry:
-    """One text to embed; entries of many requests share a forward pass."""
+class Entry:
+    """A text of a batched task (entries of many requests share a pass), or a whole task of another kind (a pass
+    of its own)."""
 
     ticket: Ticket
-    index: int  # the text's position in its request
-    encoding: TokenSequence
-    spec: EmbeddingSpec
-
-    @property
-    def tokens(self) -> int:
-        return len(self.encoding.ids)
-
-
-@dataclass(eq=False, slots=True)
-class InspectEntry:
-    """Inspection work (attention maps, head statistics) that runs alone, on the explicit attention path: the
-    worker calls ``compute`` with the model and answers the entry with what it returns."""
-
-    ticket: Ticket
-    index: int  # its position among its request's entries
-    compute: Callable[[Any], Any]
+    index: int  # its position among its request's entries (the text's, for a batched kind)
+    kind: TaskKind
+    texts: Sequence[TokenSequence]  # its one text, or the task's texts
+    options: Options
+    batched: bool
+    tokens: int  # its longest text's tokens (0 for a task without texts)
 
 
-@dataclass(eq=False, slots=True)
-class ClassifyEntry:
-    """One text (or pair) for a classification head; entries of many requests share a pass."""
-
-    ticket: Ticket
-    index: int  # the text's position in its request
-    encoding: TokenSequence
-
-    @property
-    def tokens(self) -> int:
-        return len(self.encoding.ids)
-
-
-Entry = EmbedEntry | InspectEntry | ClassifyEntry
-
-
-class Scores(NamedTuple):
-    """What a classification pass gives one text (or pair)."""
-
-    logits: np.ndarray  # (labels,) float32
-    probabilities: np.ndarray  # (labels,): softmax, or a sigmoid per label (multi-label heads, cross-encoders)
+def entries(ticket: Ticket, task: Task) -> list[Entry]:
+    """A task as queue entries: one a text for a batched kind, else one."""
+    if task.batched:
+        return [
+            Entry(ticket, index, task.kind, (text,), task.options, True, len(text.ids))
+            for index, text in enumerate(task.texts)
+        ]
+    longest = max((len(text.ids) for text in task.texts), default=0)
+    return [Entry(ticket, 0, task.kind, task.texts, task.options, False, longest)]
 
 
 class WorkQueue:
@@ -191,48 +165,24 @@ class WorkQueue:
 
     # ---- the event loop's side ----
 
-    async def embed(
-        self, encodings: Sequence[TokenSequence], spec: EmbeddingSpec, timing: Timing | None = None
-    ) -> list[TextEmbedding]:
-        """Each text's embedding, in the request's order."""
-        if not encodings:
+    async def run(self, task: Task, timing: Timing | None = None) -> list[Any]:
+        """The task's results: one a text, in the request's order, for a batched kind; else its one result."""
+        if task.batched and not task.texts:
             return []
-        ticket = Ticket(asyncio.get_running_loop(), len(encodings), timing)
-        self.put([EmbedEntry(ticket, index, encoding, spec) for index, encoding in enumerate(encodings)])
+        ticket = Ticket(asyncio.get_running_loop(), len(task.texts) if task.batched else 1, timing)
+        self.put(entries(ticket, task))
         return await ticket.future
 
-    async def classify(self, encodings: Sequence[TokenSequence], timing: Timing | None = None) -> list[Scores]:
-        """Each text's (or pair's) logits and probabilities, in the request's order."""
-        if not encodings:
-            return []
-        ticket = Ticket(asyncio.get_running_loop(), len(encodings), timing)
-        self.put([ClassifyEntry(ticket, index, encoding) for index, encoding in enumerate(encodings)])
-        return await ticket.future
-
-    async def attention(
-        self, encoding: Encoding, selection: AttentionSelection, timing: Timing | None = None
-    ) -> np.ndarray:
-        """The selected attention maps of one text."""
-        (maps,) = await self.inspect([lambda model: model.attention(encoding, selection)], timing)
-        return maps
-
-    async def inspect(self, computations: Sequence[Callable[[Any], T]], timing: Timing | None = None) -> list[T]:
-        """What each computation returns when the worker calls it with the model, each a pass of its own (the
-        slices of one large inspection request, between which other requests' passes may run)."""
-        ticket = Ticket(asyncio.get_running_loop(), len(computations), timing)
-        self.put([InspectEntry(ticket, index, compute) for index, compute in enumerate(computations)])
-        return await ticket.future
-
-    async def inspect_in_turn(
-        self, computations: Sequence[Callable[[Any], T]], timing: Timing | None = None
-    ) -> list[T]:
-        """As ``inspect``, but each computation is queued only once the one before it is done, so that the
-        requests that arrive meanwhile are computed between them (a large inspection request does not hold
-        the model for its whole length), and nothing more is queued once the request fails or is gone."""
+    async def run_in_turn(self, tasks: Sequence[Task], timing: Timing | None = None) -> list[Any]:
+        """The one result of each task (none batched), each queued only once the one before it is done, so that
+        the requests that arrive meanwhile are computed between them (the slices of a large inspection request
+        do not hold the model for its whole length), and nothing more is queued once the request fails or is
+        gone."""
         results = []
-        for compute in computations:
+        for task in tasks:
+            assert not task.batched, "run_in_turn takes tasks that run alone"
             part = Timing()
-            (result,) = await self.inspect([compute], part)
+            (result,) = await self.run(task, part)
             results.append(result)
             if timing is not None:
                 timing.queue_s += part.queue_s
@@ -284,7 +234,7 @@ class WorkQueue:
     # ---- the inference thread's side ----
 
     def take(self, timeout: float | None = None) -> list[Entry] | None:
-        """The next pass: one inspection entry, or embedding entries up to the budget (and, with several
+        """The next pass: one entry that runs alone, or entries of one batched kind up to the budget (and, with several
         lanes, up to the fair share). Call ``finished`` with its length once it is computed.
 
         Blocks until there is work; returns [] if ``timeout`` seconds pass first, None once the queue is
@@ -336,7 +286,7 @@ class WorkQueue:
         deadline = time.monotonic() + self.balance_wait
         while self._computing and self._entries and not self._closed and not self._paused:
             queued = len(self._entries)
-            if isinstance(self._entries[0], InspectEntry) or queued >= (self._computing + queued) // self.lanes:
+            if not self._entries[0].batched or queued >= (self._computing + queued) // self.lanes:
                 return
             left = deadline - time.monotonic()
             if left <= 0:
@@ -348,7 +298,7 @@ class WorkQueue:
         deadline = time.monotonic() + self.max_wait
         while len(self._entries) < self.max_batch_size and not self._closed:
             left = deadline - time.monotonic()
-            if left <= 0 or self._paused or not self._entries or isinstance(self._entries[0], InspectEntry):
+            if left <= 0 or self._paused or not self._entries or not self._entries[0].batched:
                 return  # (another worker may have taken every entry meanwhile)
             self._condition.wait(left)
 
@@ -365,12 +315,12 @@ class WorkQueue:
                 entries.popleft()
                 dropped += 1
                 continue
-            if isinstance(entry, InspectEntry):
+            if not entry.batched:
                 if not batch:
                     batch.append(entries.popleft())
                 break
-            if batch and type(entry) is not type(batch[0]):
-                break  # embedding and classification entries take passes of their own
+            if batch and entry.kind != batch[0].kind:
+                break  # each batched kind (embedding, classification) takes passes of its own
             longest_with = max(longest, entry.tokens)
             if batch and longest_with * (len(batch) + 1) > self.max_batch_tokens:
                 break

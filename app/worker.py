@@ -1,5 +1,8 @@
 """The inference threads: each takes a pass of entries from the queue, runs it on the model, answers each entry.
 
+A pass holds entries of one task kind (app/messages.py), and runs through the model's method for that kind
+(``PASSES``): the one place where a kind meets the model.
+
 One thread per compute lane for each model (app/compute.py), so that a model may compute as many passes at
 once as there are lanes, and the event loop never waits on it; the passes themselves run on the lanes,
 where all of the service's torch work runs. A failure stays with the requests it concerns: a pass that
@@ -16,18 +19,37 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any
 
 from app.compute import COMPUTE
 from app.errors import InferenceFailed
-from app.work_queue import ClassifyEntry, EmbedEntry, Entry, InspectEntry, Scores, Ticket, WorkQueue, settle
+from app.messages import TaskKind
+from app.work_queue import Entry, Ticket, WorkQueue, settle
 from model import TextEncoder
 from model.tokenizer import TokenSequence
 
 logger = logging.getLogger(__name__)
 
 IDLE_INTERVAL_S = 2.0  # the idle hook runs at most this often, and only after work
-B = TypeVar("B", EmbedEntry, ClassifyEntry)  # entries that share passes
+
+# What a pass of each task kind runs: the model's method for it, given the pass's texts and options (for a
+# batched kind one option a text, for another kind the task's one option), returning one result a text for a
+# batched kind and a list of the task's one result otherwise.
+Pass = Callable[[TextEncoder, Sequence[TokenSequence], Any], list[Any]]
+PASSES: dict[TaskKind, Pass] = {
+    "embed": lambda model, texts, specs: model.embed_encodings(texts, specs),
+    "classify": lambda model, texts, _: model.scores(texts),
+    "attention": lambda model, texts, selection: [model.attention(texts[0], selection)],
+    "neuron": lambda model, texts, choice: [model.neuron(texts[0], choice.layer, choice.head)],
+    "head_statistics": lambda model, texts, marks: [model.head_statistics(texts, marks.separators, marks.punctuation)],
+    "explain": lambda model, _, inputs: [model.explain(inputs.source, inputs.texts, inputs.skip)],
+    "positions": lambda model, _, query: [model.position_encoding(query)],
+}
+
+
+def compute(model: TextEncoder, kind: TaskKind, texts: Sequence[TokenSequence], options: Any) -> list[Any]:
+    """One pass of one kind (on a compute lane)."""
+    return PASSES[kind](model, texts, options)
 
 
 def malloc_trim() -> Callable[[], None] | None:
@@ -116,12 +138,10 @@ class Worker:
                     continue
                 worked = True
                 try:
-                    if isinstance(entries[0], InspectEntry):
-                        self._inspect(entries[0])
-                    elif isinstance(entries[0], ClassifyEntry):
-                        self._classify(entries)  # type: ignore[arg-type]
+                    if entries[0].batched:
+                        self._batched(entries)
                     else:
-                        self._embed(entries)  # type: ignore[arg-type]
+                        self._alone(entries[0])
                 finally:
                     self.queue.finished(len(entries))
             except BaseException:  # a bug outside the model: fail what is left of the pass, keep the thread
@@ -138,54 +158,40 @@ class Worker:
         except Exception:
             logger.exception("the idle hook failed")
 
-    def _embed(self, entries: Sequence[EmbedEntry]) -> None:
+    def _batched(self, entries: Sequence[Entry]) -> None:
+        """Texts of one batched kind from any number of requests, in one pass."""
         started = time.perf_counter()
         for ticket in _tickets(entries):
             ticket.start(started)
+        texts, options = [e.texts[0] for e in entries], [e.options for e in entries]
         try:
             results = COMPUTE.run(
-                self.model.embed_encodings,
-                [e.encoding for e in entries],
-                [e.spec for e in entries],
-                spread=self.queue.alone(entries),
+                compute, self.model, entries[0].kind, texts, options, spread=self.queue.alone(entries)
             )
         except Exception:
             with self._lock:
                 self.stats.failed_passes += 1
-            self._retry_alone(entries, self._embed)
-            return
-        seconds = time.perf_counter() - started
-        self._count(entries, seconds)
-        settle([entry.ticket for entry, result in zip(entries, results) if entry.ticket.set(entry.index, result)])
-
-    def _classify(self, entries: Sequence[ClassifyEntry]) -> None:
-        started = time.perf_counter()
-        for ticket in _tickets(entries):
-            ticket.start(started)
-        try:
-            scores = COMPUTE.run(classify, self.model, [e.encoding for e in entries], spread=self.queue.alone(entries))
-        except Exception:
-            with self._lock:
-                self.stats.failed_passes += 1
-            self._retry_alone(entries, self._classify)
+            self._retry_alone(entries, self._batched)
             return
         self._count(entries, time.perf_counter() - started)
-        settle([entry.ticket for entry, row in zip(entries, scores) if entry.ticket.set(entry.index, row)])
+        settle([entry.ticket for entry, result in zip(entries, results) if entry.ticket.set(entry.index, result)])
 
-    def _inspect(self, entry: InspectEntry) -> None:
-        """An inspection entry is a pass of its own: a failure is its request's alone (the queue then drops the
-        request's other entries unseen)."""
+    def _alone(self, entry: Entry) -> None:
+        """A task of a kind that runs alone is a pass of its own: a failure is its request's alone (the queue then
+        drops the request's other entries unseen)."""
         entry.ticket.start(time.perf_counter())
         try:
-            result = COMPUTE.run(entry.compute, self.model, spread=self.queue.alone([entry]))
+            (result,) = COMPUTE.run(
+                compute, self.model, entry.kind, entry.texts, entry.options, spread=self.queue.alone([entry])
+            )
         except Exception:
-            logger.exception("an inspection pass failed: its request gets a 503")
+            logger.exception("a %s pass failed: its request gets a 503", entry.kind)
             entry.ticket.fail(InferenceFailed("the model failed to compute this request"))
             return
         if entry.ticket.set(entry.index, result):
             settle([entry.ticket])
 
-    def _retry_alone(self, entries: Sequence[B], run: Callable[[Sequence[B]], None]) -> None:
+    def _retry_alone(self, entries: Sequence[Entry], run: Callable[[Sequence[Entry]], None]) -> None:
         """A pass failed: run each request's entries alone, so that one bad request fails only itself."""
         tickets = _tickets(entries)
         if len(tickets) == 1:
@@ -198,7 +204,7 @@ class Worker:
         for ticket in tickets:
             run([entry for entry in entries if entry.ticket is ticket])
 
-    def _count(self, entries: Sequence[EmbedEntry] | Sequence[ClassifyEntry], seconds: float) -> None:
+    def _count(self, entries: Sequence[Entry], seconds: float) -> None:
         rows, longest = len(entries), max(entry.tokens for entry in entries)
         real = sum(entry.tokens for entry in entries)
         with self._lock:
@@ -217,13 +223,6 @@ class Worker:
         stats.compute_seconds += seconds
         stats.pass_sizes.append(rows)
         del stats.pass_sizes[:-1000]
-
-
-def classify(model: TextEncoder, encodings: Sequence[TokenSequence]) -> list[Scores]:
-    """Each text's logits and probabilities, from one pass (on the compute thread)."""
-    logits = model.classify(encodings)  # (B, labels); the routes send these entries to models that score
-    probabilities = model.probabilities(logits)  # (B, labels)
-    return [Scores(*row) for row in zip(logits.cpu().numpy(), probabilities.cpu().numpy())]
 
 
 def _tickets(entries: Sequence[Entry]) -> list[Ticket]:

@@ -12,7 +12,15 @@ from model.encoder import (
 )
 from model.heads import HeadConfig, SequenceClassificationHead
 from model.inspection import AttentionSelection, IndexOutOfRange, attention_rollout, resolve_indices, select_attention
-from model.loader import DEFAULT_MODEL_NAME, EmbeddingSpec, TextEmbedding, TextEncoder, default_model_path
+from model.loader import (
+    DEFAULT_MODEL_NAME,
+    EmbeddingSpec,
+    PositionQuery,
+    Scores,
+    TextEmbedding,
+    TextEncoder,
+    default_model_path,
+)
 from model.pooling import PoolingConfig, normalize, pool, sentence_embeddings
 from model.tokenizer import Batch, TextTokenizer, Token, TooManyTokensError
 from model.weights import load_weights
@@ -22,6 +30,8 @@ __all__ = [
     "SequenceClassificationHead",
     "AttentionSelection",
     "EmbeddingSpec",
+    "PositionQuery",
+    "Scores",
     "IndexOutOfRange",
     "TextEmbedding",
     "attention_rollout",

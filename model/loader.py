@@ -16,14 +16,28 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tokenizers import Encoding
 from torch import Tensor
 
-from model.config import DECODERS, EncoderConfig
-from model.encoder import HEAD_STEP_ARRAYS, Encoder, EncoderOutput, HeadSteps, relative_position_buckets
+from model.config import DECODERS, EncoderConfig, RopeScaling
+from model.encoder import (
+    HEAD_STEP_ARRAYS,
+    Encoder,
+    EncoderOutput,
+    HeadSteps,
+    relative_position_buckets,
+    rotary_angles,
+    sinusoidal_positional_encoding,
+)
 from model.graphs import GPU_PASS_TOKENS, GraphedPass
 from model.heads import YES_NO, HeadConfig, LanguageModelHead, SequenceClassificationHead
-from model.inspection import AttentionSelection, head_statistics, merge_words, norm_weighted, select_attention
+from model.inspection import (
+    AttentionSelection,
+    explain_similarity,
+    head_statistics,
+    merge_words,
+    norm_weighted,
+    select_attention,
+)
 from model.pooling import Pooling, PoolingConfig, sentence_embeddings
 from model.tokenizer import Batch, TextTokenizer, TokenSequence
 from model.weights import checkpoint_dtype, load_head, load_language_model_rows, read_encoder
@@ -171,6 +185,26 @@ class TextEmbedding:
     tokens: np.ndarray | None = None  # (T, D) float32, the text's own tokens only (no padding)
 
 
+@dataclass(frozen=True)
+class Scores:
+    """What a classification pass gives one text (or pair)."""
+
+    logits: np.ndarray  # (labels,) float32
+    probabilities: np.ndarray  # (labels,): softmax, or a sigmoid per label (multi-label heads, cross-encoders)
+
+
+@dataclass(frozen=True)
+class PositionQuery:
+    """A positional encoding to compute: the seeds' sinusoid, the model's learned table, rotary angles (with a
+    scaling where the model's own are asked for), or the relative-position buckets of query i and key j."""
+
+    kind: str  # "sinusoidal", "learned", "rotary" or "relative"
+    length: int
+    d_model: int = 0  # the sinusoid's width, the rotary head width; unused for the model's own tables
+    base: float = 10000.0
+    scaling: RopeScaling | None = None
+
+
 PassGraph = Callable[[Tensor, Tensor, Tensor], Tensor]  # (input ids, mask, segments) (B, T) → last hidden state
 
 
@@ -278,6 +312,35 @@ class TextEncoder:
         else:
             rows = self.encoder.relative_index(length, cpu)
         return rows.numpy()
+
+    @torch.inference_mode()
+    def position_encoding(self, query: PositionQuery) -> np.ndarray:
+        """A positional encoding (see PositionQuery): (length, d_model) float32; rotary (length, d_model / 2); the
+        learned table (length, E); relative (length, length) int64."""
+        if query.kind == "learned":
+            table = self.encoder.embeddings.position_table()
+            if table is None:
+                raise ValueError(f"model {self.name!r} has no position table")
+            return table[: query.length].detach().float().cpu().numpy()
+        if query.kind == "relative":
+            return self.relative_positions(query.length)
+        if query.kind == "rotary":
+            return rotary_angles(query.length, query.d_model, query.base, scaling=query.scaling).numpy()
+        return sinusoidal_positional_encoding(query.length, query.d_model, query.base).numpy()
+
+    def explain(self, source: np.ndarray, texts: Sequence[np.ndarray], skip: int) -> list[tuple[np.ndarray, str]]:
+        """Each text's token-by-token contributions to its cosine with the source, from the final token vectors
+        (n, D) of the source and (m, D) of each text, and the method's name (explain_similarity); through the
+        Dense modules after pooling where the model has them. One text at a time: memory stays flat."""
+        a = torch.from_numpy(source)  # (n, D)
+        project = self.project_tokens if self.pooling.dense else None
+        explained = []
+        for vectors in texts:
+            contributions, method = explain_similarity(
+                a, torch.from_numpy(vectors), self.pooling.mode, project, (skip, skip)
+            )  # (n, m)
+            explained.append((contributions.numpy().astype(np.float32), method))
+        return explained
 
     @torch.inference_mode()
     def project_tokens(self, vectors: Tensor) -> Tensor:
@@ -569,7 +632,7 @@ class TextEncoder:
         ]
 
     @torch.inference_mode()
-    def attention(self, encoding: Encoding, selection: AttentionSelection) -> np.ndarray:
+    def attention(self, encoding: TokenSequence, selection: AttentionSelection) -> np.ndarray:
         """The selected attention maps of one tokenised text, float32, (L, H', T, T) or, merged into words,
         (L, H', W, W); see select_attention, norm_weighted and merge_words.
 
@@ -630,6 +693,12 @@ class TextEncoder:
             last = attention_mask.sum(1) - 1  # (B,): the last real token (the padding is on the right)
             answers = self.reranker(hidden[torch.arange(hidden.size(0), device=hidden.device), last]).float()  # (B, 2)
             return (answers[:, 0] - answers[:, 1]).unsqueeze(1)  # (B, 1): yes − no
+
+    def scores(self, encodings: Sequence[TokenSequence]) -> list[Scores]:
+        """Each text's logits and probabilities, from one pass (``classify`` and ``probabilities``)."""
+        logits = self.classify(encodings)  # (B, labels)
+        probabilities = self.probabilities(logits)  # (B, labels)
+        return [Scores(*row) for row in zip(logits.cpu().numpy(), probabilities.cpu().numpy())]
 
     def probabilities(self, logits: Tensor) -> Tensor:
         """The scores of ``classify``'s logits: the classification head's (softmax, or sigmoids), or the sigmoid of

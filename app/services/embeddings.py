@@ -9,6 +9,7 @@ import numpy as np
 from tokenizers import Encoding
 
 from app.errors import InvalidRequest
+from app.messages import Task
 from app.registry import ServedModel
 from app.schemas import (
     Embedding,
@@ -87,7 +88,7 @@ class Embeddings:
             skip=skip,
         )
         encodings = await served.tokens.encode(texts, truncate=request.truncate, param="texts")
-        results = await served.queue.embed(encodings, spec, timing)
+        results = await served.queue.run(Task("embed", encodings, spec), timing)
         sentences = np.stack([result.sentence for result in results])  # (B, D)
         if request.dimensions is not None:
             sentences = keep_dimensions(sentences, request.dimensions, normalize_again=request.normalize)
@@ -171,7 +172,7 @@ class Embeddings:
                     name = f"input[{error.position}]" if single else f"input[{index}][{error.position}]"
                     raise InvalidRequest(name, str(error)) from None
         spec = EmbeddingSpec(layer=model.config.n_layers, pooling=model.pooling.mode, normalize=True, skip=skip)
-        results = await served.queue.embed(encodings, spec, timing)
+        results = await served.queue.run(Task("embed", encodings, spec), timing)
         sentences = np.stack([result.sentence for result in results])  # (B, D)
         if request.dimensions is not None:
             sentences = keep_dimensions(sentences, request.dimensions)

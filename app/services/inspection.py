@@ -3,7 +3,7 @@ texts similar, and how it encodes positions."""
 
 from __future__ import annotations
 
-import functools
+import asyncio
 import math
 import unicodedata
 import warnings
@@ -12,11 +12,10 @@ from dataclasses import replace
 from typing import Any, Literal
 
 import numpy as np
-import torch
 from tokenizers import Encoding
 
-from app.compute import COMPUTE
 from app.errors import InvalidRequest
+from app.messages import ExplainInputs, HeadChoice, KeyMarks, Task
 from app.registry import ServedModel
 from app.schemas import (
     AttentionRequest,
@@ -41,14 +40,12 @@ from model import (
     AttentionSelection,
     EmbeddingSpec,
     IndexOutOfRange,
-    TextEmbedding,
-    TextEncoder,
+    PositionQuery,
     TextTokenizer,
     resolve_indices,
-    sinusoidal_positional_encoding,
 )
-from model.encoder import HEAD_STEP_ARRAYS, rotary_angles
-from model.inspection import HEAD_STATISTICS, explain_similarity
+from model.encoder import HEAD_STEP_ARRAYS
+from model.inspection import HEAD_STATISTICS
 
 
 def statistics_slices(lengths: Sequence[int], per_token_squared: int, slice_values: int) -> list[list[int]]:
@@ -89,39 +86,11 @@ def key_marks(encodings: Sequence[Encoding], texts: Sequence[str]) -> tuple[np.n
     return separators, punctuation
 
 
-def _head_statistics(encodings: Sequence[Encoding], texts: Sequence[str], model: TextEncoder) -> np.ndarray:
-    """One slice's statistics, on the inference thread (the key marks too, off the event loop)."""
-    return model.head_statistics(encodings, *key_marks(encodings, texts))
-
-
-def explain_all(
-    results: Sequence[TextEmbedding],
-    model: TextEncoder,
-    source: Encoding,
-    encodings: Sequence[Encoding],
-    skip: int,
-) -> list[Explanation]:
-    """Each text's explanation against the source (results[0]), one text at a time: memory stays flat."""
-    source_vectors = results[0].tokens
-    assert source_vectors is not None
-    a = torch.from_numpy(source_vectors)  # (n, D)
-    project = model.project_tokens if model.pooling.dense else None
-    explanations = []
-    for result, encoding in zip(results[1:], encodings):
-        assert result.tokens is not None
-        contributions, method = explain_similarity(
-            a, torch.from_numpy(result.tokens), model.pooling.mode, project, (skip, skip)
-        )  # (n, m)
-        explanations.append(
-            construct(
-                Explanation,
-                source_tokens=list(source.tokens),
-                tokens=list(encoding.tokens),
-                contributions=contributions.numpy().astype(np.float32),
-                method=method,
-            )
-        )
-    return explanations
+def statistics_task(encodings: Sequence[Encoding], texts: Sequence[str]) -> Task:
+    """One slice of the head statistics as a task: its texts and which of their keys are separators and
+    punctuation."""
+    separators, punctuation = key_marks(encodings, texts)
+    return Task("head_statistics", encodings, KeyMarks(separators, punctuation))
 
 
 def resolve(values: list[int] | None, count: int, param: str) -> tuple[int, ...]:
@@ -167,7 +136,7 @@ class Inspection:
                 f"tokens), more than the limit of {limit:,}: select fewer layers or heads, use aggregate 'mean', "
                 f"send a shorter text{hint}",
             )
-        weights = await served.queue.attention(encoding, selection, timing)
+        (weights,) = await served.queue.run(Task("attention", [encoding], selection), timing)
         if request.decimals is not None:
             weights = np.round(weights, request.decimals)
         tokens = [word.text for word in words] if words is not None else list(encoding.tokens)
@@ -203,7 +172,7 @@ class Inspection:
         (encoding,) = await served.attention_tokens.encode(
             [request.text], [request.text_pair], truncate=request.truncate, param="text", indexed=False
         )
-        (steps,) = await served.queue.inspect([lambda model: model.neuron(encoding, layer, head)], timing)
+        (steps,) = await served.queue.run(Task("neuron", [encoding], HeadChoice(layer, head)), timing)
         arrays = {name: getattr(steps, name).numpy() for name in HEAD_STEP_ARRAYS}
         response = construct(
             NeuronResponse,
@@ -237,11 +206,10 @@ class Inspection:
                 "send fewer or shorter texts, or split them over several requests and average the results",
             )
         slices = statistics_slices(lengths, per_text, settings.inspection_slice_values)
-        computations = [
-            functools.partial(_head_statistics, [encodings[i] for i in rows], [request.texts[i] for i in rows])
-            for rows in slices
-        ]
-        parts = await served.queue.inspect_in_turn(computations, timing)
+        tasks = await asyncio.to_thread(  # the key marks, a Python loop over the tokens, off the event loop
+            lambda: [statistics_task([encodings[i] for i in rows], [request.texts[i] for i in rows]) for rows in slices]
+        )
+        parts = await served.queue.run_in_turn(tasks, timing)
         per_text_statistics = np.concatenate(parts, axis=1)  # (S, N, L, H), the texts in slice order
         with warnings.catch_warnings():  # a statistic no text has (to_next of one-token texts) stays NaN → null
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -292,12 +260,23 @@ class Inspection:
             token_vectors=request.explain,
             skip=skip,
         )
-        results = await served.queue.embed([source_encoding, *encodings], spec, timing)
+        results = await served.queue.run(Task("embed", [source_encoding, *encodings], spec), timing)
         sentences = np.stack([result.sentence for result in results])  # (1 + N, D), unit length
         scores = sentences[1:] @ sentences[0]  # (N,)
         explanations = None
         if request.explain:
-            explanations = await COMPUTE.run_async(explain_all, results, model, source_encoding, encodings, skip)
+            inputs = ExplainInputs(results[0].tokens, tuple(result.tokens for result in results[1:]), skip)
+            (explained,) = await served.queue.run(Task("explain", options=inputs), timing)
+            explanations = [
+                construct(
+                    Explanation,
+                    source_tokens=list(source_encoding.tokens),
+                    tokens=list(encoding.tokens),
+                    contributions=contributions,
+                    method=method,
+                )
+                for encoding, (contributions, method) in zip(encodings, explained, strict=True)
+            ]
         data = []
         for index, score in enumerate(scores):
             item: dict[str, Any] = {"index": index, "score": float(score)}
@@ -328,8 +307,7 @@ class Inspection:
                 )
             if length > table.size(0):
                 raise InvalidRequest("length", f"must be at most {table.size(0)}, the model's positions, got {length}")
-            rows = table[:length]
-            encoding = await COMPUTE.run_async(lambda: rows.detach().float().cpu().numpy())  # (length, E)
+            (encoding,) = await served.queue.run(Task("positions", options=PositionQuery(kind, length)))  # (length, E)
             response = construct(
                 PositionalEncodingResponse,
                 kind=kind,
@@ -352,7 +330,9 @@ class Inspection:
                 raise InvalidRequest(
                     "length", f"length² = {length * length:,} is more than the limit of {settings.pe_max_values:,}"
                 )
-            matrix = await COMPUTE.run_async(model.relative_positions, length)  # (length, length) int64
+            (matrix,) = await served.queue.run(
+                Task("positions", options=PositionQuery(kind, length))
+            )  # (length, length)
             response = construct(
                 PositionalEncodingResponse,
                 kind=kind,
@@ -384,11 +364,8 @@ class Inspection:
             )
         if not (math.isfinite(base) and base > 1):
             raise InvalidRequest("base", f"must be a finite number greater than 1, got {base}")
-        if rotary:
-            table = await COMPUTE.run_async(functools.partial(rotary_angles, scaling=scaling), length, d_model, base)
-        else:
-            table = await COMPUTE.run_async(sinusoidal_positional_encoding, length, d_model, base)
-        encoding = table.numpy()
+        query = PositionQuery(kind, length, d_model, base, scaling)
+        (encoding,) = await served.queue.run(Task("positions", options=query))
         response = construct(
             PositionalEncodingResponse, kind=kind, length=length, d_model=d_model, base=base, encoding=encoding
         )

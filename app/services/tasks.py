@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from app.errors import InvalidRequest
+from app.messages import Task
 from app.registry import ServedModel
 from app.schemas import (
     Classified,
@@ -73,7 +74,7 @@ class Tasks:
             encodings = await served.tokens.encode(
                 queries, request.documents, truncate=request.truncate, param="documents"
             )
-        scored = await served.queue.classify(encodings, timing)
+        scored = await served.queue.run(Task("classify", encodings), timing)
         scores = np.array([(row.logits if request.raw_scores else row.probabilities)[0] for row in scored])  # (B,)
         order = np.argsort(-scores, kind="stable")[: request.top_n]
         results = [
@@ -127,7 +128,9 @@ class Tasks:
         self.embeddings.check_batch(len(request.texts))
         pairs = second_segments(request.texts, request.text_pair)
         encodings = await served.tokens.encode(request.texts, pairs, truncate=request.truncate, param="texts")
-        probabilities = np.stack([row.probabilities for row in await served.queue.classify(encodings, timing)])
+        probabilities = np.stack(
+            [row.probabilities for row in await served.queue.run(Task("classify", encodings), timing)]
+        )
         labels = head.head.labels
         data = []
         for index, row in enumerate(probabilities):

@@ -16,7 +16,6 @@ import torch
 
 from app.compute import COMPUTE, ComputeLanes
 from app.registry import compute_lanes
-from app.services import inspection
 from app.settings import Settings
 from model import TextEncoder
 from tests.helpers import serving, write_tiny_model
@@ -39,10 +38,9 @@ async def test_loading_passes_inspection_and_tables_run_on_the_compute_lanes(
         write_tiny_model(tmp_path / "cls", head="sequence-classification", num_labels=3), device="cpu", name="cls"
     )
     threads: list[tuple[str, bool]] = []
-    for method in ("warm_up", "embed_encodings", "classify", "attention", "head_statistics", "neuron"):
+    methods = ("warm_up", "embed_encodings", "classify", "attention", "head_statistics", "neuron", "explain")
+    for method in (*methods, "position_encoding"):
         monkeypatch.setattr(model, method, recording(threads, method, getattr(model, method)))
-    for function in ("sinusoidal_positional_encoding", "rotary_angles", "explain_similarity"):
-        monkeypatch.setattr(inspection, function, recording(threads, function, getattr(inspection, function)))
 
     async with serving(Settings(), model) as service:
         client = service.client
@@ -57,22 +55,14 @@ async def test_loading_passes_inspection_and_tables_run_on_the_compute_lanes(
         ]:
             response = await client.post(path, json=body)
             assert response.status_code == 200, (path, response.text)
-        for query in ("kind=sinusoidal&length=64&d_model=32", "kind=rotary&length=16", "kind=learned&length=8"):
+        queries = ("kind=sinusoidal&length=64&d_model=32", "kind=rotary&length=16", "kind=learned&length=8")
+        for query in queries:
             response = await client.get(f"/positional-encoding?{query}")
             assert response.status_code == 200, (query, response.text)
 
-    called = {name for name, _ in threads}
-    assert called == {
-        "warm_up",
-        "embed_encodings",
-        "classify",
-        "attention",
-        "head_statistics",
-        "neuron",
-        "sinusoidal_positional_encoding",
-        "rotary_angles",
-        "explain_similarity",
-    }
+    called = [name for name, _ in threads]
+    assert set(called) == set(methods) | {"position_encoding"}
+    assert called.count("position_encoding") == len(queries)
     elsewhere = sorted({name for name, on_a_lane in threads if not on_a_lane})
     assert elsewhere == [], f"torch work off the compute lanes: {elsewhere}"
 

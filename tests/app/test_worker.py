@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
@@ -15,6 +15,7 @@ import pytest
 from tokenizers import Encoding
 
 from app.errors import InferenceFailed, InvalidRequest
+from app.messages import KeyMarks, Task
 from app.settings import Settings
 from app.tokenization import Tokenization
 from app.work_queue import QueueClosed, WorkQueue
@@ -59,6 +60,16 @@ def encode(model: TextEncoder, texts: list[str]) -> list[Encoding]:
     return model.tokenizer.encode(texts)
 
 
+def embed(queue: WorkQueue, encodings: list[Encoding]) -> Coroutine[Any, Any, list[Any]]:
+    """A request's texts to embed (SPEC), as the services queue them."""
+    return queue.run(Task("embed", encodings, SPEC))
+
+
+async def attention(queue: WorkQueue, encoding: Encoding, selection: AttentionSelection) -> np.ndarray:
+    (maps,) = await queue.run(Task("attention", [encoding], selection))
+    return maps
+
+
 @pytest.mark.parametrize(
     ("max_batch_size", "max_batch_tokens"),
     [
@@ -75,7 +86,7 @@ async def test_passes_keep_to_their_size_and_token_limits(
     try:
         texts = [" ".join(["the quick brown fox"] * n) for n in (1, 5, 2, 8, 1, 3, 3, 1, 6, 2, 4, 1)]
         with queue.paused():
-            requests = [asyncio.ensure_future(queue.embed(encode(tiny_model, [t]), SPEC)) for t in texts]
+            requests = [asyncio.ensure_future(embed(queue, encode(tiny_model, [t]))) for t in texts]
             await wait_until(lambda: queue.pending() == len(texts))
         results = await asyncio.gather(*requests)
         lengths = [len(e.ids) for e in encode(tiny_model, texts)]
@@ -100,9 +111,7 @@ class Queued:
     async def put(self, n: int, taken: bool = False) -> None:
         """Queue ``n`` requests; wait until they are queued, or with ``taken`` until a waiting lane took them."""
         before = self.queue.pending()
-        self.requests += [
-            asyncio.ensure_future(self.queue.embed(encode(self.model, ["a text"]), SPEC)) for _ in range(n)
-        ]
+        self.requests += [asyncio.ensure_future(embed(self.queue, encode(self.model, ["a text"]))) for _ in range(n)]
         await wait_until(lambda: self.queue.pending() == (0 if taken else before + n))
 
     async def one_pass_of_four_computing(self) -> None:
@@ -213,8 +222,8 @@ async def test_a_failing_pass_fails_only_the_request_that_breaks_it(tiny_model: 
         good = [["the quick brown fox"], ["a lazy dog", "the cat sat"], ["hello world"]]
         bad = ["the mat", f"a {POISON} text"]
         with queue.paused():
-            requests = [asyncio.ensure_future(queue.embed(encode(tiny_model, t), SPEC)) for t in good]
-            poisoned = asyncio.ensure_future(queue.embed(encode(tiny_model, bad), SPEC))
+            requests = [asyncio.ensure_future(embed(queue, encode(tiny_model, t))) for t in good]
+            poisoned = asyncio.ensure_future(embed(queue, encode(tiny_model, bad)))
             await wait_until(lambda: queue.pending() == 6)
         for texts, request in zip(good, requests, strict=True):
             result = await request
@@ -226,7 +235,7 @@ async def test_a_failing_pass_fails_only_the_request_that_breaks_it(tiny_model: 
         assert failing.passes == [6, 1, 2, 1, 2]  # the merged pass, then each request alone
         assert worker.stats.failed_passes == 2  # the merged pass and the poisoned request's own
         # The thread survived: later work is answered.
-        after = await queue.embed(encode(tiny_model, ["the quick brown fox"]), SPEC)
+        after = await embed(queue, encode(tiny_model, ["the quick brown fox"]))
         np.testing.assert_allclose(after[0].sentence, tiny_model.embed(["the quick brown fox"]).numpy()[0], atol=1e-5)
         assert worker.alive()
     finally:
@@ -239,8 +248,8 @@ async def test_a_failing_attention_pass_fails_its_request_and_the_thread_goes_on
     try:
         selection = AttentionSelection(layers=(0, 1), heads=(0,))
         with pytest.raises(InferenceFailed):
-            await queue.attention(encode(tiny_model, [POISON])[0], selection)
-        maps = await queue.attention(encode(tiny_model, ["the cat"])[0], selection)
+            await attention(queue, encode(tiny_model, [POISON])[0], selection)
+        maps = await attention(queue, encode(tiny_model, ["the cat"])[0], selection)
         assert maps.shape == (2, 1, 4, 4)
         np.testing.assert_allclose(maps.sum(-1), 1.0, atol=1e-5)
         assert worker.alive()
@@ -248,38 +257,65 @@ async def test_a_failing_attention_pass_fails_its_request_and_the_thread_goes_on
         worker.stop()
 
 
+class SlicedModel:
+    """The tiny model, whose head statistics record the name of each slice they are asked for (``slices``), raise
+    for the slice "bad 0", and wait for ``release`` on the slice "first"."""
+
+    def __init__(self, model: TextEncoder) -> None:
+        self.model = model
+        self.calls: list[str] = []
+        self.names: dict[int, str] = {}  # id of a slice's texts → its name
+        self.release = threading.Event()
+        self.release.set()
+
+    def slices(self, *names: str) -> list[Task]:
+        """One head-statistics task a name, each of one short text."""
+        tasks = []
+        for name in names:
+            encodings = self.model.tokenizer.encode(["the cat"])
+            self.names[id(encodings)] = name
+            marks = np.zeros((1, len(encodings[0].ids)), dtype=bool)
+            tasks.append(Task("head_statistics", encodings, KeyMarks(marks, marks)))
+        return tasks
+
+    def embed_encodings(self, encodings, specs):
+        self.calls.append("embed")
+        return self.model.embed_encodings(encodings, specs)
+
+    def head_statistics(self, encodings, separators, punctuation):
+        name = self.names[id(encodings)]
+        self.calls.append(name)
+        if name == "bad 0":
+            raise RuntimeError("the kernel failed")
+        if name == "first":
+            assert self.release.wait(30)
+        return self.model.head_statistics(encodings, separators, punctuation)
+
+
 async def test_inspection_slices_run_between_other_passes_and_a_failing_slice_fails_only_its_request(
     tiny_model: TextEncoder,
 ) -> None:
-    """Inspection requests of several slices each, an embedding request queued between them: every entry is
-    computed in arrival order, and when one slice raises, that request gets a 503 and its remaining slices
-    are never computed, while the others are answered."""
+    """Inspection requests of several slices each (queued in turn), an embedding request queued between them:
+    the passes take turns, and when one slice raises, that request gets a 503 and its remaining slices are never
+    computed, while the others are answered."""
     queue = WorkQueue()
-    worker = Worker(queue, tiny_model)
-    calls: list[str] = []
-
-    def slice_(name: str, fail: bool = False):
-        def compute(model: TextEncoder) -> str:
-            calls.append(name)
-            if fail:
-                raise RuntimeError("the kernel failed")
-            return name
-
-        return compute
-
+    sliced = SlicedModel(tiny_model)
+    worker = Worker(queue, sliced)  # type: ignore[arg-type]
     try:
         with queue.paused():
-            good = asyncio.ensure_future(queue.inspect([slice_("good 0"), slice_("good 1")]))
-            embedded = asyncio.ensure_future(queue.embed(encode(tiny_model, ["a", "b"]), SPEC))
-            bad = asyncio.ensure_future(queue.inspect([slice_("bad 0", fail=True), slice_("bad 1")]))
-            await wait_until(lambda: queue.pending() == 6)
-        assert await good == ["good 0", "good 1"]
+            good = asyncio.ensure_future(queue.run_in_turn(sliced.slices("good 0", "good 1")))
+            embedded = asyncio.ensure_future(embed(queue, encode(tiny_model, ["a", "b"])))
+            bad = asyncio.ensure_future(queue.run_in_turn(sliced.slices("bad 0", "bad 1")))
+            await wait_until(lambda: queue.pending() == 4)
+        parts = await good
+        assert [part.shape[1] for part in parts] == [1, 1]  # each slice's statistics, one text each
         assert len(await embedded) == 2
         with pytest.raises(InferenceFailed):
             await bad
-        assert calls == ["good 0", "good 1", "bad 0"]  # the failed request's second slice was dropped
-        assert worker.stats.pass_sizes == [2]  # the embedding pass ran between the two requests' slices
-        assert await queue.inspect([slice_("after")]) == ["after"]
+        # in arrival order; the good request's second slice queued once its first was done; the failed request's
+        # second slice never queued
+        assert sliced.calls == ["good 0", "embed", "bad 0", "good 1"]
+        assert len(await queue.run_in_turn(sliced.slices("after"))) == 1
         assert worker.alive()
     finally:
         worker.stop()
@@ -289,29 +325,20 @@ async def test_slices_inspected_in_turn_let_requests_that_arrive_meanwhile_go_fi
     """A large inspection request (its slices queued one after the other) does not hold the model for its
     whole length: a request arriving while its first slice computes is computed before its second."""
     queue = WorkQueue()
-    worker = Worker(queue, tiny_model)
-    release = threading.Event()
-    passes_seen: list[int] = []
-
-    def first(model: TextEncoder) -> str:
-        release.wait(30)
-        return "first"
-
-    def second(model: TextEncoder) -> str:
-        passes_seen.append(len(worker.stats.pass_sizes))  # embedding passes computed so far
-        return "second"
-
+    sliced = SlicedModel(tiny_model)
+    sliced.release.clear()
+    worker = Worker(queue, sliced)  # type: ignore[arg-type]
     try:
-        inspection = asyncio.ensure_future(queue.inspect_in_turn([first, second]))
-        await wait_until(lambda: queue.pending() == 0)  # the first slice is computing
-        arriving = asyncio.ensure_future(queue.embed(encode(tiny_model, ["a late request"]), SPEC))
+        inspection = asyncio.ensure_future(queue.run_in_turn(sliced.slices("first", "second")))
+        await wait_until(lambda: sliced.calls == ["first"])  # the first slice is computing
+        arriving = asyncio.ensure_future(embed(queue, encode(tiny_model, ["a late request"])))
         await wait_until(lambda: queue.pending() == 1)
-        release.set()
-        assert await inspection == ["first", "second"]
+        sliced.release.set()
+        assert len(await inspection) == 2
         assert len(await arriving) == 1
-        assert passes_seen == [1], "the request that arrived during the first slice ran before the second"
+        assert sliced.calls == ["first", "embed", "second"], "the request that came meanwhile ran before the second"
     finally:
-        release.set()
+        sliced.release.set()
         worker.stop()
 
 
@@ -321,13 +348,13 @@ async def test_an_attention_entry_runs_alone_between_embedding_passes(tiny_model
     try:
         selection = AttentionSelection(layers=(1,), heads=(0, 1))
         with queue.paused():
-            before = asyncio.ensure_future(queue.embed(encode(tiny_model, ["a", "b"]), SPEC))
-            attention = asyncio.ensure_future(queue.attention(encode(tiny_model, ["the dog"])[0], selection))
-            after = asyncio.ensure_future(queue.embed(encode(tiny_model, ["c"]), SPEC))
+            before = asyncio.ensure_future(embed(queue, encode(tiny_model, ["a", "b"])))
+            maps = asyncio.ensure_future(attention(queue, encode(tiny_model, ["the dog"])[0], selection))
+            after = asyncio.ensure_future(embed(queue, encode(tiny_model, ["c"])))
             await wait_until(lambda: queue.pending() == 4)
-        await asyncio.gather(before, attention, after)
+        await asyncio.gather(before, maps, after)
         assert worker.stats.pass_sizes == [2, 1]  # the attention entry cut the embedding entries in two
-        assert (await attention).shape == (1, 2, 4, 4)
+        assert (await maps).shape == (1, 2, 4, 4)
     finally:
         worker.stop()
 
@@ -338,8 +365,8 @@ async def test_entries_of_a_request_that_is_gone_are_never_computed(tiny_model: 
     worker = Worker(queue, tiny_model)
     try:
         with queue.paused():
-            kept = asyncio.ensure_future(queue.embed(encode(tiny_model, ["kept"]), SPEC))
-            gone = asyncio.ensure_future(queue.embed(encode(tiny_model, ["x", "y", "z"]), SPEC))
+            kept = asyncio.ensure_future(embed(queue, encode(tiny_model, ["kept"])))
+            gone = asyncio.ensure_future(embed(queue, encode(tiny_model, ["x", "y", "z"])))
             await wait_until(lambda: queue.pending() == 4)
             gone.cancel()
             await asyncio.sleep(0)
@@ -354,7 +381,7 @@ async def test_the_worker_finishes_queued_work_when_stopped_then_refuses_more(ti
     worker = Worker(queue, tiny_model)
     with queue.paused():
         requests = [
-            asyncio.ensure_future(queue.embed(encode(tiny_model, ["the quick brown fox"] * 3), SPEC)) for _ in range(5)
+            asyncio.ensure_future(embed(queue, encode(tiny_model, ["the quick brown fox"] * 3))) for _ in range(5)
         ]
         await wait_until(lambda: queue.pending() == 15)
         stopping = asyncio.ensure_future(asyncio.to_thread(worker.stop))
@@ -362,7 +389,7 @@ async def test_the_worker_finishes_queued_work_when_stopped_then_refuses_more(ti
     await stopping
     assert [len(r) for r in results] == [3] * 5 and not worker.alive()
     with pytest.raises(QueueClosed):
-        await queue.embed(encode(tiny_model, ["late"]), SPEC)
+        await embed(queue, encode(tiny_model, ["late"]))
 
 
 async def test_the_idle_hook_runs_once_the_queue_has_emptied_after_work(
@@ -374,7 +401,7 @@ async def test_the_idle_hook_runs_once_the_queue_has_emptied_after_work(
     worker = Worker(queue, tiny_model, on_idle=idle.set)
     try:
         assert not await asyncio.to_thread(idle.wait, 0.3)  # no work yet: nothing to hand back
-        await queue.embed(encode(tiny_model, ["work"]), SPEC)
+        await embed(queue, encode(tiny_model, ["work"]))
         assert await asyncio.to_thread(idle.wait, 5)
     finally:
         worker.stop()
