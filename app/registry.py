@@ -23,7 +23,7 @@ from app.settings import Settings
 from app.tokenization import Tokenization
 from app.work_queue import WorkQueue
 from app.worker import Worker
-from model import DEFAULT_MODEL_NAME, TextEncoder, default_model_path
+from model import DEFAULT_MODEL_NAME, ModelCard, TextEncoder, default_model_path
 from model.graphs import GPU_PASS_TOKENS
 from model.loader import resolve_device
 
@@ -58,7 +58,7 @@ class ServedModel:
         """Wrap a loaded model: its tokenisation stages, its queue, and its inference threads (started)."""
         # Inspection may look at texts longer than the embeddings are made for (all-MiniLM-L6-v2: 256 tokens for
         # sentence-transformers, 512 positions): up to the position table, when the setting asks for it.
-        limit = min(settings.max_attention_tokens or model.max_tokens, model.encoder.embeddings.max_length)
+        limit = min(settings.max_attention_tokens or model.max_tokens, model.config.position_limit)
         attention_tokenizer = model.tokenizer if limit == model.max_tokens else model.tokenizer.with_max_tokens(limit)
         queue = WorkQueue(
             max_batch_tokens=settings.max_batch_tokens or pass_tokens(model),
@@ -75,6 +75,11 @@ class ServedModel:
             queue=queue,
             worker=Worker(queue, model, on_pass=metrics.observe_batch, name=f"inference-{name}", threads=COMPUTE.lanes),
         )
+
+    @property
+    def card(self) -> ModelCard:
+        """What the services need of the model: its config, tokenizer, pooling, prompts and heads (no weights)."""
+        return self.model
 
     @property
     def max_attention_tokens(self) -> int:

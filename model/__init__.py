@@ -1,5 +1,6 @@
 """A transformer encoder in PyTorch: BERT-family encoders, DeBERTa, decoder embedders (all-MiniLM-L6-v2 by default)."""
 
+from model.card import DEFAULT_MODEL_NAME, ModelCard, default_model_path
 from model.config import EncoderConfig
 from model.encoder import (
     Encoder,
@@ -12,15 +13,7 @@ from model.encoder import (
 )
 from model.heads import HeadConfig, SequenceClassificationHead
 from model.inspection import AttentionSelection, IndexOutOfRange, attention_rollout, resolve_indices, select_attention
-from model.loader import (
-    DEFAULT_MODEL_NAME,
-    EmbeddingSpec,
-    PositionQuery,
-    Scores,
-    TextEmbedding,
-    TextEncoder,
-    default_model_path,
-)
+from model.loader import EmbeddingSpec, PositionQuery, Scores, TextEmbedding, TextEncoder
 from model.pooling import PoolingConfig, normalize, pool, sentence_embeddings
 from model.tokenizer import Batch, TextTokenizer, Token, TooManyTokensError
 from model.weights import load_weights
@@ -30,6 +23,7 @@ __all__ = [
     "SequenceClassificationHead",
     "AttentionSelection",
     "EmbeddingSpec",
+    "ModelCard",
     "PositionQuery",
     "Scores",
     "IndexOutOfRange",

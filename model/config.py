@@ -213,6 +213,19 @@ class EncoderConfig:
         return self.embedding_size or self.d_model
 
     @property
+    def learned_positions(self) -> bool:
+        """Whether a learned position table is added to the tokens (BERT, RoBERTa, MPNet; DeBERTa's optional one)."""
+        learned = self.position_embedding in ("learned", "learned_offset", "relative_buckets")
+        return learned or (self.position_embedding == "disentangled" and self.absolute_positions)
+
+    @property
+    def position_limit(self) -> int:
+        """The longest text the positions allow: the table's length, less the padding index + 1 where positions
+        count from there (RoBERTa, MPNet)."""
+        offset = self.position_embedding in ("learned_offset", "relative_buckets")
+        return self.max_positions - (self.pad_token_id + 1 if offset else 0)
+
+    @property
     def causal(self) -> bool:
         return self.attention == "causal"
 

@@ -189,6 +189,12 @@ def log_bucket_positions(length: int, buckets: int, max_position: int, device: t
     return torch.where(distance <= middle, relative.type_as(logarithmic), logarithmic * sign).long()
 
 
+def relative_embedding_rows(length: int, span: int, max_position: int, device: torch.device) -> Tensor:
+    """DeBERTa's row of its 2S relative embeddings for query i and key j: δ(i, j) + S, clamped. (T, T) int64."""
+    delta = log_bucket_positions(length, span, max_position, device)  # (T, T)
+    return (delta + span).clamp(0, 2 * span - 1)
+
+
 @dataclass(frozen=True)
 class Packing:
     """Where the real tokens of a padded (B, T) batch sit, so that per-token work skips the padding.
@@ -539,8 +545,7 @@ class Embeddings(nn.Module):
         self.segment = nn.Embedding(config.type_vocab_size, E) if config.type_vocab_size > 0 else None
         self.norm = norm(config, E) if config.embedding_norm else None
         self.position: nn.Embedding | None = None
-        learned = config.position_embedding in ("learned", "learned_offset", "relative_buckets")
-        if learned or (config.position_embedding == "disentangled" and config.absolute_positions):
+        if config.learned_positions:
             self.position = nn.Embedding(config.max_positions, E)
         elif config.position_embedding == "sinusoidal":
             # Computed once and kept with the module (not a weight: nothing to load).
@@ -549,7 +554,7 @@ class Embeddings(nn.Module):
         self.project = nn.Linear(E, config.d_model) if config.d_model != E else None
         # Positions count from the padding index + 1 (RoBERTa, MPNet), so fewer of them fit.
         self.offset = config.position_embedding in ("learned_offset", "relative_buckets")
-        self.max_length = config.max_positions - (config.pad_token_id + 1 if self.offset else 0)
+        self.max_length = config.position_limit
         self.two_segments = config.type_vocab_size > 1  # else every token takes segment 0 (RoBERTa's one row)
 
     def position_table(self) -> Tensor | None:
@@ -644,10 +649,8 @@ class Encoder(nn.Module):
         return in_dtype(self.relative_bias, dtype)(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, H, T, T)
 
     def relative_index(self, length: int, device: torch.device) -> Tensor:
-        """DeBERTa's row of the relative embeddings for query i and key j: δ(i, j) + S, clamped. (T, T) int64."""
-        span = self.config.relative_buckets
-        delta = log_bucket_positions(length, span, self.config.relative_max_distance, device)  # (T, T)
-        return (delta + span).clamp(0, 2 * span - 1)
+        """DeBERTa's row of the relative embeddings for query i and key j (relative_embedding_rows). (T, T)"""
+        return relative_embedding_rows(length, self.config.relative_buckets, self.config.relative_max_distance, device)
 
     def shared(self, attention_mask: Tensor, causal: bool = False, dtype: torch.dtype | None = None) -> Shared:
         """What every layer of a pass shares (``Shared``), for a (B, T) padding mask."""

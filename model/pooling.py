@@ -42,26 +42,24 @@ DENSE_ACTIVATIONS: dict[str, type[nn.Module]] = {
 KNOWN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")  # of modules.json; any other is refused
 
 
-class Dense(nn.Module):
-    """A sentence-transformers Dense module: activation(W x + b), on the pooled vector."""
+@dataclass(frozen=True)
+class DenseSpec:
+    """A sentence-transformers Dense module as its config.json describes it (no weights)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, activation: str) -> None:
-        super().__init__()
-        self.linear = nn.Linear(in_features, out_features, bias=bias)
-        self.activation_name = activation
-        self.activation = DENSE_ACTIVATIONS[activation]()
+    directory: Path = field(compare=False)  # where its config.json and weights are
+    in_features: int
+    out_features: int
+    bias: bool
+    activation: str  # a key of DENSE_ACTIVATIONS
 
     @property
     def affine(self) -> bool:
         """Without an activation: the module maps a mean of vectors to the mean of their images."""
-        return isinstance(self.activation, nn.Identity)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.activation(self.linear(x))  # (…, out_features)
+        return DENSE_ACTIVATIONS[self.activation] is nn.Identity
 
     @classmethod
-    def read(cls, directory: Path) -> Dense:
-        """A Dense module's directory: config.json and model.safetensors (``linear.weight``, ``linear.bias``)."""
+    def read(cls, directory: Path) -> DenseSpec:
+        """A Dense module's config.json; ValueError for what is not served."""
         st = _json(directory / "config.json")
         if st.get("use_residual") or st.get("module_input_name", "sentence_embedding") != "sentence_embedding":
             raise ValueError(f"{directory}: only Dense modules on the sentence embedding, without residual, are served")
@@ -71,10 +69,28 @@ class Dense(nn.Module):
                 f"{directory}: unsupported activation_function {activation!r} "
                 f"(supported: {', '.join(DENSE_ACTIVATIONS)})"
             )
-        weights = directory / "model.safetensors"
-        if not weights.is_file():
+        if not (directory / "model.safetensors").is_file():
             raise ValueError(f"{directory} has no model.safetensors (weights in other formats are not read)")
-        dense = cls(int(st["in_features"]), int(st["out_features"]), bool(st.get("bias", True)), activation)
+        return cls(directory, int(st["in_features"]), int(st["out_features"]), bool(st.get("bias", True)), activation)
+
+
+class Dense(nn.Module):
+    """A sentence-transformers Dense module: activation(W x + b), on the pooled vector."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, activation: str) -> None:
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features, bias=bias)
+        self.activation_name = activation
+        self.activation = DENSE_ACTIVATIONS[activation]()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.activation(self.linear(x))  # (…, out_features)
+
+    @classmethod
+    def load(cls, spec: DenseSpec) -> Dense:
+        """The module with its weights, from its directory's model.safetensors (``linear.weight``, ``linear.bias``)."""
+        weights = spec.directory / "model.safetensors"
+        dense = cls(spec.in_features, spec.out_features, spec.bias, spec.activation)
         with safe_open(str(weights), framework="pt", device="cpu") as checkpoint:
             names = checkpoint.keys()
             tensors = {name: checkpoint.get_tensor(name) for name in names}
@@ -94,16 +110,16 @@ class PoolingConfig:
     mode: Pooling = "mean"  # how token vectors become the sentence vector
     normalize: bool = True  # L2-normalise the sentence vector
     include_prompt: bool = True  # False: a prompt's tokens are left out of the pooling (sentence-transformers)
-    dense: tuple[Dense, ...] = field(default=(), compare=False)  # Dense modules after pooling, in order
+    dense: tuple[DenseSpec, ...] = ()  # the Dense modules after pooling, in order (their weights: Dense.load)
 
     @property
     def affine(self) -> bool:
         """Whether every Dense module is affine (none, or none with an activation)."""
-        return all(module.affine for module in self.dense)
+        return all(spec.affine for spec in self.dense)
 
     def dimension(self, width: int) -> int:
         """The sentence vector's width for token vectors of ``width``: the last Dense module's output."""
-        return self.dense[-1].linear.out_features if self.dense else width
+        return self.dense[-1].out_features if self.dense else width
 
     @classmethod
     def from_model_dir(cls, model_dir: Path) -> PoolingConfig:
@@ -114,7 +130,7 @@ class PoolingConfig:
         pooling_dirs = [path for kind, path in modules if kind == "Pooling"] or ["1_Pooling"]
         path = model_dir / pooling_dirs[0] / "config.json"
         mode, include_prompt = _pooling(path) if path.is_file() else ("mean", True)
-        dense = tuple(Dense.read(model_dir / path) for kind, path in modules if kind == "Dense")
+        dense = tuple(DenseSpec.read(model_dir / path) for kind, path in modules if kind == "Dense")
         return cls(mode=mode, include_prompt=include_prompt, dense=dense)
 
 

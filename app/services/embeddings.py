@@ -72,7 +72,7 @@ class Embeddings:
             raise InvalidRequest(param, f"at most {self.max_batch_texts} texts per request, got {n_texts}")
 
     async def encode(self, served: ServedModel, request: EncodeRequest, timing: Timing | None = None) -> Reply:
-        model = served.model
+        model = served.card
         self.check_batch(len(request.texts))
         try:
             layer = model.resolve_layer(request.layer)
@@ -127,7 +127,7 @@ class Embeddings:
         model does not have, or for both ``prompt`` and ``prompt_name``."""
         if prompt is not None and prompt_name is not None:
             raise InvalidRequest("prompt", "give prompt or prompt_name, not both")
-        model = served.model
+        model = served.card
         try:
             before = model.prompt(prompt_name, prompt)
         except KeyError:
@@ -147,7 +147,7 @@ class Embeddings:
     ) -> Reply:
         """OpenAI's /v1/embeddings: the model's pooled, normalised embeddings; texts truncated, token ids as
         they are."""
-        model = served.model
+        model = served.card
         self.check_dimensions(request.dimensions, model.dimension)
         inputs = request.input
         encodings: list[TokenSequence]

@@ -14,7 +14,7 @@ def limits(served: ServedModel, settings: Settings) -> Limits:
     return Limits(
         **from_settings
         | {
-            "max_tokens_per_text": served.model.max_tokens,
+            "max_tokens_per_text": served.card.max_tokens,
             "max_attention_tokens": served.max_attention_tokens,
             "max_batch_tokens": served.queue.max_batch_tokens,
         }
@@ -22,10 +22,10 @@ def limits(served: ServedModel, settings: Settings) -> Limits:
 
 
 def info(served: ServedModel, settings: Settings) -> InfoResponse:
-    model, config = served.model, served.model.config
+    card, config, model = served.card, served.card.config, served.model
     return InfoResponse(
         model=served.name,
-        path=str(model.path),
+        path=str(card.path),
         architecture=Architecture(
             layers=config.n_layers,
             heads=config.n_heads,
@@ -37,21 +37,21 @@ def info(served: ServedModel, settings: Settings) -> InfoResponse:
             family=config.family,
             position_encoding=config.position_embedding,
             activation=config.activation,
-            pooling=model.pooling.mode,
-            normalize=model.pooling.normalize,
+            pooling=card.pooling.mode,
+            normalize=card.pooling.normalize,
             attention=config.attention,
             kv_heads=config.kv_heads,
             head_dim=config.head_dim,
             norm=config.norm,
             sliding_window=config.local_window or None,
             local_layers=list(config.local_layers),
-            dimension=model.dimension,
+            dimension=card.dimension,
         ),
         device=str(model.device),
         dtype=str(model.dtype).removeprefix("torch."),
         weights_dtype=str(model.weights_dtype or model.dtype).removeprefix("torch."),
         explicit_weights_dtype=str(model.explicit_dtype).removeprefix("torch."),
-        rerank=model.scores_method,
+        rerank=card.scores_method,
         limits=limits(served, settings),
         auth=bool(settings.api_keys),
         version=__version__,

@@ -112,7 +112,7 @@ class Inspection:
         self, served: ServedModel, request: AttentionRequest, timing: Timing | None = None, binary: bool = False
     ) -> Reply:
         """The selected maps; with ``binary`` as a NumPy .npz archive, under its own, larger bound."""
-        config = served.model.config
+        config = served.card.config
         (encoding,) = await served.attention_tokens.encode(
             [request.text], [request.text_pair], truncate=request.truncate, param="text", indexed=False
         )
@@ -166,7 +166,7 @@ class Inspection:
 
     async def neuron(self, served: ServedModel, request: NeuronRequest, timing: Timing | None = None) -> Reply:
         """One head of one layer, step by step (the seeds' computation on the real weights)."""
-        config = served.model.config
+        config = served.card.config
         (layer,) = resolve([request.layer], config.n_layers, "layer")
         (head,) = resolve([request.head], config.n_heads, "head")
         (encoding,) = await served.attention_tokens.encode(
@@ -193,7 +193,7 @@ class Inspection:
         of at most ``inspection_slice_values`` attention weights, each one pass of the explicit path."""
         settings = self.settings
         self.embeddings.check_batch(len(request.texts))
-        config = served.model.config
+        config = served.card.config
         encodings = await served.attention_tokens.encode(request.texts, truncate=request.truncate, param="texts")
         per_text = config.n_layers * config.n_heads  # attention weights per token² of a text
         lengths = [len(encoding.ids) for encoding in encodings]
@@ -229,7 +229,7 @@ class Inspection:
         ``explain`` each score split into source token × text token contributions (explain_similarity)."""
         settings = self.settings
         self.embeddings.check_batch(len(request.texts))
-        model = served.model
+        model = served.card
         # Dense modules after pooling go through a weighted sum whose weights sum to 1 only where they are affine
         # (no activation), and not through a max or a sum scaled by √n
         pooled_apart = model.pooling.mode in ("max", "mean_sqrt_len_tokens")
@@ -296,23 +296,23 @@ class Inspection:
         d_model: int | None,
         base: float | None,
     ) -> Reply:
-        model, config, settings = served.model, served.model.config, self.settings
+        model, config, settings = served.card, served.card.config, self.settings
         if kind == "learned":
-            table = model.encoder.embeddings.position_table()
+            table = model.position_table
             if table is None:
                 raise InvalidRequest(
                     "kind",
                     f"model {served.name!r} has no position table: its positions are {config.position_embedding} "
                     f"(ask for kind={'rotary' if config.position_embedding == 'rotary' else 'relative'})",
                 )
-            if length > table.size(0):
-                raise InvalidRequest("length", f"must be at most {table.size(0)}, the model's positions, got {length}")
+            if length > table[0]:
+                raise InvalidRequest("length", f"must be at most {table[0]}, the model's positions, got {length}")
             (encoding,) = await served.queue.run(Task("positions", options=PositionQuery(kind, length)))  # (length, E)
             response = construct(
                 PositionalEncodingResponse,
                 kind=kind,
                 length=length,
-                d_model=int(table.size(1)),
+                d_model=table[1],
                 base=None,
                 encoding=encoding,
             )

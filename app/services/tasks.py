@@ -22,28 +22,28 @@ from app.schemas import (
 from app.serialization import construct
 from app.services.embeddings import Embeddings, second_segments, usage
 from app.work_queue import Timing
-from model import SequenceClassificationHead
+from model import HeadConfig
 from model.heads import YES_NO
 from model.tokenizer import TokenIds, TokenSequence
 
 
-def head_of(served: ServedModel, task: str, labels: int | None = None) -> SequenceClassificationHead:
+def head_of(served: ServedModel, task: str, labels: int | None = None) -> HeadConfig:
     """The model's classification head, or a 422 naming the model when it cannot do the task."""
-    head = served.model.classifier
+    head = served.card.head
     if head is None:
         raise InvalidRequest("model", f"model {served.name!r} has no classification head, so it cannot {task}")
-    if labels is not None and len(head.head.labels) != labels:
+    if labels is not None and len(head.labels) != labels:
         raise InvalidRequest(
-            "model", f"model {served.name!r} has {len(head.head.labels)} outputs; to {task} it needs {labels}"
+            "model", f"model {served.name!r} has {len(head.labels)} outputs; to {task} it needs {labels}"
         )
     return head
 
 
 def rerank_method(served: ServedModel) -> str:
     """How the model scores pairs (``TextEncoder.scores_method``), or a 422 naming the model when it cannot."""
-    method = served.model.scores_method
+    method = served.card.scores_method
     if method is None:
-        if served.model.classifier is not None:
+        if served.card.head is not None:
             head_of(served, "rerank", labels=1)  # the 422 that names its number of outputs
         raise InvalidRequest(
             "model",
@@ -94,7 +94,7 @@ class Tasks:
         """Each document in the yes/no template with the query and instruction (``YES_NO``), tokenised with no
         special token beyond those the template writes: the fixed prefix and suffix kept whole, the document cut
         where the whole is too long (with ``truncate``; else a 422 naming it)."""
-        model = served.model
+        model = served.card
         instruction = request.instruction if request.instruction is not None else YES_NO.instruction
         head = YES_NO.head(instruction, request.query)
         middles = [head + document for document in request.documents]
@@ -131,7 +131,7 @@ class Tasks:
         probabilities = np.stack(
             [row.probabilities for row in await served.queue.run(Task("classify", encodings), timing)]
         )
-        labels = head.head.labels
+        labels = head.labels
         data = []
         for index, row in enumerate(probabilities):
             order = np.argsort(-row, kind="stable")[: request.top_k]

