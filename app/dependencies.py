@@ -24,7 +24,7 @@ async def get_registry(request: Request) -> ModelRegistry:
         raise NotReady(f"the model failed to load: {reason}" if reason else "the model is still loading")
     stopped = registry.stopped()
     if stopped:  # never expected: then /health fails too, and an orchestrator restarts the process
-        raise NotReady(f"the inference thread of {', '.join(stopped)} has stopped")
+        raise NotReady(f"{', '.join(stopped)} has stopped")
     return registry
 
 

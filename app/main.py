@@ -29,7 +29,7 @@ from app.errors import install_error_handlers
 from app.logs import configure_logging
 from app.metrics import Metrics
 from app.middleware import BodySizeLimit, OneWriteResponses, RequestLog
-from app.registry import ModelRegistry, load_registry
+from app.registry import ModelRegistry, front_end_registry, load_registry
 from app.responding import Responder
 from app.routes import attention, embeddings, openai_compat, positional_encoding, service, tasks, tokenize, viewer
 from app.services.embeddings import Embeddings
@@ -63,6 +63,7 @@ def create_app(
     settings: Settings | None = None,
     models: Mapping[str, TextEncoder] | None = None,
     on_load_failure: Callable[[str], None] | None = None,
+    engine: str | None = None,
 ) -> FastAPI:
     """The application.
 
@@ -70,6 +71,9 @@ def create_app(
     configures logging and exits the process if a model cannot load. Tests pass their own settings,
     already-loaded ``models``, and ``on_load_failure`` (by default, for them, /health then reports the
     reason as 503 ``not_ready``).
+
+    With ``engine`` (the path of an engine's socket, app/serve.py) the app is a front end: it reads each model's
+    card (no weights) and sends the models' work to the engine.
     """
     if settings is None:
         bound_kernel_caches()  # the server process, before any model is loaded
@@ -82,7 +86,10 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async def load() -> None:
             try:
-                registry = await asyncio.to_thread(load_registry, settings, metrics, models)
+                if engine is not None:
+                    registry = await front_end_registry(settings, engine)
+                else:
+                    registry = await asyncio.to_thread(load_registry, settings, metrics, models)
             except Exception as error:
                 message = str(error)
                 if on_load_failure is not None:

@@ -6,6 +6,7 @@ The models come from ``ENCODER_MODELS`` (name=directory entries, the first the d
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 import torch
 
 from app.compute import COMPUTE, TORCH_THREADS
+from app.engine import EngineClient, EngineQueue, ModelFacts
 from app.errors import ModelNotFound
 from app.metrics import Metrics
 from app.settings import Settings
@@ -41,14 +43,17 @@ class ModelLoadError(RuntimeError):
 
 @dataclass
 class ServedModel:
-    """One loaded model and everything that serves it."""
+    """One served model and everything that serves it: in the process that computes, the loaded model, its queue
+    and its inference threads; in a front end, its card and the engine's queue (app/engine.py)."""
 
     name: str
-    model: TextEncoder
+    card: ModelCard  # what the services need of the model (no weights)
     tokens: Tokenization  # for /encode and /tokenize: up to the model's maximum tokens
     attention_tokens: Tokenization  # for /attention: up to max_attention_tokens
-    queue: WorkQueue
-    worker: Worker
+    queue: WorkQueue | EngineQueue
+    facts: ModelFacts  # where and how it computes
+    model: TextEncoder | None = None  # the loaded model, where this process computes
+    worker: Worker | None = None
     created: int = field(default_factory=lambda: int(time.time()))  # when it was loaded (unix seconds)
 
     @classmethod
@@ -58,8 +63,6 @@ class ServedModel:
         """Wrap a loaded model: its tokenisation stages, its queue, and its inference threads (started)."""
         # Inspection may look at texts longer than the embeddings are made for (all-MiniLM-L6-v2: 256 tokens for
         # sentence-transformers, 512 positions): up to the position table, when the setting asks for it.
-        limit = min(settings.max_attention_tokens or model.max_tokens, model.config.position_limit)
-        attention_tokenizer = model.tokenizer if limit == model.max_tokens else model.tokenizer.with_max_tokens(limit)
         queue = WorkQueue(
             max_batch_tokens=settings.max_batch_tokens or pass_tokens(model),
             max_batch_size=settings.max_batch_size,
@@ -67,19 +70,41 @@ class ServedModel:
             on_drop=metrics.dropped_texts.inc,
             lanes=COMPUTE.lanes,
         )
+        facts = ModelFacts(
+            device=str(model.device),
+            dtype=str(model.dtype).removeprefix("torch."),
+            weights_dtype=str(model.weights_dtype or model.dtype).removeprefix("torch."),
+            explicit_weights_dtype=str(model.explicit_dtype).removeprefix("torch."),
+            max_batch_tokens=queue.max_batch_tokens,
+        )
+        worker = Worker(queue, model, on_pass=metrics.observe_batch, name=f"inference-{name}", threads=COMPUTE.lanes)
+        return cls.serving(name, model, settings, executor, queue, facts, model=model, worker=worker)
+
+    @classmethod
+    def serving(
+        cls,
+        name: str,
+        card: ModelCard,
+        settings: Settings,
+        executor: ThreadPoolExecutor,
+        queue: WorkQueue | EngineQueue,
+        facts: ModelFacts,
+        **loaded: object,
+    ) -> ServedModel:
+        """A model's tokenisation stages around its queue."""
+        # Inspection may look at texts longer than the embeddings are made for (all-MiniLM-L6-v2: 256 tokens for
+        # sentence-transformers, 512 positions): up to the position table, when the setting asks for it.
+        limit = min(settings.max_attention_tokens or card.max_tokens, card.config.position_limit)
+        attention_tokenizer = card.tokenizer if limit == card.max_tokens else card.tokenizer.with_max_tokens(limit)
         return cls(
             name=name,
-            model=model,
-            tokens=Tokenization(model.tokenizer, executor),
+            card=card,
+            tokens=Tokenization(card.tokenizer, executor),
             attention_tokens=Tokenization(attention_tokenizer, executor),
             queue=queue,
-            worker=Worker(queue, model, on_pass=metrics.observe_batch, name=f"inference-{name}", threads=COMPUTE.lanes),
+            facts=facts,
+            **loaded,  # type: ignore[arg-type]
         )
-
-    @property
-    def card(self) -> ModelCard:
-        """What the services need of the model: its config, tokenizer, pooling, prompts and heads (no weights)."""
-        return self.model
 
     @property
     def max_attention_tokens(self) -> int:
@@ -87,18 +112,22 @@ class ServedModel:
 
     def close(self) -> None:
         """Finish the queued work and stop the inference threads."""
-        self.worker.stop()
+        if self.worker is not None:
+            self.worker.stop()
 
 
 class ModelRegistry:
     """Served models by name; the first is the default."""
 
-    def __init__(self, models: list[ServedModel], executor: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, models: list[ServedModel], executor: ThreadPoolExecutor, engine: EngineClient | None = None
+    ) -> None:
         if not models:
             raise ValueError("a registry needs at least one model")
         self._models = {served.name: served for served in models}
         self.default = models[0]
         self._executor = executor
+        self.engine = engine  # in a front end: the connection to the engine that computes
 
     def get(self, name: str | None = None) -> ServedModel:
         """The model of that name (404 model_not_found if none); the default for None."""
@@ -117,8 +146,10 @@ class ModelRegistry:
         return iter(self._models.values())
 
     def stopped(self) -> list[str]:
-        """Names of the models whose inference threads have stopped (they should never, short of shutdown)."""
-        return [served.name for served in self if not served.worker.alive()]
+        """What has stopped that should not, short of shutdown: a model's inference threads, or the engine."""
+        if self.engine is not None and not self.engine.connected:
+            return ["the engine"]
+        return [f"the inference thread of {s.name}" for s in self if s.worker is not None and not s.worker.alive()]
 
     def queued(self) -> int:
         """Entries waiting in every model's queue."""
@@ -126,8 +157,9 @@ class ModelRegistry:
 
     def seconds_per_text(self) -> float | None:
         """The recent compute cost of one text, over every model (None before any was computed)."""
-        texts = sum(served.worker.stats.texts for served in self)
-        seconds = sum(served.worker.stats.compute_seconds for served in self)
+        workers = [served.worker for served in self if served.worker is not None]
+        texts = sum(worker.stats.texts for worker in workers)
+        seconds = sum(worker.stats.compute_seconds for worker in workers)
         return seconds / texts if texts else None
 
     def close(self) -> None:
@@ -199,23 +231,46 @@ def load_registry(
         executor.shutdown(wait=False)
         raise
     for model_served in served:  # one sample per model
-        model = model_served.model
+        card, facts = model_served.card, model_served.facts
         metrics.model.labels(model_served.name).info(
             {
-                "device": str(model.device),
-                "dtype": str(model.dtype).removeprefix("torch."),
-                "weights_dtype": str(model.weights_dtype or model.dtype).removeprefix("torch."),
-                "layers": str(model.config.n_layers),
-                "heads": str(model.config.n_heads),
-                "hidden_size": str(model.config.d_model),
-                "max_tokens": str(model.max_tokens),
+                "device": facts.device,
+                "dtype": facts.dtype,
+                "weights_dtype": facts.weights_dtype,
+                "layers": str(card.config.n_layers),
+                "heads": str(card.config.n_heads),
+                "hidden_size": str(card.config.d_model),
+                "max_tokens": str(card.max_tokens),
             }
         )
-    gpus = {model_served.model.device for model_served in served if model_served.model.device.type == "cuda"}
+    gpus = {
+        model_served.model.device
+        for model_served in served
+        if model_served.model is not None and model_served.model.device.type == "cuda"
+    }
     if gpus:
         metrics.watch_gpu(sorted(gpus, key=str))
     settle_heap()
     return ModelRegistry(served, executor)
+
+
+async def front_end_registry(settings: Settings, engine: str) -> ModelRegistry:
+    """A front end's models: each one's card read from its directory (no weights), its work sent to the engine
+    listening on the socket ``engine``. Raises ModelLoadError naming a model whose card cannot be read."""
+    client = EngineClient(engine)
+    await client.start()
+    facts = await client.describe()
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
+    served = []
+    for name, directory in model_sources(settings):
+        try:
+            card = await asyncio.to_thread(ModelCard.read, directory, name, settings.max_tokens_per_text)
+        except Exception as error:
+            raise ModelLoadError(name, Path(directory), error) from error
+        queue = EngineQueue(client, name, facts[name], settings.request_timeout_s)
+        served.append(ServedModel.serving(name, card, settings, executor, queue, facts[name]))
+    settle_heap()
+    return ModelRegistry(served, executor, engine=client)
 
 
 def compute_lanes(settings: Settings, threads: int = TORCH_THREADS) -> int:

@@ -99,6 +99,13 @@ class Settings(BaseSettings):
         description="forward passes computed at once, each on its share of torch's threads (one that runs alone "
         "takes them all); unset: 3 on a CPU where torch has 2 threads, 2 where it has 3, else 1",
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="front-end processes (HTTP, validation, tokenisation, serialisation) around one engine process "
+        "that holds the models, under `python -m app.serve`; 1: one process does everything",
+    )
     batch_wait_ms: float = Field(
         0.0,
         ge=0,

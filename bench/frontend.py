@@ -146,13 +146,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--env", nargs="*", default=[], help="NAME=value settings for the service")
+    parser.add_argument(
+        "--supervised", action="store_true", help="serve as python -m app.serve (ENCODER_WORKERS front ends, an engine)"
+    )
     args = parser.parse_args()
     model = write_tiny_bert(Path(tempfile.mkdtemp(prefix="frontend-")) / "tiny")
     env = {"ENCODER_MODEL_DIR": str(model), **dict(item.split("=", 1) for item in args.env)}
     processes: list[subprocess.Popen] = []
     try:
         service_port, route_port = free_port(), free_port()
-        processes.append(start_service(service_port, env, quiet=True))
+        processes.append(start_service(service_port, env, quiet=True, supervised=args.supervised))
         processes.append(start_route(route_port))
         servers = {
             "service": (processes[0].pid, service_port),

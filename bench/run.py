@@ -226,17 +226,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_service(port: int, env: dict[str, str], checkout: Path = ROOT, quiet: bool = False) -> subprocess.Popen:
+def start_service(
+    port: int, env: dict[str, str], checkout: Path = ROOT, quiet: bool = False, supervised: bool = False
+) -> subprocess.Popen:
     """The service of ``checkout`` (``-m`` puts it first on the path: its app/ and model/ are the ones served),
-    on 127.0.0.1:``port``, once ready; ``quiet`` drops its output."""
+    on 127.0.0.1:``port``, once ready; ``quiet`` drops its output; ``supervised``: as ``python -m app.serve``
+    (ENCODER_WORKERS front ends around an engine)."""
     output = subprocess.DEVNULL if quiet else None
+    server = ["app.serve"] if supervised else ["uvicorn", "--factory", "app.main:create_app"]
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "uvicorn",
-            "--factory",
-            "app.main:create_app",
+            *server,
             "--host",
             "127.0.0.1",
             "--port",

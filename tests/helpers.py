@@ -26,6 +26,8 @@ from app.admission import Admission
 from app.main import create_app
 from app.registry import ServedModel
 from app.settings import Settings
+from app.work_queue import WorkQueue
+from app.worker import Worker
 from model import TextEncoder
 
 # ---- tiny random-weight models ----
@@ -204,7 +206,7 @@ def free_port() -> int:
 
 
 def start_server(
-    env: dict[str, str] | None = None, timeout: float = 120.0, port: int | None = None
+    env: dict[str, str] | None = None, timeout: float = 120.0, port: int | None = None, supervised: bool = False
 ) -> tuple[subprocess.Popen, str]:
     """Start the service with extra environment variables; return it and its URL once /health is 200.
 
@@ -212,22 +214,13 @@ def start_server(
     Its output goes to a file (``server_log(process)``), never a pipe: a pipe nobody reads fills up and
     blocks the server at its next log line. It runs on the CPU in float32 unless ``env`` says otherwise, also where
     a GPU or AMX is present: these tests check float32's numbers and a CPU's timing (the GPU's own:
-    tests/app/test_gpu.py).
+    tests/app/test_gpu.py). ``supervised``: as ``python -m app.serve`` (ENCODER_WORKERS front ends and an engine).
     """
     port = port or free_port()
     log = tempfile.NamedTemporaryFile(prefix="encoder-service-", suffix=".log", delete=False)
+    server = ["app.serve"] if supervised else ["uvicorn", "--factory", "app.main:create_app"]
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "app.main:create_app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
+        [sys.executable, "-m", *server, "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "ENCODER_DEVICE": "cpu", "ENCODER_DTYPE": "float32", **(env or {})},
         stdout=log,
@@ -272,3 +265,21 @@ def running_server(env: dict[str, str] | None = None, timeout: float = 120.0) ->
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def local_queue(served: ServedModel) -> WorkQueue:
+    """The queue of a model computed in this process (not a front end's way to an engine)."""
+    assert isinstance(served.queue, WorkQueue), "the model is computed in another process"
+    return served.queue
+
+
+def local_worker(served: ServedModel) -> Worker:
+    """The inference threads of a model computed in this process."""
+    assert served.worker is not None, "the model is computed in another process"
+    return served.worker
+
+
+def local_model(served: ServedModel) -> TextEncoder:
+    """The loaded model, where this process computes it."""
+    assert served.model is not None, "the model is computed in another process"
+    return served.model

@@ -16,13 +16,13 @@ def limits(served: ServedModel, settings: Settings) -> Limits:
         | {
             "max_tokens_per_text": served.card.max_tokens,
             "max_attention_tokens": served.max_attention_tokens,
-            "max_batch_tokens": served.queue.max_batch_tokens,
+            "max_batch_tokens": served.facts.max_batch_tokens,
         }
     )
 
 
 def info(served: ServedModel, settings: Settings) -> InfoResponse:
-    card, config, model = served.card, served.card.config, served.model
+    card, config, facts = served.card, served.card.config, served.facts
     return InfoResponse(
         model=served.name,
         path=str(card.path),
@@ -47,10 +47,10 @@ def info(served: ServedModel, settings: Settings) -> InfoResponse:
             local_layers=list(config.local_layers),
             dimension=card.dimension,
         ),
-        device=str(model.device),
-        dtype=str(model.dtype).removeprefix("torch."),
-        weights_dtype=str(model.weights_dtype or model.dtype).removeprefix("torch."),
-        explicit_weights_dtype=str(model.explicit_dtype).removeprefix("torch."),
+        device=facts.device,
+        dtype=facts.dtype,
+        weights_dtype=facts.weights_dtype,
+        explicit_weights_dtype=facts.explicit_weights_dtype,
         rerank=card.scores_method,
         limits=limits(served, settings),
         auth=bool(settings.api_keys),

@@ -15,7 +15,7 @@ import pytest
 from app.logs import JsonFormatter, RequestIdFilter, request_id
 from app.settings import Settings
 from model import TextEncoder
-from tests.helpers import assert_error, serve, serving, wait_until
+from tests.helpers import assert_error, local_model, local_queue, serve, serving, wait_until
 
 
 def metric(text: str, name: str, default: float | None = None, /, **labels: str) -> float:
@@ -155,19 +155,19 @@ async def test_cors_is_closed_by_default_and_opens_for_configured_origins(bundle
 async def test_a_request_past_its_deadline_is_dropped_and_answered_503(bundled_model: TextEncoder) -> None:
     async with serving(Settings(request_timeout_s=0.3), bundled_model) as service:
         client = service.client
-        with service.model.queue.paused():
+        with local_queue(service.model).paused():
             response = await client.post("/encode", json={"texts": ["late one", "late two"]})
             error = assert_error(response, 503, "timeout", None, "not answered within 0.3 s")
             assert int(response.headers["retry-after"]) >= 1 and "overloaded" in error["message"]
         assert (await client.post("/encode", json={"texts": "on time"})).status_code == 200
-        assert service.model.queue.dropped == 2  # the late texts were never computed
+        assert local_queue(service.model).dropped == 2  # the late texts were never computed
         assert metric((await client.get("/metrics")).text, "encoder_timeouts_total") == 1
 
 
 async def test_the_queue_is_bounded_in_texts(bundled_model: TextEncoder) -> None:
     async with serving(Settings(max_queue_texts=4), bundled_model) as service:
         client = service.client
-        with service.model.queue.paused():
+        with local_queue(service.model).paused():
             waiting = asyncio.ensure_future(client.post("/encode", json={"texts": ["a", "b", "c"]}))
             fits = asyncio.ensure_future(client.post("/encode", json={"texts": ["f"]}))  # 3 + 1 ≤ 4: admitted
             await wait_until(lambda: service.admission.admitted == 4)
@@ -183,6 +183,6 @@ async def test_what_loading_made_is_out_of_the_collectors_reach(bundled_model: T
     async with serving(Settings(), bundled_model) as running:
         assert (await running.client.get("/health")).status_code == 200
         tracked = gc.get_objects()  # every generation the collector traverses; frozen objects are not there
-        long_lived = [running.model.model, running.model.model.tokenizer, running.model.queue]
+        long_lived = [local_model(running.model), running.model.card.tokenizer, running.model.queue]
         assert not any(obj is candidate for obj in tracked for candidate in long_lived)
         assert gc.get_freeze_count() > 10_000

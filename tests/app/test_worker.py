@@ -21,7 +21,7 @@ from app.tokenization import Tokenization
 from app.work_queue import QueueClosed, WorkQueue
 from app.worker import Worker
 from model import AttentionSelection, EmbeddingSpec, TextEncoder
-from tests.helpers import serving, wait_until
+from tests.helpers import local_worker, serving, wait_until
 
 SPEC = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
 POISON = "need"  # a word of the tiny vocabulary that the failing stand-ins below refuse
@@ -490,7 +490,7 @@ async def test_a_model_that_fails_its_warm_up_is_reported_with_its_name_and_dire
 async def test_health_fails_if_an_inference_thread_has_stopped(tiny_model: TextEncoder) -> None:
     async with serving(Settings(), tiny_model) as service:
         assert (await service.client.get("/health")).status_code == 200
-        await asyncio.to_thread(service.model.worker.stop)
+        await asyncio.to_thread(local_worker(service.model).stop)
         response = await service.client.get("/health")
         assert response.status_code == 503 and response.json()["error"]["type"] == "not_ready"
         assert "inference thread" in response.json()["error"]["message"]

@@ -14,7 +14,7 @@ from app.registry import load_registry
 from app.settings import Settings
 from model import EmbeddingSpec, TextEncoder
 from tests.families import FAMILIES, FAMILY_SPECS, write_family_model
-from tests.helpers import write_tiny_model
+from tests.helpers import local_model, write_tiny_model
 
 WORDS = "the quick brown fox jumps over a lazy dog while cats sat on mats and said hello to the world".split()
 
@@ -82,6 +82,6 @@ def test_too_long_a_batch_is_refused_before_the_graph(tiny_model: TextEncoder) -
 def test_the_setting_chooses_the_traced_or_the_eager_pass(tiny_model_dir: Path, traced: bool) -> None:
     registry = load_registry(Settings(model_dir=tiny_model_dir, traced_pass=traced), Metrics())
     try:
-        assert (registry.get().model.graph is not None) is traced
+        assert (local_model(registry.get()).graph is not None) is traced
     finally:
         registry.close()

@@ -1,0 +1,252 @@
+"""The engine: one process that owns the models, their queues, batching and passes, and the front ends' way to it.
+
+Front-end processes (HTTP, validation, tokenisation, serialisation; no weights) send it tasks (app/messages.py)
+over a Unix socket and await the answers; the engine runs each through the served model's queue exactly as a
+single process does. Framing: a 4-byte little-endian length, then a pickle (protocol 5) of the message: a
+stream costs half the CPU a round trip of the best zmq variant measured (BENCHMARKS.md, "How a task crosses
+between processes").
+
+Messages, front end to engine: ``("task", id, model, task, seconds left)``, ``("cancel", id)`` (its client left or
+its deadline passed: the engine drops its texts unseen), ``("describe", id)`` (each model's facts). Engine to
+front end: ``(id, "ok", result, (queue s, inference s))`` or ``(id, "error", (type, message, param, headers))``.
+
+When the engine process dies, every front end sees its connection end: whatever it was waiting for is
+answered 503 ``not_ready`` at once, and /health says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import pickle
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app import errors
+from app.errors import ApiError, InferenceFailed, NotReady, Timeout
+from app.messages import Task
+from app.work_queue import QueueClosed, Timing
+from model.tokenizer import TokenIds
+
+logger = logging.getLogger(__name__)
+
+HEADER = struct.Struct("<I")
+STREAM_LIMIT = 2**20  # asyncio's read buffer for the socket
+
+
+async def read_message(reader: asyncio.StreamReader) -> Any:
+    """One framed message; IncompleteReadError once the other end has gone."""
+    (n,) = HEADER.unpack(await reader.readexactly(HEADER.size))
+    return pickle.loads(await reader.readexactly(n))
+
+
+def write_message(writer: asyncio.StreamWriter, message: Any) -> None:
+    body = pickle.dumps(message, protocol=5)
+    writer.write(HEADER.pack(len(body)) + body)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """Where and how the engine computes a model: what /info reports beside the card."""
+
+    device: str
+    dtype: str  # what the products run in
+    weights_dtype: str  # what the embedding pass's weights are kept in
+    explicit_weights_dtype: str  # what the explicit paths' weights are kept in
+    max_batch_tokens: int  # the padded tokens a pass takes at most
+
+
+def wire_task(task: Task) -> Task:
+    """The task with its texts as bare token ids (tokenizers' Encoding objects carry offsets and strings the engine
+    does not need)."""
+    texts = [TokenIds(list(text.ids), list(text.type_ids)) for text in task.texts]
+    return Task(task.kind, texts, task.options)
+
+
+def error_of(error: BaseException) -> tuple[str, str, str | None, dict[str, str] | None]:
+    """An error the front end re-raises as it is: its class, message, param and headers."""
+    if isinstance(error, ApiError):
+        return type(error).__name__, error.message, error.param, error.headers
+    return "InferenceFailed", "the model failed to compute this request", None, None
+
+
+def raise_error(kind: str, message: str, param: str | None, headers: dict[str, str] | None) -> None:
+    cls = getattr(errors, kind, InferenceFailed)
+    error = cls.__new__(cls)
+    ApiError.__init__(error, message, param, headers)
+    raise error
+
+
+# ---- the engine's side ----
+
+
+def forget(running: dict[int, asyncio.Task[None]], request_id: int, _: object) -> None:
+    running.pop(request_id, None)
+
+
+class Engine:
+    """Serves the registry's models to front ends: each task through its model's queue."""
+
+    def __init__(self, registry: Any) -> None:
+        self.registry = registry  # app.registry.ModelRegistry
+        self.connections: set[asyncio.StreamWriter] = set()
+
+    async def serve(self, path: str) -> asyncio.AbstractServer:
+        return await asyncio.start_unix_server(self.connection, path, limit=STREAM_LIMIT)
+
+    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        running: dict[int, asyncio.Task[None]] = {}
+        self.connections.add(writer)
+        try:
+            while True:
+                message = await read_message(reader)
+                kind, request_id = message[0], message[1]
+                if kind == "task":
+                    work = asyncio.ensure_future(self.run(writer, *message[1:]))
+                    running[request_id] = work
+                    work.add_done_callback(functools.partial(forget, running, request_id))
+                elif kind == "cancel":
+                    work_cancelled = running.pop(request_id, None)
+                    if work_cancelled is not None:
+                        work_cancelled.cancel()
+                elif kind == "describe":
+                    write_message(writer, (request_id, "ok", self.describe(), (0.0, 0.0)))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the front end has gone
+        finally:
+            for work in list(running.values()):
+                work.cancel()
+            self.connections.discard(writer)
+            writer.close()
+
+    def describe(self) -> dict[str, ModelFacts]:
+        return {served.name: served.facts for served in self.registry}
+
+    async def run(self, writer: asyncio.StreamWriter, request_id: int, model: str, task: Task, left_s: float) -> None:
+        timing = Timing()
+        try:
+            served = self.registry.get(model)
+            async with asyncio.timeout(left_s):
+                result = await served.queue.run(task, timing)
+        except asyncio.CancelledError:
+            return  # cancelled by its front end: nobody waits for an answer
+        except TimeoutError:
+            reply: tuple[Any, ...] = (request_id, "error", error_of(Timeout("the request was not answered in time")))
+        except QueueClosed:
+            reply = (
+                request_id,
+                "error",
+                error_of(NotReady("the service is shutting down", headers={"Retry-After": "1"})),
+            )
+        except ApiError as error:
+            reply = (request_id, "error", error_of(error))
+        except Exception:
+            logger.exception("a %s task failed in the engine", task.kind)
+            reply = (request_id, "error", error_of(InferenceFailed("the model failed to compute this request")))
+        else:
+            reply = (request_id, "ok", result, (timing.queue_s, timing.inference_s))
+        if not writer.is_closing():
+            write_message(writer, reply)
+
+
+# ---- the front end's side ----
+
+
+class EngineClient:
+    """A front end's connection to the engine: requests with their own futures over one stream."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.connected = False
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._next = 0
+        self._writer: asyncio.StreamWriter | None = None
+        self._reading: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        reader, self._writer = await asyncio.open_unix_connection(self.path, limit=STREAM_LIMIT)
+        self.connected = True
+        self._reading = asyncio.ensure_future(self._read(reader))
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._reading is not None:
+            self._reading.cancel()
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                request_id, status, *payload = await read_message(reader)
+                future = self._waiting.pop(request_id, None)
+                if future is None or future.done():
+                    continue
+                if status == "ok":
+                    future.set_result(payload)
+                else:
+                    try:
+                        raise_error(*payload[0])
+                    except ApiError as error:
+                        future.set_exception(error)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            logger.error("the engine has gone: every request waiting for it is answered 503")
+        finally:
+            self.connected = False
+            for future in self._waiting.values():
+                if not future.done():
+                    future.set_exception(NotReady("the engine stopped; the service is restarting"))
+            self._waiting.clear()
+
+    async def request(self, *message: Any) -> list[Any]:
+        """Send ``(kind, id, *message)`` and await its answer's payload; cancelled, it tells the engine."""
+        if not self.connected or self._writer is None:
+            raise NotReady("the engine is not running; the service is restarting")
+        request_id = self._next
+        self._next += 1
+        future = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
+        write_message(self._writer, (message[0], request_id, *message[1:]))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self.connected and not self._writer.is_closing():
+                write_message(self._writer, ("cancel", request_id))
+            raise
+        finally:
+            self._waiting.pop(request_id, None)
+
+    async def describe(self) -> dict[str, ModelFacts]:
+        (facts, _) = await self.request("describe")
+        return facts
+
+
+class EngineQueue:
+    """What a front end's served model has for a queue: its tasks go to the engine's queue of that model."""
+
+    def __init__(self, client: EngineClient, model: str, facts: ModelFacts, deadline_s: float) -> None:
+        self.client = client
+        self.model = model
+        self.max_batch_tokens = facts.max_batch_tokens
+        self.deadline_s = deadline_s  # the engine drops what is still queued past the request's deadline
+
+    async def run(self, task: Task, timing: Timing | None = None) -> list[Any]:
+        if task.batched and not task.texts:
+            return []
+        result, (queue_s, inference_s) = await self.client.request("task", self.model, wire_task(task), self.deadline_s)
+        if timing is not None:
+            timing.queue_s += queue_s
+            timing.inference_s += inference_s
+        return result
+
+    async def run_in_turn(self, tasks: Sequence[Task], timing: Timing | None = None) -> list[Any]:
+        results = []
+        for task in tasks:
+            (result,) = await self.run(task, timing)
+            results.append(result)
+        return results
+
+    def pending(self) -> int:
+        return 0  # the engine's queue: its own process counts it

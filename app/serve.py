@@ -1,0 +1,213 @@
+"""The service as several processes: one engine that computes, front ends that answer HTTP, and a supervisor.
+
+    python -m app.serve [--host 127.0.0.1] [--port 8000]
+
+With ``ENCODER_WORKERS`` = N > 1 the supervisor (this process, which imports neither torch nor the models) binds
+the listening socket, starts the engine process (app/engine.py: the models, their queues, batching and passes)
+and, once it is ready, N front-end processes that share the socket, each an event loop with the whole HTTP API
+(validation, tokenisation, serialisation) and no weights; they send the models' work to the engine. With N = 1
+it serves as ``uvicorn --factory app.main:create_app`` does, in one process.
+
+Faults: a front end that dies is replaced, the others serve meanwhile. When the engine dies, the requests waiting
+for it are answered 503 ``not_ready`` at once (their front ends see the engine's socket close), and the
+supervisor stops the front ends and exits with status 1, so that an orchestrator (Kubernetes, compose's
+``restart``) starts the service again with its models loaded anew. SIGTERM or SIGINT: the front ends stop
+accepting and answer what they hold, then the engine finishes what is queued; all exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+from app.logs import configure_logging
+from app.settings import Settings, get_settings
+
+logger = logging.getLogger("app.serve")
+
+EXIT_ENGINE_FAILED = 1
+STOP_TIMEOUT_S = 30.0
+
+
+def engine_main(path: str, ready: Connection) -> None:
+    """The engine process: load every model, then serve the front ends on the Unix socket ``path``."""
+    import asyncio
+
+    from app.compute import bound_kernel_caches
+    from app.engine import Engine
+    from app.metrics import Metrics
+    from app.registry import ModelLoadError, load_registry
+
+    bound_kernel_caches()
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    try:
+        registry = load_registry(settings, Metrics())
+    except ModelLoadError as error:
+        logger.error("%s", error)
+        sys.exit(EXIT_ENGINE_FAILED)
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        server = await Engine(registry).serve(path)
+        ready.send(os.getpid())
+        await stop.wait()
+        server.close()
+
+    asyncio.run(serve())
+    registry.close()  # finishes what is queued
+    logger.info("engine stopped")
+
+
+def front_end_main(listener: socket.socket, path: str, index: int) -> None:
+    """A front-end process: the HTTP API on the shared socket, the models' work sent to the engine."""
+    import uvicorn
+
+    from app.main import create_app, exit_process
+
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    app = create_app(settings, on_load_failure=exit_process, engine=path)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    uvicorn.Server(config).run(sockets=[listener])
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, host: str, port: int) -> None:
+        self.settings = settings
+        self.context = multiprocessing.get_context("spawn")
+        self.listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((host, port))
+        self.listener.listen(2048)
+        self.listener.set_inheritable(True)
+        self.path = str(Path(tempfile.mkdtemp(prefix="encoder-engine-")) / "engine.sock")
+        self.front_ends: dict[int, BaseProcess] = {}
+        self.stopping = False
+
+    def start_engine(self) -> BaseProcess | None:
+        """The engine, once it serves; None if it exits first (its log says why)."""
+        ready, ready_child = self.context.Pipe(duplex=False)
+        engine = self.context.Process(target=engine_main, args=(self.path, ready_child), name="engine")
+        engine.start()
+        ready_child.close()
+        while not self.stopping:
+            if ready.poll(0.2):
+                try:
+                    ready.recv()
+                except EOFError:
+                    break
+                return engine
+            if not engine.is_alive():
+                break
+        engine.join(5)
+        return None
+
+    def start_front_end(self, index: int) -> None:
+        process = self.context.Process(
+            target=front_end_main, args=(self.listener, self.path, index), name=f"front-end-{index}"
+        )
+        process.start()
+        self.front_ends[index] = process
+
+    def stop_front_ends(self) -> None:
+        for process in self.front_ends.values():
+            if process.is_alive():
+                os.kill(process.pid or 0, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for process in self.front_ends.values():
+            process.join(max(0.1, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+
+    def run(self) -> int:
+        def stop(signum: int, frame: object) -> None:
+            self.stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        engine = self.start_engine()
+        if engine is None:
+            if self.stopping:
+                return 0
+            logger.error("the engine could not start; the service exits")
+            return EXIT_ENGINE_FAILED
+        for index in range(self.settings.workers):
+            self.start_front_end(index)
+        logger.info(
+            "serving on %s:%d: one engine (pid %d), %d front ends",
+            *self.listener.getsockname()[:2],
+            engine.pid,
+            len(self.front_ends),
+        )
+        status = 0
+        while not self.stopping:
+            sentinels = [engine.sentinel, *(process.sentinel for process in self.front_ends.values())]
+            wait(sentinels, timeout=0.5)
+            if self.stopping:
+                break
+            if not engine.is_alive():
+                logger.error(
+                    "the engine exited (status %s): stopping the front ends; the service exits", engine.exitcode
+                )
+                status = EXIT_ENGINE_FAILED
+                break
+            for index, process in list(self.front_ends.items()):
+                if not process.is_alive():
+                    logger.error("front end %d exited (status %s): starting another", index, process.exitcode)
+                    process.join()
+                    self.start_front_end(index)
+        self.stop_front_ends()
+        if engine.is_alive():
+            os.kill(engine.pid or 0, signal.SIGTERM)
+            engine.join(STOP_TIMEOUT_S)
+            if engine.is_alive():
+                engine.kill()
+        self.listener.close()
+        logger.info("stopped")
+        return status
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="The encoder service: an engine and ENCODER_WORKERS front ends.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--log-level", default="warning", help="uvicorn's own log level (the service's: ENCODER_LOG_LEVEL)"
+    )
+    parser.add_argument(
+        "--no-access-log", action="store_true", help="accepted as uvicorn takes it (the service logs each request)"
+    )
+    args = parser.parse_args()
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    if settings.workers == 1:
+        import uvicorn
+
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            access_log=False,
+        )
+        return
+    sys.exit(Supervisor(settings, args.host, args.port).run())
+
+
+if __name__ == "__main__":
+    main()

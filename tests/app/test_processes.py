@@ -1,0 +1,176 @@
+"""The service as processes (python -m app.serve): front ends that answer as one process does, an engine that
+computes, and what happens when one of them dies or the service is told to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.main import create_app
+from app.settings import Settings
+from tests.helpers import server_log, start_server, write_tiny_model
+
+pytestmark = pytest.mark.slow
+
+LONG = " ".join(["the quick brown fox jumps over the lazy dog"] * 20)  # a long text: a slow inspection
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def engine_pid(process: subprocess.Popen) -> int:
+    match = re.search(r"one engine \(pid (\d+)\)", server_log(process))
+    assert match, server_log(process)
+    return int(match.group(1))
+
+
+def front_ends(process: subprocess.Popen) -> list[int]:
+    """The front-end processes: the supervisor's children but the engine and multiprocessing's resource tracker."""
+    engine = engine_pid(process)
+    return [
+        pid
+        for pid in children(process.pid)
+        if pid != engine and b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("processes")
+    tiny = write_tiny_model(root / "tiny")
+    ce = write_tiny_model(root / "ce", head="sequence-classification", num_labels=1)
+    return f"tiny={tiny},ce={ce}"
+
+
+@pytest.fixture
+def service(models: str) -> Iterator[tuple[subprocess.Popen, str]]:
+    process, url = start_server({"ENCODER_MODELS": models, "ENCODER_WORKERS": "2"}, supervised=True)
+    try:
+        yield process, url
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+        for pid in children(process.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+REQUESTS = [
+    ("/encode", {"texts": ["the cat sat on the mat", "a lazy dog"], "model": "tiny"}),
+    ("/v1/embeddings", {"input": ["the cat sat"], "model": "tiny"}),
+    ("/attention", {"text": "the cat sat", "model": "tiny", "layers": [-1]}),
+    ("/attention/neuron", {"text": "the cat sat", "model": "tiny", "layer": 0, "head": 1}),
+    ("/attention/heads", {"texts": ["the cat sat", "a lazy dog"], "model": "tiny"}),
+    ("/similarity", {"source": "a cat", "texts": ["a dog", "the mat"], "model": "tiny", "explain": True}),
+    ("/rerank", {"query": "a cat", "documents": ["a dog", "the mat"], "model": "ce"}),
+    ("/classify", {"texts": ["a cat"], "model": "ce"}),
+    ("/tokenize", {"texts": ["a cat"], "model": "tiny"}),
+    ("/encode", {"texts": [""], "model": "tiny"}),  # 422
+    ("/rerank", {"query": "a cat", "documents": ["a dog"], "model": "tiny"}),  # 422: no head
+    ("/encode", {"texts": ["x"], "model": "absent"}),  # 404
+]
+
+
+async def test_front_ends_answer_every_endpoint_as_one_process_does(
+    service: tuple[subprocess.Popen, str], models: str
+) -> None:
+    _, url = service
+    app = create_app(Settings(models=models))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            httpx.AsyncClient(transport=transport, base_url="http://one") as one,
+            httpx.AsyncClient(base_url=url, timeout=30) as split,
+        ):
+            while (await one.get("/health")).status_code != 200:
+                await asyncio.sleep(0.05)
+            for path, body in REQUESTS:
+                expected, got = await one.post(path, json=body), await split.post(path, json=body)
+                assert got.status_code == expected.status_code, (path, got.text)
+                assert got.json() == expected.json(), path
+            for path in ("/info?model=ce", "/positional-encoding?kind=learned&length=4", "/v1/models"):
+                expected, got = await one.get(path), await split.get(path)
+                assert (got.status_code, got.json()) == (expected.status_code, expected.json()), path
+
+
+def test_a_front_end_that_dies_is_replaced_while_the_others_serve(service: tuple[subprocess.Popen, str]) -> None:
+    process, url = service
+    before = front_ends(process)
+    assert len(before) == 2
+    os.kill(before[0], signal.SIGKILL)
+    statuses = []
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:  # served throughout by the other, then by both
+        statuses.append(httpx.post(f"{url}/encode", json={"texts": ["a text"], "model": "tiny"}).status_code)
+    assert set(statuses) == {200}
+    after = front_ends(process)
+    assert len(after) == 2 and before[0] not in after and before[1] in after
+    assert "front end 0 exited (status -9): starting another" in server_log(process) or "front end 1 exited" in (
+        server_log(process)
+    )
+
+
+async def test_when_the_engine_dies_waiting_requests_get_503_and_the_service_exits_non_zero(
+    service: tuple[subprocess.Popen, str],
+) -> None:
+    process, url = service
+    body = {"texts": [LONG] * 64, "model": "tiny"}  # head statistics: the engine is busy with them a while
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        requests = [asyncio.ensure_future(client.post("/attention/heads", json=body)) for _ in range(8)]
+        await asyncio.sleep(0.5)  # sent, and waiting for the engine
+        assert not all(request.done() for request in requests)
+        started = time.monotonic()
+        os.kill(engine_pid(process), signal.SIGKILL)
+        responses = await asyncio.gather(*requests, return_exceptions=True)
+        waited = time.monotonic() - started
+    answered = [r for r in responses if isinstance(r, httpx.Response)]
+    assert answered, responses
+    failed = [r for r in answered if r.status_code != 200]
+    assert failed, "some requests were still waiting for the engine"
+    for response in failed:
+        assert response.status_code == 503
+        assert response.json()["error"]["type"] == "not_ready"
+    assert waited < 10, "none waited for its deadline"
+    assert process.wait(30) == 1
+    assert "the engine exited (status -9)" in server_log(process)
+
+
+async def test_sigterm_answers_what_is_in_flight_then_every_process_exits_zero(
+    service: tuple[subprocess.Popen, str],
+) -> None:
+    process, url = service
+    processes = children(process.pid)
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        request = asyncio.ensure_future(client.post("/attention/heads", json={"texts": [LONG] * 16, "model": "tiny"}))
+        await asyncio.sleep(0.3)
+        process.send_signal(signal.SIGTERM)
+        response = await request
+    assert response.status_code == 200
+    assert process.wait(60) == 0
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in processes) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in processes), "a child outlived the supervisor"
