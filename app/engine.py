@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import errors
+from app.admission import Admission
 from app.errors import ApiError, InferenceFailed, NotReady, Timeout
 from app.messages import Task
 from app.work_queue import QueueClosed, Timing
@@ -88,10 +89,12 @@ def forget(running: dict[int, asyncio.Task[None]], request_id: int, _: object) -
 
 
 class Engine:
-    """Serves the registry's models to front ends: each task through its model's queue."""
+    """Serves the registry's models to front ends: each task through its model's queue, within the one admission
+    bound of the whole service (ENCODER_MAX_QUEUE_TEXTS: 429 past it, whichever front end the request came to)."""
 
-    def __init__(self, registry: Any) -> None:
+    def __init__(self, registry: Any, admission: Admission) -> None:
         self.registry = registry  # app.registry.ModelRegistry
+        self.admission = admission
         self.connections: set[asyncio.StreamWriter] = set()
 
     async def serve(self, path: str) -> asyncio.AbstractServer:
@@ -129,8 +132,9 @@ class Engine:
         timing = Timing()
         try:
             served = self.registry.get(model)
-            async with asyncio.timeout(left_s):
-                result = await served.queue.run(task, timing)
+            with self.admission.admit(len(task.texts) if task.batched else 1):
+                async with asyncio.timeout(left_s):
+                    result = await served.queue.run(task, timing)
         except asyncio.CancelledError:
             return  # cancelled by its front end: nobody waits for an answer
         except TimeoutError:

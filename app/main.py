@@ -101,6 +101,10 @@ def create_app(
             app.state.registry = registry
 
         loading = asyncio.create_task(load())
+        if engine is not None:
+            # A front end reads cards and connects to the engine in a moment: it starts answering once ready, the
+            # connections that arrive meanwhile waiting in its socket's backlog rather than getting 503s.
+            await loading
         try:
             yield
         finally:

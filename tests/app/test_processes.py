@@ -174,3 +174,28 @@ async def test_sigterm_answers_what_is_in_flight_then_every_process_exits_zero(
     while any(Path(f"/proc/{pid}").exists() for pid in processes) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(Path(f"/proc/{pid}").exists() for pid in processes), "a child outlived the supervisor"
+
+
+async def test_the_queue_bound_holds_for_the_whole_service_not_each_front_end() -> None:
+    """ENCODER_MAX_QUEUE_TEXTS = 200 and six requests of 150 texts at once, over six connections that the kernel
+    shares out between the two front ends: one is admitted, whichever front end holds it, and the other five get
+    429 (a bound per front end would admit one on each front end that got one)."""
+    env = {"ENCODER_WORKERS": "2", "ENCODER_MAX_QUEUE_TEXTS": "200"}  # the bundled all-MiniLM-L6-v2
+    process, url = start_server(env, supervised=True)
+    try:
+        body = {"texts": [LONG * 2] * 150}  # 150 texts of 256 tokens: seconds of work on two cores
+        clients = [httpx.AsyncClient(base_url=url, timeout=60) for _ in range(6)]
+        try:
+            responses = await asyncio.gather(*(client.post("/encode", json=body) for client in clients))
+        finally:
+            for client in clients:
+                await client.aclose()
+        statuses = sorted(response.status_code for response in responses)
+        assert statuses == [200] + [429] * 5, [r.text[:200] for r in responses]
+        for response in responses:
+            if response.status_code == 429:
+                assert response.json()["error"]["type"] == "overloaded"
+                assert int(response.headers["retry-after"]) >= 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
