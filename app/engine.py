@@ -29,6 +29,7 @@ from app import errors
 from app.admission import Admission
 from app.errors import ApiError, InferenceFailed, NotReady, Timeout
 from app.messages import Task
+from app.metrics import Metrics
 from app.work_queue import QueueClosed, Timing
 from model.tokenizer import TokenIds
 
@@ -92,9 +93,10 @@ class Engine:
     """Serves the registry's models to front ends: each task through its model's queue, within the one admission
     bound of the whole service (ENCODER_MAX_QUEUE_TEXTS: 429 past it, whichever front end the request came to)."""
 
-    def __init__(self, registry: Any, admission: Admission) -> None:
+    def __init__(self, registry: Any, admission: Admission, metrics: Metrics) -> None:
         self.registry = registry  # app.registry.ModelRegistry
         self.admission = admission
+        self.metrics = metrics  # the models', their queues' and passes' (the front ends count HTTP)
         self.connections: set[asyncio.StreamWriter] = set()
 
     async def serve(self, path: str) -> asyncio.AbstractServer:
@@ -117,6 +119,8 @@ class Engine:
                         work_cancelled.cancel()
                 elif kind == "describe":
                     write_message(writer, (request_id, "ok", self.describe(), (0.0, 0.0)))
+                elif kind == "metrics":
+                    write_message(writer, (request_id, "ok", self.metrics.exposition(), (0.0, 0.0)))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the front end has gone
         finally:
@@ -225,6 +229,11 @@ class EngineClient:
     async def describe(self) -> dict[str, ModelFacts]:
         (facts, _) = await self.request("describe")
         return facts
+
+    async def metrics(self) -> bytes:
+        """The engine's metrics, in Prometheus' text format."""
+        (body, _) = await self.request("metrics")
+        return body
 
 
 class EngineQueue:

@@ -102,8 +102,8 @@ def create_app(
 
         loading = asyncio.create_task(load())
         if engine is not None:
-            # A front end reads cards and connects to the engine in a moment: it starts answering once ready, the
-            # connections that arrive meanwhile waiting in its socket's backlog rather than getting 503s.
+            # A front end reads cards and connects to the engine in a moment: it starts accepting once ready, and
+            # the connections that arrive meanwhile go to the others rather than getting 503s.
             await loading
         try:
             yield

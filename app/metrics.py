@@ -1,12 +1,24 @@
-"""Prometheus metrics, one registry per application (so that tests can build as many apps as they like)."""
+"""Prometheus metrics, one registry per application (so that tests can build as many apps as they like).
+
+As processes (app/serve.py) one view is put together: the HTTP metrics every front end counts (``HTTP_METRICS``)
+go through prometheus-client's multiprocess mode (files in ``PROMETHEUS_MULTIPROC_DIR``, summed over the front
+ends, those that have died included), and everything about the models, their queue and passes comes from the
+engine, the one process that has them; any front end's /metrics answers with both."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import partial
 
 import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+# What a front end counts itself (the rest is the engine's): families as prometheus-client names them.
+HTTP_METRICS = frozenset({"encoder_requests", "encoder_request_seconds", "encoder_timeouts"})
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 BATCH_TEXT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -84,3 +96,17 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def front_ends_exposition(directory: str) -> bytes:
+    """The HTTP metrics of every front end, summed, from prometheus-client's multiprocess files."""
+    merged = CollectorRegistry()
+    MultiProcessCollector(merged, path=directory)
+
+    class HttpOnly(Collector):
+        def collect(self) -> Iterable[Metric]:
+            return [family for family in merged.collect() if family.name in HTTP_METRICS]
+
+    view = CollectorRegistry()
+    view.register(HttpOnly())
+    return generate_latest(view)

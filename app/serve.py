@@ -2,11 +2,13 @@
 
     python -m app.serve [--host 127.0.0.1] [--port 8000]
 
-With ``ENCODER_WORKERS`` = N > 1 the supervisor (this process, which imports neither torch nor the models) starts
-the engine process (app/engine.py: the models, their queues, batching and passes) and, once it is ready, N
-front-end processes, each an event loop with the whole HTTP API (validation, tokenisation, serialisation) and no
-weights, listening on the same port with SO_REUSEPORT, so that the kernel shares the connections out among
-them; they send the models' work to the engine. With N = 1
+With ``ENCODER_WORKERS`` = N > 1 the supervisor (this process, which imports neither torch nor the models) binds
+the listening socket, starts the engine process (app/engine.py: the models, their queues, batching and passes)
+and, once it is ready, N front-end processes that share the socket, each an event loop with the whole HTTP API
+(validation, tokenisation, serialisation) and no weights; they send the models' work to the engine. One socket
+shared, not one each with SO_REUSEPORT: the connections waiting in a socket's queue are lost when its process
+dies, and a shared queue outlives any one front end (measured: a front end killed under load cost connections
+with SO_REUSEPORT, none with the shared socket). With N = 1
 it serves as ``uvicorn --factory app.main:create_app`` does, in one process.
 
 Faults: a front end that dies is replaced, the others serve meanwhile. When the engine dies, the requests waiting
@@ -66,7 +68,7 @@ def engine_main(path: str, ready: Connection) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         admission = Admission(settings.max_queue_texts, registry.seconds_per_text, metrics)
-        server = await Engine(registry, admission).serve(path)
+        server = await Engine(registry, admission, metrics).serve(path)
         ready.send(os.getpid())
         await stop.wait()
         server.close()
@@ -76,25 +78,12 @@ def engine_main(path: str, ready: Connection) -> None:
     logger.info("engine stopped")
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A listening socket on the port every front end listens on (SO_REUSEPORT: the kernel spreads the
-    connections over them, where one shared socket lets whichever process wakes first take a whole burst)."""
-    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    listener.bind((host, port))
-    listener.listen(2048)
-    return listener
-
-
-def front_end_main(host: str, port: int, path: str, index: int) -> None:
-    """A front-end process: the HTTP API on its own socket of the shared port, the models' work sent to the
-    engine."""
+def front_end_main(listener: socket.socket, path: str, index: int) -> None:
+    """A front-end process: the HTTP API on the shared socket, the models' work sent to the engine."""
     import uvicorn
 
     from app.main import create_app, exit_process
 
-    listener = listen(host, port)
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings, on_load_failure=exit_process, engine=path)
@@ -105,8 +94,11 @@ def front_end_main(host: str, port: int, path: str, index: int) -> None:
 class Supervisor:
     def __init__(self, settings: Settings, host: str, port: int) -> None:
         self.settings = settings
-        self.host, self.port = host, port
         self.context = multiprocessing.get_context("spawn")
+        self.listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((host, port))
+        self.listener.listen(2048)
         self.path = str(Path(tempfile.mkdtemp(prefix="encoder-engine-")) / "engine.sock")
         self.front_ends: dict[int, BaseProcess] = {}
         self.stopping = False
@@ -131,7 +123,7 @@ class Supervisor:
 
     def start_front_end(self, index: int) -> None:
         process = self.context.Process(
-            target=front_end_main, args=(self.host, self.port, self.path, index), name=f"front-end-{index}"
+            target=front_end_main, args=(self.listener, self.path, index), name=f"front-end-{index}"
         )
         process.start()
         self.front_ends[index] = process
@@ -158,12 +150,14 @@ class Supervisor:
                 return 0
             logger.error("the engine could not start; the service exits")
             return EXIT_ENGINE_FAILED
+        # the front ends' HTTP metrics, summed over them (app/metrics.py); set after the engine started: it
+        # counts its own
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="encoder-metrics-")
         for index in range(self.settings.workers):
             self.start_front_end(index)
         logger.info(
             "serving on %s:%d: one engine (pid %d), %d front ends",
-            self.host,
-            self.port,
+            *self.listener.getsockname()[:2],
             engine.pid,
             len(self.front_ends),
         )
@@ -190,6 +184,7 @@ class Supervisor:
             engine.join(STOP_TIMEOUT_S)
             if engine.is_alive():
                 engine.kill()
+        self.listener.close()
         logger.info("stopped")
         return status
 

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import os
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.dependencies import Model, SettingsDep, get_registry
+from app.metrics import front_ends_exposition
 from app.schemas import ERROR_RESPONSES, HealthResponse, InfoResponse
 from app.serialization import json_response
 from app.services.info import info as describe
@@ -28,5 +31,10 @@ async def health(request: Request) -> Response:
 @open_router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
     """Prometheus metrics (open, like /health)."""
-    registry = request.app.state.metrics
-    return Response(registry.exposition(), media_type=registry.content_type)
+    metrics, registry = request.app.state.metrics, request.app.state.registry
+    engine = registry.engine if registry is not None else None
+    if engine is None:
+        return Response(metrics.exposition(), media_type=metrics.content_type)
+    # a front end: every front end's HTTP metrics, summed, and the engine's own
+    body = front_ends_exposition(os.environ["PROMETHEUS_MULTIPROC_DIR"]) + await engine.metrics()
+    return Response(body, media_type=metrics.content_type)

@@ -8,15 +8,25 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
+from app.admission import Admission
+from app.engine import Engine, EngineClient, wire_task
+from app.errors import Overloaded
 from app.main import create_app
+from app.messages import Task
+from app.metrics import Metrics
 from app.settings import Settings
+from app.work_queue import WorkQueue
+from app.worker import Worker
+from model import EmbeddingSpec, TextEncoder
 from tests.helpers import server_log, start_server, write_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -111,9 +121,11 @@ async def test_front_ends_answer_every_endpoint_as_one_process_does(
                 expected, got = await one.post(path, json=body), await split.post(path, json=body)
                 assert got.status_code == expected.status_code, (path, got.text)
                 assert got.json() == expected.json(), path
-            for path in ("/info?model=ce", "/positional-encoding?kind=learned&length=4", "/v1/models"):
+            for path in ("/info?model=ce", "/positional-encoding?kind=learned&length=4"):
                 expected, got = await one.get(path), await split.get(path)
                 assert (got.status_code, got.json()) == (expected.status_code, expected.json()), path
+            listed = [{**m, "created": 0} for m in (await split.get("/v1/models")).json()["data"]]
+            assert listed == [{**m, "created": 0} for m in (await one.get("/v1/models")).json()["data"]]
 
 
 def test_a_front_end_that_dies_is_replaced_while_the_others_serve(service: tuple[subprocess.Popen, str]) -> None:
@@ -176,26 +188,85 @@ async def test_sigterm_answers_what_is_in_flight_then_every_process_exits_zero(
     assert not any(Path(f"/proc/{pid}").exists() for pid in processes), "a child outlived the supervisor"
 
 
-async def test_the_queue_bound_holds_for_the_whole_service_not_each_front_end() -> None:
-    """ENCODER_MAX_QUEUE_TEXTS = 200 and six requests of 150 texts at once, over six connections that the kernel
-    shares out between the two front ends: one is admitted, whichever front end holds it, and the other five get
-    429 (a bound per front end would admit one on each front end that got one)."""
-    env = {"ENCODER_WORKERS": "2", "ENCODER_MAX_QUEUE_TEXTS": "200"}  # the bundled all-MiniLM-L6-v2
-    process, url = start_server(env, supervised=True)
+class Blocking:
+    """The tiny model, whose embedding passes wait for ``release``."""
+
+    def __init__(self, model: TextEncoder) -> None:
+        self.model, self.release = model, threading.Event()
+
+    def embed_encodings(self, encodings, specs):
+        assert self.release.wait(30)
+        return self.model.embed_encodings(encodings, specs)
+
+
+class OneModel:
+    """A registry of one model for the engine: its name, queue and facts."""
+
+    def __init__(self, queue: WorkQueue) -> None:
+        self.served = SimpleNamespace(name="tiny", queue=queue, facts=None)
+
+    def get(self, name: str | None = None) -> SimpleNamespace:
+        return self.served
+
+    def __iter__(self) -> Iterator[SimpleNamespace]:
+        return iter([self.served])
+
+
+async def test_the_engine_admits_every_front_ends_tasks_against_one_bound(
+    tmp_path: Path, tiny_model: TextEncoder
+) -> None:
+    """Two front ends' connections to one engine, a bound of 4 texts: 3 texts computing through one connection,
+    2 more through the other are refused (429 overloaded), 1 more is admitted; each front end alone would have
+    admitted them."""
+    blocking = Blocking(tiny_model)
+    queue = WorkQueue()
+    worker = Worker(queue, blocking)  # type: ignore[arg-type]
+    admission = Admission(4, lambda: None, Metrics())
+    server = await Engine(OneModel(queue), admission, Metrics()).serve(str(tmp_path / "engine.sock"))
+    first, second = EngineClient(str(tmp_path / "engine.sock")), EngineClient(str(tmp_path / "engine.sock"))
     try:
-        body = {"texts": [LONG * 2] * 150}  # 150 texts of 256 tokens: seconds of work on two cores
-        clients = [httpx.AsyncClient(base_url=url, timeout=60) for _ in range(6)]
-        try:
-            responses = await asyncio.gather(*(client.post("/encode", json=body) for client in clients))
-        finally:
-            for client in clients:
-                await client.aclose()
-        statuses = sorted(response.status_code for response in responses)
-        assert statuses == [200] + [429] * 5, [r.text[:200] for r in responses]
-        for response in responses:
-            if response.status_code == 429:
-                assert response.json()["error"]["type"] == "overloaded"
-                assert int(response.headers["retry-after"]) >= 1
+        await first.start()
+        await second.start()
+        spec = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
+
+        def task(n: int) -> Task:
+            return Task("embed", tiny_model.tokenizer.encode(["a text"] * n), spec)
+
+        held = asyncio.ensure_future(first.request("task", "tiny", wire_task(task(3)), 30.0))
+        await asyncio.sleep(0.2)  # admitted, and computing
+        with pytest.raises(Overloaded):
+            await second.request("task", "tiny", wire_task(task(2)), 30.0)
+        admitted = asyncio.ensure_future(second.request("task", "tiny", wire_task(task(1)), 30.0))
+        await asyncio.sleep(0.1)
+        blocking.release.set()
+        (three, _), (one, _) = await held, await admitted
+        assert (len(three), len(one)) == (3, 1)
     finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0
+        blocking.release.set()
+        await first.close()
+        await second.close()
+        server.close()
+        worker.stop()
+
+
+async def test_metrics_are_one_view_whichever_front_end_answers(service: tuple[subprocess.Popen, str]) -> None:
+    """Requests spread over both front ends are counted once each, in the /metrics of either; the passes, from
+    the engine, are there too."""
+    _, url = service
+    clients = [httpx.AsyncClient(base_url=url, timeout=30) for _ in range(6)]  # the kernel spreads the connections
+    try:
+        for _ in range(5):
+            responses = await asyncio.gather(
+                *(client.post("/encode", json={"texts": ["a text"], "model": "tiny"}) for client in clients)
+            )
+            assert all(response.status_code == 200 for response in responses)
+        views = [(await client.get("/metrics")).text for client in clients]
+    finally:
+        for client in clients:
+            await client.aclose()
+    for view in views:
+        counted = re.search(r'^encoder_requests_total\{method="POST",route="/encode",status="200"\} (\S+)$', view, re.M)
+        assert counted and float(counted.group(1)) == 30, view[:2000]
+        passes = re.search(r"^encoder_batch_texts_sum (\S+)$", view, re.M)
+        assert passes and float(passes.group(1)) >= 30  # and the warm-up's
+        assert "encoder_model_info{" in view and 'name="tiny"' in view
