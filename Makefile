@@ -53,7 +53,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	touch $@
 
 serve: install
-	$(BIN)/uvicorn --factory app.main:create_app --host $(HOST) --port $(PORT)
+	$(BIN)/python -m app.serve --host $(HOST) --port $(PORT)
 
 $(CHROMIUM):
 	$(SUDO) apt-get update -qq
