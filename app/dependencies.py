@@ -39,7 +39,8 @@ async def get_model(
     return registry.get(model)
 
 
-async def get_settings(request: Request) -> Settings:
+async def app_settings(request: Request) -> Settings:
+    """The application's settings (read from the environment once, by app.settings.get_settings, or a test's)."""
     return request.app.state.settings
 
 
@@ -61,7 +62,7 @@ async def get_tasks(request: Request) -> Tasks:
 
 Registry = Annotated[ModelRegistry, Depends(get_registry)]
 Model = Annotated[ServedModel, Depends(get_model)]
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+SettingsDep = Annotated[Settings, Depends(app_settings)]
 ResponderDep = Annotated[Responder, Depends(get_responder)]
 EmbeddingsDep = Annotated[Embeddings, Depends(get_embeddings)]
 InspectionDep = Annotated[Inspection, Depends(get_inspection)]

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from model.config import DECODERS, HF_ACTIVATIONS, EncoderConfig
 from model.encoder import activation_module
+from model.pooling import pool
 
 HeadActivation = Literal["tanh", "gelu", "gelu_tanh", "relu", "silu"]
 # What each encoder family's head does after pooling (the decoders' has no dense layer).
@@ -115,8 +116,7 @@ class SequenceClassificationHead(nn.Module):
             rows = torch.arange(hidden.size(0), device=hidden.device)
             pooled = hidden[rows, last_token(input_ids, attention_mask, self.head.pad_token_id)]  # (B, D)
         else:
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1)  # (B, D)
+            pooled = pool(hidden, attention_mask, "mean")  # (B, D)
         x = pooled
         if self.dense is not None:
             x = self.activation(self.dense(x))  # (B, D)

@@ -28,7 +28,7 @@ from model.encoder import (
     sinusoidal_positional_encoding,
 )
 from model.graphs import GPU_PASS_TOKENS, GraphedPass
-from model.heads import LanguageModelHead, SequenceClassificationHead
+from model.heads import LanguageModelHead, SequenceClassificationHead, last_token
 from model.inspection import (
     AttentionSelection,
     explain_similarity,
@@ -532,7 +532,7 @@ class TextEncoder(ModelCard):
             if self.classifier is not None:
                 return self.classifier(hidden, attention_mask, input_ids).float()  # (B, labels)
             assert self.reranker is not None
-            last = attention_mask.sum(1) - 1  # (B,): the last real token (the padding is on the right)
+            last = last_token(input_ids, attention_mask, None)  # (B,): the last real token
             answers = self.reranker(hidden[torch.arange(hidden.size(0), device=hidden.device), last]).float()  # (B, 2)
             return (answers[:, 0] - answers[:, 1]).unsqueeze(1)  # (B, 1): yes − no
 
