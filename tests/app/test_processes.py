@@ -4,6 +4,7 @@ computes, and what happens when one of them dies or the service is told to stop.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -270,3 +271,39 @@ async def test_metrics_are_one_view_whichever_front_end_answers(service: tuple[s
         passes = re.search(r"^encoder_batch_texts_sum (\S+)$", view, re.M)
         assert passes and float(passes.group(1)) >= 30  # and the warm-up's
         assert "encoder_model_info{" in view and 'name="tiny"' in view
+
+
+async def test_bad_input_through_one_front_end_harms_no_request_through_another(
+    service: tuple[subprocess.Popen, str],
+) -> None:
+    """Good requests and bad ones (a lone surrogate, a text too long with truncate false, a token id outside the
+    vocabulary) sent at once over connections that the two front ends share: each bad one gets its own 422, every
+    good one its own answer, equal to what it gets alone."""
+    _, url = service
+    good = [f"good request number {i}" for i in range(24)]
+    bad = [
+        ("/encode", json.dumps({"texts": ["fine", "broken \ud800 text"], "model": "tiny"}), "texts[1]"),
+        ("/encode", json.dumps({"texts": ["word " * 300], "truncate": False, "model": "tiny"}), "texts[0]"),
+        ("/v1/embeddings", json.dumps({"input": [[1, 2, 10**6]], "model": "tiny"}), "input[0][2]"),
+    ]
+    clients = [httpx.AsyncClient(base_url=url, timeout=30) for _ in range(8)]
+    try:
+        expected = [(await clients[0].post("/encode", json={"texts": text, "model": "tiny"})).json() for text in good]
+        for _ in range(3):
+            sends = [
+                clients[i % len(clients)].post("/encode", json={"texts": text, "model": "tiny"})
+                for i, text in enumerate(good)
+            ]
+            for k, (path, body, _) in enumerate(bad):
+                headers = {"content-type": "application/json"}
+                sends.insert(6 * k + 3, clients[(6 * k + 3) % len(clients)].post(path, content=body, headers=headers))
+            responses = await asyncio.gather(*sends)
+            for k, (_, _, param) in enumerate(bad):
+                refused = responses.pop(6 * k + 3 - k)
+                assert refused.status_code == 422 and refused.json()["error"]["param"] == param, refused.text
+            for response, want in zip(responses, expected, strict=True):
+                assert response.status_code == 200, response.text
+                assert response.json()["data"][0]["embedding"] == pytest.approx(want["data"][0]["embedding"], abs=1e-5)
+    finally:
+        for client in clients:
+            await client.aclose()
