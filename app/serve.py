@@ -28,6 +28,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -42,10 +43,26 @@ EXIT_ENGINE_FAILED = 1
 STOP_TIMEOUT_S = 30.0
 
 
+def exit_with_parent() -> None:
+    """Stop this process (as SIGTERM does: what it holds is answered) once the supervisor that started it is gone,
+    killed or crashed: no engine or front end outlives it, holding the port and the models' memory."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(STOP_TIMEOUT_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def engine_main(path: str, ready: Connection) -> None:
     """The engine process: load every model, then serve the front ends on the Unix socket ``path``."""
     import asyncio
 
+    exit_with_parent()
     from app.admission import Admission
     from app.compute import bound_kernel_caches
     from app.engine import Engine
@@ -84,6 +101,7 @@ def front_end_main(listener: socket.socket, path: str, index: int) -> None:
 
     from app.main import create_app, exit_process
 
+    exit_with_parent()
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings, on_load_failure=exit_process, engine=path)

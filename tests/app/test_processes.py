@@ -75,14 +75,21 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture
 def service(models: str) -> Iterator[tuple[subprocess.Popen, str]]:
-    process, url = start_server({"ENCODER_MODELS": models, "ENCODER_WORKERS": "2"}, supervised=True)
+    env = {"ENCODER_MODELS": models, "ENCODER_WORKERS": "2", "ENCODER_MAX_QUEUE_TEXTS": "100000"}
+    process, url = start_server(env, supervised=True)
+    started = children(process.pid)
     try:
         yield process, url
     finally:
+        started += children(process.pid)  # a front end started again meanwhile
         if process.poll() is None:
-            process.kill()
-            process.wait(30)
-        for pid in children(process.pid):
+            process.send_signal(signal.SIGTERM)  # it stops its front ends and its engine
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(30)
+        for pid in started:  # none is left behind, whatever happened
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -109,7 +116,7 @@ async def test_front_ends_answer_every_endpoint_as_one_process_does(
     service: tuple[subprocess.Popen, str], models: str
 ) -> None:
     _, url = service
-    app = create_app(Settings(models=models))
+    app = create_app(Settings(models=models, max_queue_texts=100000))  # as the service fixture sets it
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with (
@@ -150,9 +157,9 @@ async def test_when_the_engine_dies_waiting_requests_get_503_and_the_service_exi
     service: tuple[subprocess.Popen, str],
 ) -> None:
     process, url = service
-    body = {"texts": [LONG] * 64, "model": "tiny"}  # head statistics: the engine is busy with them a while
+    body = {"texts": [LONG] * 256, "model": "tiny"}  # head statistics: the engine is busy with them for seconds
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-        requests = [asyncio.ensure_future(client.post("/attention/heads", json=body)) for _ in range(8)]
+        requests = [asyncio.ensure_future(client.post("/attention/heads", json=body)) for _ in range(16)]
         await asyncio.sleep(0.5)  # sent, and waiting for the engine
         assert not all(request.done() for request in requests)
         started = time.monotonic()
@@ -307,3 +314,17 @@ async def test_bad_input_through_one_front_end_harms_no_request_through_another(
     finally:
         for client in clients:
             await client.aclose()
+
+
+def test_no_process_outlives_a_supervisor_that_is_killed(service: tuple[subprocess.Popen, str]) -> None:
+    process, url = service
+    spawned = [pid for pid in children(process.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(spawned) == 3  # the engine and two front ends
+    process.kill()
+    process.wait(30)
+    deadline = time.monotonic() + 40
+    while any(Path(f"/proc/{pid}").exists() for pid in spawned) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in spawned), "an engine or front end outlived the supervisor"
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{url}/health", timeout=2)
