@@ -89,9 +89,11 @@ class ServedModel:
         executor: ThreadPoolExecutor,
         queue: WorkQueue | EngineQueue,
         facts: ModelFacts,
-        **loaded: object,
+        model: TextEncoder | None = None,
+        worker: Worker | None = None,
     ) -> ServedModel:
-        """A model's tokenisation stages around its queue."""
+        """A model's tokenisation stages around its queue (and, where this process computes it, the loaded model
+        and its inference threads)."""
         # Inspection may look at texts longer than the embeddings are made for (all-MiniLM-L6-v2: 256 tokens for
         # sentence-transformers, 512 positions): up to the position table, when the setting asks for it.
         limit = min(settings.max_attention_tokens or card.max_tokens, card.config.position_limit)
@@ -103,7 +105,8 @@ class ServedModel:
             attention_tokens=Tokenization(attention_tokenizer, executor),
             queue=queue,
             facts=facts,
-            **loaded,  # type: ignore[arg-type]
+            model=model,
+            worker=worker,
         )
 
     @property

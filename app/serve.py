@@ -212,7 +212,7 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument(
-        "--log-level", default="warning", help="uvicorn's own log level (the service's: ENCODER_LOG_LEVEL)"
+        "--log-level", default="info", help="uvicorn's own log level (the service's: ENCODER_LOG_LEVEL)"
     )
     parser.add_argument(
         "--no-access-log", action="store_true", help="accepted as uvicorn takes it (the service logs each request)"

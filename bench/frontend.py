@@ -31,10 +31,19 @@ from pathlib import Path
 
 import orjson
 
-from bench.run import ROOT, drive, free_port, make_sentences, start_service, wait_ready, with_bundled_tokenizer
+from bench.run import (
+    ROOT,
+    cpu_seconds,
+    drive,
+    free_port,
+    make_sentences,
+    process_stat,
+    start_service,
+    wait_ready,
+    with_bundled_tokenizer,
+)
 
 HOST = "127.0.0.1"
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def write_tiny_bert(directory: Path) -> Path:
@@ -73,13 +82,9 @@ def process_tree(pid: int) -> list[int]:
     """``pid`` and every process descended from it (Linux /proc)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry))
+        fields = process_stat(int(entry)) if entry.isdigit() else None
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry))
     tree, todo = [], [pid]
     while todo:
         current = todo.pop()
@@ -88,23 +93,16 @@ def process_tree(pid: int) -> list[int]:
     return tree
 
 
-def cpu_seconds(pid: int) -> float:
+def tree_cpu_seconds(pid: int) -> float:
     """User + system CPU time of ``pid`` and its descendants (every thread), in seconds."""
-    total = 0
-    for member in process_tree(pid):
-        try:
-            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / TICKS
+    return sum(cpu_seconds(member) for member in process_tree(pid))
 
 
 async def phase(pid: int, port: int, bodies: list[bytes], clients: int, seconds: float) -> tuple[float, float]:
     """Requests a second and CPU milliseconds a request of one phase."""
-    before = cpu_seconds(pid)
+    before = tree_cpu_seconds(pid)
     run = await drive("phase", HOST, port, "/encode", bodies, 1, clients, seconds)
-    used = cpu_seconds(pid) - before
+    used = tree_cpu_seconds(pid) - before
     if run.errors:
         raise RuntimeError(f"{run.errors} failed requests on port {port}")
     return run.rate, 1000 * used / max(run.sentences, 1)

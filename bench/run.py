@@ -155,6 +155,20 @@ def get(port: int, path: str) -> bytes:
     return reply.split(b"\r\n\r\n", 1)[1]
 
 
+def process_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command's name (state, ppid, …); None once the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process (every thread), in seconds; 0 once it is gone."""
+    fields = process_stat(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else 0.0
+
+
 def process_memory(pid: int) -> dict[str, int]:
     """VmRSS (now) and VmHWM (peak) of a process, in bytes (empty where /proc is not there)."""
     try:

@@ -40,8 +40,9 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
+from bench.run import cpu_seconds
+
 IN_FLIGHT = 32
-TICKS = os.sysconf("SC_CLK_TCK")
 SMALL = np.full(384, 0.05, dtype=np.float32)  # one sentence vector
 LARGE = np.full((6, 12, 128, 128), 0.01, dtype=np.float32)  # one text's attention, every layer and head
 
@@ -73,11 +74,6 @@ class WireReply(msgspec.Struct, array_like=True):
 
 def request(id_: int, large: bool = False) -> Request:
     return Request(id_, "minilm", "embed", [list(range(101, 113))], {"layer": 6, "pooling": "mean"}, large)
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 # ---- the servers (each in its own process) ----

@@ -7,6 +7,7 @@ import json
 import os
 import struct
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -73,12 +74,21 @@ class Watched:
 
 @pytest.fixture
 def viewer(browser: Browser, server: str) -> Iterator[Watched]:
+    with opened(browser, server) as watched:
+        yield watched
+
+
+@contextmanager
+def opened(browser: Browser, url: str) -> Iterator[Watched]:
+    """The viewer of the service at ``url`` in a fresh browser context, once it has drawn its example text."""
     context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
     watched = Watched(context.new_page())
-    watched.page.goto(server + "/")
+    watched.page.goto(url + "/")
     watched.page.wait_for_selector("#head-left .token")  # the page draws its example text on load
-    yield watched
-    context.close()
+    try:
+        yield watched
+    finally:
+        context.close()
 
 
 def n_tokens(server: str, text: str, pair: str | None = None) -> int:
@@ -796,13 +806,9 @@ def models_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def multi(browser: Browser, models_server: str) -> Iterator[Watched]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
-    watched = Watched(context.new_page())
-    watched.page.goto(models_server + "/")
-    watched.page.wait_for_selector("#head-left .token")
-    idle(watched.page)
-    yield watched
-    context.close()
+    with opened(browser, models_server) as watched:
+        idle(watched.page)
+        yield watched
 
 
 def pick_model(page: Page, name: str) -> None:
@@ -942,13 +948,9 @@ def decoders_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def decoder_page(browser: Browser, decoders_server: str) -> Iterator[Watched]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
-    watched = Watched(context.new_page())
-    watched.page.goto(decoders_server + "/")
-    watched.page.wait_for_selector("#head-left .token")
-    idle(watched.page)
-    yield watched
-    context.close()
+    with opened(browser, decoders_server) as watched:
+        idle(watched.page)
+        yield watched
 
 
 def downloaded_json(page: Page) -> Any:
