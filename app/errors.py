@@ -115,6 +115,18 @@ def error_response(
     return json_response(error_body(type_, message, param, code), status_code=status, headers=headers)
 
 
+def api_error_response(error: ApiError) -> Response:
+    """An ApiError's envelope, logged (its status, type and message; never the body)."""
+    logger.info("%d %s: %s", error.status_code, error.type, error.message)
+    return error_response(error.status_code, error.type, error.message, error.param, error.headers, error.code)
+
+
+def internal_error_response(method: str, path: str) -> Response:
+    """The 500 envelope of an error nobody expected; its traceback is logged (call it in the except block)."""
+    logger.exception("unhandled error on %s %s", method, path)
+    return error_response(500, "internal_error", "internal error: the service logged the details")
+
+
 UNION_MEMBER_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "tuple"})
 
 
@@ -172,8 +184,7 @@ def is_json(content_type: str | None) -> bool:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
-        logger.info("%d %s: %s", exc.status_code, exc.type, exc.message)
-        return error_response(exc.status_code, exc.type, exc.message, exc.param, exc.headers, exc.code)
+        return api_error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def request_validation_error(request: Request, exc: RequestValidationError) -> Response:
@@ -204,5 +215,4 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected_error(request: Request, exc: Exception) -> Response:
-        logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal_error", "internal error: the service logged the details")
+        return internal_error_response(request.method, request.url.path)

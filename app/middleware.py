@@ -61,17 +61,7 @@ class BodySizeLimit:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        delivered = False
-
-        async def replay() -> Message:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay(b"".join(chunks), receive), send)
 
     async def _reject(self, size: int | None, scope: Scope, receive: Receive, send: Send) -> None:
         what = f"{size:,} bytes" if size is not None else "more than that"
@@ -79,6 +69,20 @@ class BodySizeLimit:
             413, "payload_too_large", f"request body is {what}; the limit is {self.max_bytes:,} bytes"
         )
         await response(scope, receive, send)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands ``body`` (already read) over first, then the connection's own messages."""
+    delivered = False
+
+    async def receive_again() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return receive_again
 
 
 class OneWriteResponses:

@@ -1,0 +1,122 @@
+"""The hot routes' short way in: POST /encode and /v1/embeddings without FastAPI's layers, answering the same.
+
+Under many small requests the framework costs more than the work: its middleware chain, routing, dependency
+solving and body parsing took about a quarter of the service's CPU on two cores, as much as the pass and
+tokenisation together (BENCHMARKS.md, "Past the event loop"). An ordinary request to a hot route (a JSON body
+of declared length within the limit, where no CORS is configured) is taken here instead: the body is read and
+validated by the route's own schema, and the route's own function is called with its dependencies, under the
+same request log and metrics (``RequestLog``). Every other request, and one whose body does not validate, goes
+the framework's way untouched (its body replayed), so that each error keeps its one wording: this path adds
+no behaviour, only a shorter way to the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from fastapi import FastAPI
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.dependencies import get_registry, require_api_key
+from app.errors import ApiError, api_error_response, internal_error_response, is_json
+from app.middleware import RequestLog, replay
+from app.routes import embeddings, openai_compat
+from app.schemas import EncodeRequest, OpenAIEmbeddingsRequest
+
+
+@dataclass(frozen=True)
+class HotRoute:
+    """A route taken the short way: its path, schema and function (whose dependencies are resolved here). It is
+    the request's ``scope["route"]`` as the framework's route would be: what the metrics and timings label by is
+    its ``path``."""
+
+    path: str
+    schema: type[BaseModel]
+    endpoint: Callable[..., Awaitable[Any]]
+
+
+HOT_ROUTES = {
+    route.path: route
+    for route in (
+        HotRoute("/encode", EncodeRequest, embeddings.encode),
+        HotRoute("/v1/embeddings", OpenAIEmbeddingsRequest, openai_compat.embeddings),
+    )
+}
+
+
+class FastPath:
+    """The ASGI layer in front of the framework's own stack (inside OneWriteResponses)."""
+
+    def __init__(self, app: ASGIApp, service: FastAPI) -> None:
+        self.app = app
+        self.service = service
+        self.routes = HOT_ROUTES
+        settings, metrics = getattr(service.state, "settings", None), getattr(service.state, "metrics", None)
+        self.logged: ASGIApp = self._answer
+        if settings is None or metrics is None:  # not the service's application (a test's bare one): nothing is hot
+            self.routes = {}
+        else:
+            self.logged = RequestLog(self._answer, metrics)
+        self.max_body_bytes = settings.max_body_bytes if settings is not None else 0
+        self.cors = bool(settings is not None and settings.cors_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hot = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if hot is None or self.cors:  # CORS answers every request's origin (and varies by it): the framework's
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length", b"")
+        if (
+            not declared.isdigit()
+            or int(declared) > self.max_body_bytes
+            or not is_json(headers.get(b"content-type", b"").decode("latin-1"))
+        ):
+            await self.app(scope, receive, send)  # the framework's way: 413, CORS, a body not declared JSON
+            return
+        body = await read_body(receive)
+        if body is None:
+            return  # the client went away
+        try:
+            parsed = hot.schema.model_validate(orjson.loads(body))  # as FastAPI validates a body: Python mode
+        except (orjson.JSONDecodeError, ValidationError):
+            await self.app(scope, replay(body, receive), send)  # the framework words the 422
+            return
+        scope["app"] = self.service
+        scope["route"] = hot
+        scope["fast_path"] = (hot, parsed)
+        await self.logged(scope, receive, send)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Inside the request log: the route's function with its dependencies, or its ApiError's envelope."""
+        hot, body = scope.pop("fast_path")
+        request = Request(scope, receive)
+        state = self.service.state
+        try:
+            await require_api_key(request)
+            registry = await get_registry(request)
+            response = await hot.endpoint(
+                body=body, request=request, registry=registry, embeddings=state.embeddings, responder=state.responder
+            )
+        except ApiError as error:
+            response = api_error_response(error)
+        except Exception:  # as the framework answers one: the 500 envelope, the traceback logged
+            response = internal_error_response(scope["method"], scope["path"])
+        await response(scope, receive, send)
+
+
+async def read_body(receive: Receive) -> bytes | None:
+    """The whole request body, or None if the client disconnects first."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
