@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
+import select
+import sys
+import threading
 import time
 from typing import Any
 
@@ -36,9 +40,87 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
 
+# How long an info line may wait before it is written (warnings and errors are written at once), and how many bytes.
+FLUSH_INTERVAL_S = 0.1
+BUFFER_BYTES = 1 << 16
+HELD_LOGGERS = frozenset({"app.access"})  # the line every request writes
+
+
+class BufferedStderrHandler(logging.Handler):
+    """Log lines written to standard error; the per-request lines (the ``held`` loggers' info lines) in batches, at
+    most ``interval`` seconds after they were logged. Any other line is written at once, with what is held before
+    it: start-up, shutdown, warnings, errors.
+
+    A line a request is a system call a request when each is written on its own: under many small requests that
+    cost the event loop more than the rest of the request's logging (BENCHMARKS.md). A process that exits (even
+    by the signal uvicorn raises again once it has shut down, which skips Python's exit) logs its shutdown lines
+    last, and they carry every held line out before them. A batch goes out in writes of
+    whole lines of at most PIPE_BUF bytes, each atomic on a pipe, so that the lines of processes sharing one
+    (a supervisor, its front ends and engine) never mix. What a process killed outright (SIGKILL) had not yet
+    written is lost: at most ``interval`` seconds of info lines.
+    """
+
+    def __init__(self, fd: int, interval: float = FLUSH_INTERVAL_S, held: frozenset[str] = HELD_LOGGERS) -> None:
+        super().__init__()
+        self.fd = fd
+        self.held = held
+        self.interval = interval
+        self._pending: list[bytes] = []
+        self._size = 0
+        threading.Thread(target=self._flush_now_and_then, name="log-flush", daemon=True).start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = (self.format(record) + "\n").encode("utf-8", "backslashreplace")
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+            return
+        self._pending.append(line)  # the handler's lock is held (Handler.handle)
+        self._size += len(line)
+        if record.name not in self.held or record.levelno >= logging.WARNING or self._size >= BUFFER_BYTES:
+            self._write()
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            self._write()
+
+    def _write(self) -> None:
+        """Write what is pending (the lock held), whole lines at most PIPE_BUF bytes a write."""
+        pending, self._pending, self._size = self._pending, [], 0
+        chunk: list[bytes] = []
+        size = 0
+        for line in pending:
+            if chunk and size + len(line) > select.PIPE_BUF:
+                self._write_all(b"".join(chunk))
+                chunk, size = [], 0
+            chunk.append(line)
+            size += len(line)
+        if chunk:
+            self._write_all(b"".join(chunk))
+
+    def _write_all(self, data: bytes) -> None:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except OSError:  # standard error closed: nothing to tell anyone
+            pass
+
+    def _flush_now_and_then(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            if self._pending:
+                self.flush()
+
+
 def configure_logging(level: str = "info", fmt: str = "text") -> None:
     """Root logging for the service (uvicorn's own loggers propagate into it)."""
-    handler = logging.StreamHandler()
+    try:
+        handler: logging.Handler = BufferedStderrHandler(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):  # standard error is no file (a test's capture)
+        handler = logging.StreamHandler()
     handler.addFilter(RequestIdFilter())
     if fmt == "json":
         handler.setFormatter(JsonFormatter())

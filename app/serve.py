@@ -53,6 +53,8 @@ def exit_with_parent() -> None:
             time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(STOP_TIMEOUT_S)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
         os._exit(1)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
