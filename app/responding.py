@@ -32,20 +32,27 @@ class ClientGone(Exception):
 
 
 async def until_disconnected(request: Request, work: Awaitable[Any]) -> Any:
-    """Await ``work``; if the client goes away first, cancel it (its queued texts are then never computed)."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(disconnected(request))
+    """Await ``work`` in the calling task; if the client goes away first, cancel it (its queued texts are then never
+    computed) and raise ClientGone. One task watches the connection meanwhile: the work needs none of its own."""
+    current = asyncio.current_task()
+    assert current is not None, "called from a task"
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        await disconnected(request)
+        gone = True
+        current.cancel()
+
+    watcher = asyncio.ensure_future(watch())
     try:
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        return await work
     except asyncio.CancelledError:
-        task.cancel()
+        if gone and current.uncancel() == 0:  # the watcher's cancellation alone (not a deadline's, not a shutdown's)
+            raise ClientGone from None
         raise
     finally:
         watcher.cancel()
-    if task not in done:
-        task.cancel()
-        raise ClientGone
-    return task.result()
 
 
 async def disconnected(request: Request) -> None:

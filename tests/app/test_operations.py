@@ -11,6 +11,7 @@ import re
 import httpx
 import numpy as np
 import pytest
+from starlette.types import Message
 
 from app.logs import JsonFormatter, RequestIdFilter, request_id
 from app.settings import Settings
@@ -186,3 +187,50 @@ async def test_what_loading_made_is_out_of_the_collectors_reach(bundled_model: T
         long_lived = [local_model(running.model), running.model.card.tokenizer, running.model.queue]
         assert not any(obj is candidate for obj in tracked for candidate in long_lived)
         assert gc.get_freeze_count() > 10_000
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["short-way", "framework-way"])
+async def test_a_client_that_leaves_has_its_texts_dropped_and_the_service_goes_on(
+    bundled_model: TextEncoder, declared: bool
+) -> None:
+    """The client disconnects while its texts wait: they are never computed (counted as dropped), its request is
+    counted with status 499, and the next request is answered."""
+    async with serving(Settings(), bundled_model) as service:
+        body = b'{"texts": ["left one", "left two", "left three"]}'
+        headers = [(b"content-type", b"application/json")]
+        if declared:
+            headers.append((b"content-length", str(len(body)).encode()))
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+            "path": "/encode", "raw_path": b"/encode", "query_string": b"", "root_path": "",
+            "headers": headers, "client": ("127.0.0.1", 1), "server": ("testserver", 80), "state": {},
+        }  # fmt: skip
+        leave = asyncio.Event()
+        messages: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> Message:
+            if messages:
+                return messages.pop(0)
+            await leave.wait()
+            return {"type": "http.disconnect"}
+
+        sent: list[Message] = []
+
+        async def send(message: Message) -> None:
+            sent.append(message)
+
+        metrics = (await service.client.get("/metrics")).text
+        dropped = metric(metrics, "encoder_dropped_texts_total", 0)
+        counted = metric(metrics, "encoder_requests_total", 0, route="/encode", method="POST", status="499")
+        with local_queue(service.model).paused():
+            request = asyncio.ensure_future(service.app(scope, receive, send))
+            await wait_until(lambda: service.admission.admitted == 3)
+            leave.set()
+            await asyncio.wait_for(request, 10)
+        assert sent[0]["status"] == 499
+        await wait_until(lambda: local_queue(service.model).pending() == 0)
+        metrics = (await service.client.get("/metrics")).text
+        assert metric(metrics, "encoder_dropped_texts_total") == dropped + 3
+        assert metric(metrics, "encoder_requests_total", route="/encode", method="POST", status="499") == counted + 1
+        assert service.admission.admitted == 0
+        assert (await service.client.post("/encode", json={"texts": "next"})).status_code == 200
