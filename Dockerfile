@@ -29,18 +29,19 @@ RUN pip install --no-deps . \
 FROM python:${PYTHON_VERSION}-slim AS runtime
 RUN useradd --create-home --no-log-init --uid 10001 encoder
 COPY --from=build /opt/venv /opt/venv
-# One worker: each worker process would hold its own copy of the model. Keep-alive longer than a load
-# balancer's idle timeout (often 60 s), so that the balancer, not the service, closes idle connections.
+# One front end by default (ENCODER_WORKERS: more are front-end processes around one engine that holds the
+# models, docs/SCALING.md). Keep-alive longer than a load balancer's idle timeout (often 60 s), so that the
+# balancer, not the service, closes idle connections.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HF_HUB_OFFLINE=1 \
+    ENCODER_WORKERS=1 \
     UVICORN_HOST=0.0.0.0 \
     UVICORN_PORT=8000 \
-    UVICORN_WORKERS=1 \
     UVICORN_TIMEOUT_KEEP_ALIVE=75
 USER 10001:10001
 WORKDIR /home/encoder
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
   CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2).status != 200)"]
-CMD ["uvicorn", "--factory", "app.main:create_app"]
+CMD ["python", "-m", "app.serve"]

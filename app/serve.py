@@ -97,7 +97,7 @@ def engine_main(path: str, ready: Connection) -> None:
     logger.info("engine stopped")
 
 
-def front_end_main(listener: socket.socket, path: str, index: int) -> None:
+def front_end_main(listener: socket.socket, path: str, index: int, keep_alive_s: int = 5) -> None:
     """A front-end process: the HTTP API on the shared socket, the models' work sent to the engine."""
     import uvicorn
 
@@ -107,13 +107,14 @@ def front_end_main(listener: socket.socket, path: str, index: int) -> None:
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings, on_load_failure=exit_process, engine=path)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=keep_alive_s)
     uvicorn.Server(config).run(sockets=[listener])
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, host: str, port: int) -> None:
+    def __init__(self, settings: Settings, host: str, port: int, keep_alive_s: int = 5) -> None:
         self.settings = settings
+        self.keep_alive_s = keep_alive_s
         self.context = multiprocessing.get_context("spawn")
         self.listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -143,7 +144,9 @@ class Supervisor:
 
     def start_front_end(self, index: int) -> None:
         process = self.context.Process(
-            target=front_end_main, args=(self.listener, self.path, index), name=f"front-end-{index}"
+            target=front_end_main,
+            args=(self.listener, self.path, index, self.keep_alive_s),
+            name=f"front-end-{index}",
         )
         process.start()
         self.front_ends[index] = process
@@ -210,9 +213,18 @@ class Supervisor:
 
 
 def main() -> None:
+    """``python -m app.serve``: where to listen as uvicorn's command line takes it (``--host``, ``--port``,
+    ``--timeout-keep-alive``, or the UVICORN_HOST, UVICORN_PORT, UVICORN_TIMEOUT_KEEP_ALIVE variables that it
+    reads), the service's own settings from ENCODER_* variables."""
     parser = argparse.ArgumentParser(description="The encoder service: an engine and ENCODER_WORKERS front ends.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--host", default=os.environ.get("UVICORN_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("UVICORN_PORT", "8000")))
+    parser.add_argument(
+        "--timeout-keep-alive",
+        type=int,
+        default=int(os.environ.get("UVICORN_TIMEOUT_KEEP_ALIVE", "5")),
+        help="seconds an idle connection is kept open",
+    )
     parser.add_argument(
         "--log-level", default="info", help="uvicorn's own log level (the service's: ENCODER_LOG_LEVEL)"
     )
@@ -225,6 +237,9 @@ def main() -> None:
     if settings.workers == 1:
         import uvicorn
 
+        # uvicorn raises the SIGTERM it handled again once it has shut down, as the handler it found would take it:
+        # this one lets the process end as the supervisor's does, with status 0 after a clean drain.
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
         uvicorn.run(
             "app.main:create_app",
             factory=True,
@@ -232,9 +247,10 @@ def main() -> None:
             port=args.port,
             log_level=args.log_level,
             access_log=False,
+            timeout_keep_alive=args.timeout_keep_alive,
         )
         return
-    sys.exit(Supervisor(settings, args.host, args.port).run())
+    sys.exit(Supervisor(settings, args.host, args.port, args.timeout_keep_alive).run())
 
 
 if __name__ == "__main__":

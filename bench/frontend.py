@@ -1,6 +1,6 @@
 """What a request costs the service besides the model: against the leanest FastAPI route, over HTTP.
 
-    .venv/bin/python -m bench.frontend [--seconds 10] [--rounds 3] [--clients 32]
+    .venv/bin/python -m bench.frontend [--seconds 10] [--rounds 3] [--clients 32] [--against ../before] [--floor]
 
 Two servers on 127.0.0.1, up at once, driven in turn by the same client:
 
@@ -16,6 +16,10 @@ the two, the order reversed every round. Over each phase the CPU time (user + sy
 process it started is read from /proc. Prints requests/s and CPU milliseconds a request, each round and the
 median, and the service's ratios to the route: the goals of "Past the event loop" (requests/s at least the
 route's, CPU at most 1.3× the route's).
+
+``--against CHECKOUT`` drives another checkout's service (``git worktree add ../before <commit>``) in the route's
+place: a change measured side by side. ``--floor`` first measures, in this process, what no front end can leave
+out of such a request: tokenising its text and its share of a pass.
 """
 
 from __future__ import annotations
@@ -128,14 +132,53 @@ async def compare(servers: dict[str, tuple[int, int]], rounds: int, clients: int
             f"| {name} | {', '.join(f'{r:.0f}' for r in rates)} | {statistics.median(rates):.0f} | "
             f"{', '.join(f'{c:.3f}' for c in cpus)} | {statistics.median(cpus):.3f} |"
         )
-    service, route = results["service"], results["lean FastAPI route"]
+    service, route = (results[name] for name in servers)
     rate_ratios = [s[0] / r[0] for s, r in zip(service, route, strict=True)]
     cpu_ratios = [s[1] / r[1] for s, r in zip(service, route, strict=True)]
+    first, second = servers
+    goals = second == "lean FastAPI route"
     print(
-        f"\nservice ÷ route: requests/s {statistics.median(rate_ratios):.2f} "
-        f"({', '.join(f'{x:.2f}' for x in rate_ratios)}; goal ≥ 1.0), CPU a request "
-        f"{statistics.median(cpu_ratios):.2f} ({', '.join(f'{x:.2f}' for x in cpu_ratios)}; goal ≤ 1.3)"
+        f"\n{first} ÷ {second}: requests/s {statistics.median(rate_ratios):.2f} "
+        f"({', '.join(f'{x:.2f}' for x in rate_ratios)}{'; goal ≥ 1.0' if goals else ''}), CPU a request "
+        f"{statistics.median(cpu_ratios):.2f} ({', '.join(f'{x:.2f}' for x in cpu_ratios)}"
+        f"{'; goal ≤ 1.3' if goals else ''})"
     )
+
+
+def floor(model_dir: Path, repeats: int = 2000) -> None:
+    """What the service cannot leave out of a request, measured in this process on one thread: tokenising one
+    text (as a request of one text is tokenised) and its share of a pass of 8 and of 32 texts, CPU microseconds."""
+    import time
+
+    import torch
+
+    from model import EmbeddingSpec, TextEncoder
+
+    torch.set_num_threads(1)
+    model = TextEncoder.load(model_dir)
+    texts = make_sentences(repeats)
+    tokenizer = model.tokenizer
+    for text in texts[:200]:
+        tokenizer.encode([text])
+    started = time.process_time()
+    for text in texts:
+        tokenizer.encode([text])
+    tokenise = (time.process_time() - started) / len(texts)
+    spec = EmbeddingSpec(layer=model.config.n_layers, pooling=model.pooling.mode, normalize=True)
+    print(f"\nin-process floor, one thread: tokenising one text {tokenise * 1e6:.0f} µs", end="")
+    for size in (8, 32):
+        encodings = tokenizer.encode(texts[:size])
+        for _ in range(20):
+            model.embed_encodings(encodings, [spec] * size)
+        rounds = max(1, repeats // size)
+        started = time.process_time()
+        for _ in range(rounds):
+            model.embed_encodings(encodings, [spec] * size)
+        print(
+            f"; a text's share of a pass of {size}: {(time.process_time() - started) / rounds / size * 1e6:.0f} µs",
+            end="",
+        )
+    print()
 
 
 def main() -> None:
@@ -147,17 +190,31 @@ def main() -> None:
     parser.add_argument(
         "--supervised", action="store_true", help="serve as python -m app.serve (ENCODER_WORKERS front ends, an engine)"
     )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="a checkout of the service (git worktree add ../before <commit>) to drive in the route's place",
+    )
+    parser.add_argument(
+        "--floor", action="store_true", help="also measure tokenisation and the pass alone, in this process"
+    )
     args = parser.parse_args()
     model = write_tiny_bert(Path(tempfile.mkdtemp(prefix="frontend-")) / "tiny")
+    if args.floor:
+        floor(model)
     env = {"ENCODER_MODEL_DIR": str(model), **dict(item.split("=", 1) for item in args.env)}
     processes: list[subprocess.Popen] = []
     try:
         service_port, route_port = free_port(), free_port()
         processes.append(start_service(service_port, env, quiet=True, supervised=args.supervised))
-        processes.append(start_route(route_port))
+        if args.against is not None:
+            other = start_service(route_port, env, checkout=args.against, quiet=True, supervised=args.supervised)
+            processes.append(other)
+        else:
+            processes.append(start_route(route_port))
         servers = {
             "service": (processes[0].pid, service_port),
-            "lean FastAPI route": (processes[1].pid, route_port),
+            "lean FastAPI route" if args.against is None else "before": (processes[1].pid, route_port),
         }
         asyncio.run(compare(servers, args.rounds, args.clients, args.seconds))
     finally:

@@ -37,8 +37,9 @@ def test_dockerfile_is_multi_stage_non_root_with_one_worker_and_a_healthcheck() 
     assert len(re.findall(r"^FROM ", DOCKERFILE, re.M)) >= 2
     assert re.search(r"^USER 10001", DOCKERFILE, re.M)
     assert re.search(r"^HEALTHCHECK .*\n?.*127\.0\.0\.1:8000/health", DOCKERFILE, re.M)
-    assert 'CMD ["uvicorn", "--factory", "app.main:create_app"]' in DOCKERFILE
-    assert "UVICORN_WORKERS=1" in DOCKERFILE and "UVICORN_HOST=0.0.0.0" in DOCKERFILE
+    assert 'CMD ["python", "-m", "app.serve"]' in DOCKERFILE
+    assert "ENCODER_WORKERS=1" in DOCKERFILE and "UVICORN_HOST=0.0.0.0" in DOCKERFILE
+    assert "UVICORN_TIMEOUT_KEEP_ALIVE=75" in DOCKERFILE
 
 
 def test_dockerfile_installs_pinned_torch_then_dependencies_then_source() -> None:

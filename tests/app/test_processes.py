@@ -8,7 +8,9 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,7 +30,7 @@ from app.settings import Settings
 from app.work_queue import WorkQueue
 from app.worker import Worker
 from model import EmbeddingSpec, TextEncoder
-from tests.helpers import server_log, start_server, write_tiny_model
+from tests.helpers import ROOT, free_port, server_log, start_server, write_tiny_model
 
 pytestmark = pytest.mark.slow
 
@@ -328,3 +330,39 @@ def test_no_process_outlives_a_supervisor_that_is_killed(service: tuple[subproce
     assert not any(Path(f"/proc/{pid}").exists() for pid in spawned), "an engine or front end outlived the supervisor"
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{url}/health", timeout=2)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_the_image_command_listens_and_keeps_alive_as_the_uvicorn_variables_say(models: str, workers: str) -> None:
+    """``python -m app.serve`` with no arguments, as the image runs it: UVICORN_HOST, UVICORN_PORT and
+    UVICORN_TIMEOUT_KEEP_ALIVE as uvicorn's command line reads them, one process or front ends around an engine."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "ENCODER_DEVICE": "cpu",
+        "ENCODER_MODELS": models,
+        "ENCODER_WORKERS": workers,
+        "UVICORN_HOST": "127.0.0.1",
+        "UVICORN_PORT": str(port),
+        "UVICORN_TIMEOUT_KEEP_ALIVE": "1",
+    }
+    process = subprocess.Popen([sys.executable, "-m", "app.serve"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, "the service did not start"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+            connection.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert b" 200 " in connection.recv(4096)
+            idle = time.monotonic()
+            assert connection.recv(4096) == b""  # the server closed the idle connection
+            assert 0.5 < time.monotonic() - idle < 5  # after its keep-alive of 1 s, not uvicorn's default 5
+    finally:
+        process.terminate()
+        assert process.wait(60) == 0
