@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from app.compute import COMPUTE
@@ -71,11 +71,7 @@ class WorkerStats:
     texts: int = 0  # texts computed in them
     padded_tokens: int = 0  # rows × longest row, summed over passes
     real_tokens: int = 0
-    largest_pass: int = 0
-    largest_padded_tokens: int = 0
     compute_seconds: float = 0.0  # time spent in those passes
-    failed_passes: int = 0
-    pass_sizes: list[int] = field(default_factory=list)  # the most recent pass sizes
 
 
 class Worker:
@@ -169,8 +165,6 @@ class Worker:
                 compute, self.model, entries[0].kind, texts, options, spread=self.queue.alone(entries)
             )
         except Exception:
-            with self._lock:
-                self.stats.failed_passes += 1
             self._retry_alone(entries, self._batched)
             return
         self._count(entries, time.perf_counter() - started)
@@ -218,11 +212,7 @@ class Worker:
         stats.texts += rows
         stats.padded_tokens += rows * longest
         stats.real_tokens += real
-        stats.largest_pass = max(stats.largest_pass, rows)
-        stats.largest_padded_tokens = max(stats.largest_padded_tokens, rows * longest)
         stats.compute_seconds += seconds
-        stats.pass_sizes.append(rows)
-        del stats.pass_sizes[:-1000]
 
 
 def _tickets(entries: Sequence[Entry]) -> list[Ticket]:

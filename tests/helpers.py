@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -178,6 +179,64 @@ async def serve(
     """As ``serving``, for tests that only need the client."""
     async with serving(settings, model, ready) as service:
         yield service.client
+
+
+def metric(text: str, name: str, default: float | None = None, /, **labels: str) -> float:
+    """The value of one sample in a Prometheus exposition (``default`` when it is absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        match = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
+        if match and ",".join(sorted((match.group(1) or "").split(","))) == want:
+            return float(match.group(2))
+    if default is not None:
+        return default
+    raise AssertionError(f"no sample {name}{{{want}}}")
+
+
+@dataclass(frozen=True)
+class Passes:
+    """The forward passes a service has counted (/metrics' encoder_batch_texts): how many, their texts, and how
+    many had at most ``n`` texts (``at_most[n]``, for n of the histogram's buckets)."""
+
+    count: float
+    texts: float
+    at_most: dict[int, float]
+
+    def __sub__(self, before: Passes) -> Passes:
+        return Passes(
+            self.count - before.count,
+            self.texts - before.texts,
+            {n: v - before.at_most.get(n, 0) for n, v in self.at_most.items()},
+        )
+
+    def all_of(self, size: int) -> bool:
+        """Every pass had ``size`` texts (size one of the buckets: 1, 2, 4, 8, 16, ...)."""
+        below = max((n for n in self.at_most if n < size), default=None)
+        return (
+            self.texts == self.count * size
+            and self.at_most[size] == self.count
+            and (below is None or self.at_most[below] == 0)
+        )
+
+
+async def passes(client: httpx.AsyncClient) -> Passes:
+    """What /metrics says of the forward passes so far."""
+    text = (await client.get("/metrics")).text
+    at_most = {
+        int(float(m.group(1))): float(m.group(2))
+        for m in re.finditer(r'^encoder_batch_texts_bucket\{le="([0-9.]+)"\} (\S+)$', text, re.M)
+    }
+    return Passes(metric(text, "encoder_batch_texts_count"), metric(text, "encoder_batch_texts_sum"), at_most)
+
+
+async def until_metric(
+    client: httpx.AsyncClient, name: str, condition: Callable[[float], bool], timeout: float = 30.0, **labels: str
+) -> None:
+    """Poll /metrics until ``condition`` holds for one sample; fail (never hang) after ``timeout`` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition(metric((await client.get("/metrics")).text, name, 0, **labels)):
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {name}"
+        await asyncio.sleep(0.005)
 
 
 def assert_error(

@@ -12,10 +12,10 @@ import httpx
 import numpy as np
 import pytest
 
-from app.registry import ServedModel
+from app.registry import ServedModel, compute_lanes
 from app.settings import Settings
 from model import TextEncoder
-from tests.helpers import local_queue, local_worker, serving, wait_until
+from tests.helpers import local_queue, metric, passes, serving, until_metric
 
 MIXED_REQUESTS: list[dict[str, Any]] = [
     # Mixed lengths and every option that changes the computation, all merged into one batch.
@@ -48,16 +48,16 @@ def assert_same_response(merged: dict, alone: dict) -> None:
 
 async def test_concurrent_mixed_requests_equal_sequential_ones(client: httpx.AsyncClient, served: ServedModel) -> None:
     sequential = [(await client.post("/encode", json=r)).json() for r in MIXED_REQUESTS]
-    passes_before = local_worker(served).stats.passes
+    before = await passes(client)
     with local_queue(served).paused():
         tasks = [asyncio.ensure_future(client.post("/encode", json=r)) for r in MIXED_REQUESTS]
         n_texts = sum(len(texts) if isinstance(texts := r["texts"], list) else 1 for r in MIXED_REQUESTS)
-        await wait_until(lambda: local_queue(served).pending() >= n_texts)
+        await until_metric(client, "encoder_queue_texts", lambda queued: queued >= n_texts)
     responses = await asyncio.gather(*tasks)
-    # All of them in one forward pass; with several compute lanes, the first pass takes its lane's share.
-    share = -(-n_texts // local_queue(served).lanes)
-    sizes = local_worker(served).stats.pass_sizes[-(local_worker(served).stats.passes - passes_before) :]
-    assert sum(sizes) == n_texts and sizes[0] == share and max(sizes) <= share
+    # All of them in as few passes as the compute lanes' fair shares allow (one pass with one lane).
+    share = -(-n_texts // compute_lanes(Settings()))  # the shared service's settings
+    computed = await passes(client) - before
+    assert computed.texts == n_texts and computed.count == -(-n_texts // share)
     for response, alone in zip(responses, sequential, strict=True):
         assert response.status_code == 200
         assert_same_response(response.json(), alone)
@@ -87,10 +87,10 @@ async def test_a_cancelled_request_is_dropped_without_breaking_its_batch(
         {"texts": ["the third request"]},
     ]
     sequential = [(await client.post("/encode", json=r)).json() for r in requests]
-    dropped_before = local_queue(served).dropped
+    dropped_before = metric((await client.get("/metrics")).text, "encoder_dropped_texts_total", 0)
     with local_queue(served).paused():
         tasks = [asyncio.ensure_future(client.post("/encode", json=r)) for r in requests]
-        await wait_until(lambda: local_queue(served).pending() >= 6)
+        await until_metric(client, "encoder_queue_texts", lambda queued: queued >= 6)
         tasks[1].cancel()  # the client goes away while its texts wait in the queue
         await asyncio.sleep(0.05)
     first, third = await tasks[0], await tasks[2]
@@ -98,20 +98,22 @@ async def test_a_cancelled_request_is_dropped_without_breaking_its_batch(
         await tasks[1]
     assert_same_response(first.json(), sequential[0])
     assert_same_response(third.json(), sequential[2])
-    assert local_queue(served).dropped == dropped_before + 3  # never computed
+    await until_metric(client, "encoder_dropped_texts_total", lambda dropped: dropped == dropped_before + 3)
 
 
 async def test_event_loop_answers_health_while_a_long_batch_computes(bundled_model: TextEncoder) -> None:
     # A budget of 2,048 padded tokens cuts 64 texts of 253 tokens into 8 passes of 8.
     async with serving(Settings(max_batch_tokens=2048), bundled_model) as service:
         texts = [f"{i} " + "word " * 250 for i in range(64)]
+        before = await passes(service.client)
         long_batch = asyncio.ensure_future(service.client.post("/encode", json={"texts": texts}))
-        await wait_until(lambda: local_worker(service.model).stats.passes >= 1)  # the first of the 8 passes is done
+        await until_metric(service.client, "encoder_batch_texts_count", lambda n: n > before.count)  # one pass done
         health = await service.client.get("/health")
         assert health.status_code == 200
         assert not long_batch.done(), "the batch should still be computing while /health answers"
         assert (await long_batch).status_code == 200
-        assert local_worker(service.model).stats.pass_sizes[-8:] == [8] * 8
+        computed = await passes(service.client) - before
+        assert computed.count == 8 and computed.all_of(8)
 
 
 async def test_cpu_passes_are_cut_where_their_largest_activation_stays_small(bundled_model: TextEncoder) -> None:
@@ -121,11 +123,13 @@ async def test_cpu_passes_are_cut_where_their_largest_activation_stays_small(bun
     async with serving(Settings(), bundled_model) as service:
         assert (await service.client.get("/info")).json()["limits"]["max_batch_tokens"] == 4096
         texts = [f"{i} " + "word " * 250 for i in range(64)]
+        before = await passes(service.client)
         with local_queue(service.model).paused():  # all 64 queued before the first pass is cut
             request = asyncio.ensure_future(service.client.post("/encode", json={"texts": texts}))
-            await wait_until(lambda: local_queue(service.model).pending() == 64)
+            await until_metric(service.client, "encoder_queue_texts", lambda queued: queued == 64)
         assert (await request).status_code == 200
-        assert local_worker(service.model).stats.pass_sizes[-4:] == [16] * 4
+        computed = await passes(service.client) - before
+        assert computed.count == 4 and computed.all_of(16)
     async with serving(Settings(max_batch_tokens=1000), bundled_model) as service:  # a setting wins
         assert (await service.client.get("/info")).json()["limits"]["max_batch_tokens"] == 1000
 
@@ -144,12 +148,13 @@ async def test_two_lanes_compute_two_passes_of_one_model_at_once(
 
     async with serving(Settings(compute_lanes=2), bundled_model) as service:
         monkeypatch.setattr(bundled_model, "embed_encodings", meeting)
+        before = await passes(service.client)
         with local_queue(service.model).paused():  # both queued: each lane takes its share, one text
             requests = [
                 asyncio.ensure_future(service.client.post("/encode", json={"texts": [text]}))
                 for text in ("one pass", "and another")
             ]
-            await wait_until(lambda: local_queue(service.model).pending() == 2)
+            await until_metric(service.client, "encoder_queue_texts", lambda queued: queued == 2)
         first, second = await asyncio.gather(*requests)
         assert (first.status_code, second.status_code) == (200, 200), (first.text, second.text)
         monkeypatch.undo()
@@ -157,14 +162,15 @@ async def test_two_lanes_compute_two_passes_of_one_model_at_once(
         assert np.allclose(
             [first.json()["data"][0]["embedding"], second.json()["data"][0]["embedding"]], reference, atol=1e-5
         )
-        assert local_worker(service.model).stats.pass_sizes[-2:] == [1, 1]
+        computed = await passes(service.client) - before
+        assert computed.count == 2 and computed.all_of(1)
 
 
 async def test_a_text_too_long_fails_only_its_own_request(client: httpx.AsyncClient, served: ServedModel) -> None:
     with local_queue(served).paused():
         good = asyncio.ensure_future(client.post("/encode", json={"texts": ["fine"], "truncate": False}))
         bad = asyncio.ensure_future(client.post("/encode", json={"texts": ["ok", "word " * 300], "truncate": False}))
-        await wait_until(lambda: local_queue(served).pending() >= 1)
+        await until_metric(client, "encoder_queue_texts", lambda queued: queued >= 1)
     assert (await good).status_code == 200
     body = (await bad).json()
     assert (await bad).status_code == 422 and body["error"]["param"] == "texts[1]"

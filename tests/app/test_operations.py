@@ -16,19 +16,7 @@ from starlette.types import Message
 from app.logs import JsonFormatter, RequestIdFilter, request_id
 from app.settings import Settings
 from model import TextEncoder
-from tests.helpers import assert_error, local_model, local_queue, serve, serving, wait_until
-
-
-def metric(text: str, name: str, default: float | None = None, /, **labels: str) -> float:
-    """The value of one sample in a Prometheus exposition (``default`` when it is absent)."""
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        match = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
-        if match and ",".join(sorted((match.group(1) or "").split(","))) == want:
-            return float(match.group(2))
-    if default is not None:
-        return default
-    raise AssertionError(f"no sample {name}{{{want}}}")
+from tests.helpers import assert_error, local_model, local_queue, metric, serve, serving, until_metric, wait_until
 
 
 async def test_metrics_count_requests_and_split_latency_by_phase(client: httpx.AsyncClient) -> None:
@@ -161,7 +149,8 @@ async def test_a_request_past_its_deadline_is_dropped_and_answered_503(bundled_m
             error = assert_error(response, 503, "timeout", None, "not answered within 0.3 s")
             assert int(response.headers["retry-after"]) >= 1 and "overloaded" in error["message"]
         assert (await client.post("/encode", json={"texts": "on time"})).status_code == 200
-        assert local_queue(service.model).dropped == 2  # the late texts were never computed
+        # the late texts were never computed
+        await until_metric(client, "encoder_dropped_texts_total", lambda dropped: dropped == 2)
         assert metric((await client.get("/metrics")).text, "encoder_timeouts_total") == 1
 
 
@@ -228,7 +217,7 @@ async def test_a_client_that_leaves_has_its_texts_dropped_and_the_service_goes_o
             leave.set()
             await asyncio.wait_for(request, 10)
         assert sent[0]["status"] == 499
-        await wait_until(lambda: local_queue(service.model).pending() == 0)
+        await until_metric(service.client, "encoder_queue_texts", lambda queued: queued == 0)
         metrics = (await service.client.get("/metrics")).text
         assert metric(metrics, "encoder_dropped_texts_total") == dropped + 3
         assert metric(metrics, "encoder_requests_total", route="/encode", method="POST", status="499") == counted + 1

@@ -8,6 +8,7 @@ from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -82,7 +83,13 @@ async def test_passes_keep_to_their_size_and_token_limits(
     tiny_model: TextEncoder, max_batch_size: int, max_batch_tokens: int
 ) -> None:
     queue = WorkQueue(max_batch_tokens=max_batch_tokens, max_batch_size=max_batch_size)
-    worker = Worker(queue, tiny_model)
+    shapes: list[tuple[int, int]] = []  # (texts, longest) of each pass the model is given
+
+    def recorded(encodings: list[Encoding], specs: list[EmbeddingSpec]) -> list[Any]:
+        shapes.append((len(encodings), max(len(e.ids) for e in encodings)))
+        return tiny_model.embed_encodings(encodings, specs)
+
+    worker = Worker(queue, SimpleNamespace(embed_encodings=recorded))  # type: ignore[arg-type]
     try:
         texts = [" ".join(["the quick brown fox"] * n) for n in (1, 5, 2, 8, 1, 3, 3, 1, 6, 2, 4, 1)]
         with queue.paused():
@@ -90,10 +97,10 @@ async def test_passes_keep_to_their_size_and_token_limits(
             await wait_until(lambda: queue.pending() == len(texts))
         results = await asyncio.gather(*requests)
         lengths = [len(e.ids) for e in encode(tiny_model, texts)]
-        assert worker.stats.texts == len(texts)
-        assert max(worker.stats.pass_sizes) <= max_batch_size
-        assert worker.stats.largest_padded_tokens <= max(max_batch_tokens, max(lengths))
-        assert len(worker.stats.pass_sizes) > 1  # the limits did cut the queue into several passes
+        assert sum(rows for rows, _ in shapes) == len(texts)
+        assert max(rows for rows, _ in shapes) <= max_batch_size
+        assert max(rows * longest for rows, longest in shapes) <= max(max_batch_tokens, max(lengths))
+        assert len(shapes) > 1  # the limits did cut the queue into several passes
         for text, result in zip(texts, results, strict=True):
             alone = tiny_model.embed([text]).numpy()[0]
             np.testing.assert_allclose(result[0].sentence, alone, atol=1e-5)
@@ -233,7 +240,6 @@ async def test_a_failing_pass_fails_only_the_request_that_breaks_it(tiny_model: 
         with pytest.raises(InferenceFailed):
             await poisoned
         assert failing.passes == [6, 1, 2, 1, 2]  # the merged pass, then each request alone
-        assert worker.stats.failed_passes == 2  # the merged pass and the poisoned request's own
         # The thread survived: later work is answered.
         after = await embed(queue, encode(tiny_model, ["the quick brown fox"]))
         np.testing.assert_allclose(after[0].sentence, tiny_model.embed(["the quick brown fox"]).numpy()[0], atol=1e-5)
@@ -344,7 +350,8 @@ async def test_slices_inspected_in_turn_let_requests_that_arrive_meanwhile_go_fi
 
 async def test_an_attention_entry_runs_alone_between_embedding_passes(tiny_model: TextEncoder) -> None:
     queue = WorkQueue()
-    worker = Worker(queue, tiny_model)
+    passes: list[int] = []  # texts of each embedding pass, as the metrics are told
+    worker = Worker(queue, tiny_model, on_pass=lambda texts, tokens, seconds: passes.append(texts))
     try:
         selection = AttentionSelection(layers=(1,), heads=(0, 1))
         with queue.paused():
@@ -353,7 +360,7 @@ async def test_an_attention_entry_runs_alone_between_embedding_passes(tiny_model
             after = asyncio.ensure_future(embed(queue, encode(tiny_model, ["c"])))
             await wait_until(lambda: queue.pending() == 4)
         await asyncio.gather(before, maps, after)
-        assert worker.stats.pass_sizes == [2, 1]  # the attention entry cut the embedding entries in two
+        assert passes == [2, 1]  # the attention entry cut the embedding entries in two
         assert (await maps).shape == (1, 2, 4, 4)
     finally:
         worker.stop()
@@ -362,7 +369,8 @@ async def test_an_attention_entry_runs_alone_between_embedding_passes(tiny_model
 async def test_entries_of_a_request_that_is_gone_are_never_computed(tiny_model: TextEncoder) -> None:
     dropped: list[int] = []
     queue = WorkQueue(on_drop=dropped.append)
-    worker = Worker(queue, tiny_model)
+    passes: list[int] = []
+    worker = Worker(queue, tiny_model, on_pass=lambda texts, tokens, seconds: passes.append(texts))
     try:
         with queue.paused():
             kept = asyncio.ensure_future(embed(queue, encode(tiny_model, ["kept"])))
@@ -371,7 +379,7 @@ async def test_entries_of_a_request_that_is_gone_are_never_computed(tiny_model: 
             gone.cancel()
             await asyncio.sleep(0)
         await kept
-        assert worker.stats.texts == 1 and queue.dropped == 3 and dropped == [3]
+        assert passes == [1] and dropped == [3]
     finally:
         worker.stop()
 
