@@ -133,6 +133,14 @@ PROMPT_NAME = (
 PROMPT = "a literal prompt put before each text, as sentence-transformers' encode(prompt=...); not with prompt_name"
 
 
+EncodingFormat = Literal["float", "base64", "binary", "ubinary"]
+ENCODING_FORMAT = (
+    "float: numbers; base64: little-endian float32 bytes of each vector; binary / ubinary: each vector's signs "
+    "(x > 0 is 1) packed 8 to a byte, as int8 (byte - 128) or uint8 numbers, as sentence-transformers' "
+    "quantize_embeddings (dimensions then a multiple of 8)"
+)
+
+
 class EncodeRequest(Request):
     texts: Texts
     model: str | None = Field(None, description="a served model's name (see /v1/models); the default model when null")
@@ -146,9 +154,7 @@ class EncodeRequest(Request):
     truncate: bool = Field(True, description="cut texts longer than the maximum; with false such a text is a 422")
     return_tokens: bool = Field(False, description="add each text's tokens")
     return_token_embeddings: bool = Field(False, description="add each text's per-token vectors (no padding rows)")
-    encoding_format: Literal["float", "base64"] = Field(
-        "float", description="base64 = little-endian float32 bytes of each vector"
-    )
+    encoding_format: EncodingFormat = Field("float", description=ENCODING_FORMAT)
     dimensions: int | None = Field(
         None, ge=1, description="keep the first `dimensions` components (Matryoshka), then L2-normalise again"
     )
@@ -174,9 +180,13 @@ class PairTokenInfo(TokenInfo):
 
 class Embedding(BaseModel):
     index: int
-    embedding: list[float] | str = Field(description="floats, or base64 of little-endian float32 bytes")
+    embedding: list[float] | list[int] | str = Field(
+        description="floats, base64 of little-endian float32 bytes, or packed signs (binary, ubinary)"
+    )
     tokens: list[TokenInfo] | None = Field(None, description="only with return_tokens")
-    token_embeddings: list[list[float] | str] | None = Field(None, description="only with return_token_embeddings")
+    token_embeddings: list[list[float] | list[int] | str] | None = Field(
+        None, description="only with return_token_embeddings; in the encoding_format of the embedding"
+    )
 
 
 class Usage(BaseModel):
@@ -398,7 +408,7 @@ class OpenAIEmbeddingsRequest(Request):
         description="a string, a list of strings, a list of token ids, or a list of lists of token ids"
     )
     model: str | None = Field(None, description="a name from /v1/models; the default model when null")
-    encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 bytes")
+    encoding_format: EncodingFormat = Field("float", description=ENCODING_FORMAT)
     dimensions: int | None = Field(None, ge=1, description="keep the first components, then L2-normalise again")
     prompt_name: str | None = Field(None, description=PROMPT_NAME)
     prompt: Prompt | None = Field(None, description=PROMPT)
@@ -410,7 +420,7 @@ class OpenAIEmbeddingsRequest(Request):
 class OpenAIEmbedding(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: list[float] | str
+    embedding: list[float] | list[int] | str
 
 
 class OpenAIEmbeddingsResponse(BaseModel):

@@ -86,3 +86,20 @@ def accepts_npz(accept: str | None) -> bool:
 def base64_float32(vector: np.ndarray) -> str:
     """A vector as the base64 of its little-endian float32 bytes (OpenAI's encoding_format=base64)."""
     return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
+def packed_signs(vectors: np.ndarray, signed: bool) -> np.ndarray:
+    """Each row's signs (x > 0 is 1) packed 8 to a byte, the last byte padded with zeros: uint8, or with ``signed``
+    int8 (byte - 128): sentence-transformers' quantize_embeddings at precision ubinary and binary."""
+    packed = np.packbits(vectors > 0, axis=-1)
+    return (packed.astype(np.int16) - 128).astype(np.int8) if signed else packed
+
+
+def vectors_as(encoding_format: str, vectors: np.ndarray) -> list[Any]:
+    """Each row of ``vectors`` (n, d) in an encoding_format of the API: float (the row itself, written as
+    numbers), base64 of its float32 bytes, or its packed signs (binary, ubinary)."""
+    if encoding_format == "base64":
+        return [base64_float32(v) for v in vectors]
+    if encoding_format in ("binary", "ubinary"):
+        return list(packed_signs(vectors, signed=encoding_format == "binary"))
+    return list(vectors)

@@ -26,7 +26,7 @@ from app.schemas import (
     TokenizeResponse,
     Usage,
 )
-from app.serialization import base64_float32, construct
+from app.serialization import construct, vectors_as
 from app.settings import Settings
 from app.work_queue import Timing
 from model import EmbeddingSpec, TextTokenizer
@@ -78,7 +78,7 @@ class Embeddings:
             layer = model.resolve_layer(request.layer)
         except ValueError as error:
             raise InvalidRequest("layer", str(error).removeprefix("layer ")) from error
-        self.check_dimensions(request.dimensions, model.dimension)
+        self.check_dimensions(request.dimensions, model.dimension, request.encoding_format)
         texts, skip = self.prompted(served, request.texts, request.prompt_name, request.prompt)
         spec = EmbeddingSpec(
             layer=layer,
@@ -93,21 +93,21 @@ class Embeddings:
         if request.dimensions is not None:
             sentences = keep_dimensions(sentences, request.dimensions, normalize_again=request.normalize)
 
-        as_base64 = request.encoding_format == "base64"
+        embeddings = vectors_as(request.encoding_format, sentences)
         data = []
         n_values = 0
         for index, (encoding, result) in enumerate(zip(encodings, results)):
-            sentence = sentences[index]
-            item: dict[str, Any] = {
-                "index": index,
-                "embedding": base64_float32(sentence) if as_base64 else sentence,
-            }
+            item: dict[str, Any] = {"index": index, "embedding": embeddings[index]}
             if request.return_tokens:
                 item["tokens"] = token_infos(encoding)
             if result.tokens is not None:
-                item["token_embeddings"] = [base64_float32(v) for v in result.tokens] if as_base64 else result.tokens
+                item["token_embeddings"] = (
+                    result.tokens
+                    if request.encoding_format == "float"
+                    else vectors_as(request.encoding_format, result.tokens)
+                )
                 n_values += result.tokens.size
-            n_values += sentence.size
+            n_values += sentences.shape[1]
             data.append(construct(Embedding, **item))
         response = construct(
             EncodeResponse,
@@ -138,9 +138,13 @@ class Embeddings:
         return model.prompted(texts, None, before), model.prompt_skip(before)
 
     @staticmethod
-    def check_dimensions(dimensions: int | None, width: int) -> None:
+    def check_dimensions(dimensions: int | None, width: int, encoding_format: str = "float") -> None:
         if dimensions is not None and not 1 <= dimensions <= width:
             raise InvalidRequest("dimensions", f"must be between 1 and the model's width {width}, got {dimensions}")
+        if dimensions is not None and dimensions % 8 and encoding_format in ("binary", "ubinary"):
+            raise InvalidRequest(
+                "dimensions", f"must be a multiple of 8 with encoding_format {encoding_format}, got {dimensions}"
+            )
 
     async def openai(
         self, served: ServedModel, request: OpenAIEmbeddingsRequest, timing: Timing | None = None
@@ -148,7 +152,7 @@ class Embeddings:
         """OpenAI's /v1/embeddings: the model's pooled, normalised embeddings; texts truncated, token ids as
         they are."""
         model = served.card
-        self.check_dimensions(request.dimensions, model.dimension)
+        self.check_dimensions(request.dimensions, model.dimension, request.encoding_format)
         inputs = request.input
         encodings: list[TokenSequence]
         skip = 0
@@ -176,10 +180,9 @@ class Embeddings:
         sentences = np.stack([result.sentence for result in results])  # (B, D)
         if request.dimensions is not None:
             sentences = keep_dimensions(sentences, request.dimensions)
-        as_base64 = request.encoding_format == "base64"
         data = [
-            construct(OpenAIEmbedding, object="embedding", index=index, embedding=base64_float32(v) if as_base64 else v)
-            for index, v in enumerate(sentences)
+            construct(OpenAIEmbedding, object="embedding", index=index, embedding=embedding)
+            for index, embedding in enumerate(vectors_as(request.encoding_format, sentences))
         ]
         response = construct(
             OpenAIEmbeddingsResponse, object="list", data=data, model=served.name, usage=usage(encodings)

@@ -31,7 +31,7 @@ ENCODE_422 = [
     ({"texts": "x", "layer": 7}, "layer", "between -7 and 6"),  # layer out of range
     ({"texts": "x", "layer": -8}, "layer", "between -7 and 6"),
     ({"texts": "x", "pooling": "median"}, "pooling", "'mean', 'cls', 'max', 'lasttoken'"),  # unknown pooling
-    ({"texts": "x", "encoding_format": "hex"}, "encoding_format", "'float' or 'base64'"),
+    ({"texts": "x", "encoding_format": "hex"}, "encoding_format", "'float', 'base64', 'binary' or 'ubinary'"),
     ({"texts": 5}, "texts", "must be a string or a list of strings"),  # wrong type
     ({"texts": ["a", 5]}, "texts[1]", "valid string"),  # wrong item type
     ({"texts": "x", "normalize": "yes"}, "normalize", "valid boolean"),  # strings are not booleans
