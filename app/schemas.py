@@ -194,6 +194,32 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+# ---- /encode/sparse ----
+
+
+class SparseEncodeRequest(Request):
+    texts: Texts
+    model: str | None = Field(None, description="a served SPLADE model's name; the default model when null")
+    top_k: int | None = Field(None, ge=1, description="keep only the largest top_k weights of each text")
+    return_tokens: bool = Field(False, description="add the vocabulary entry of each index")
+    truncate: bool = Field(True, description="cut texts longer than the maximum; with false such a text is a 422")
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"texts": ["The quick brown fox."], "top_k": 64}]})
+
+
+class SparseEmbedding(BaseModel):
+    index: int
+    indices: list[int] = Field(description="vocabulary ids with a non-zero weight, ascending")
+    values: list[float] = Field(description="their weights")
+    tokens: list[str] | None = Field(None, description="only with return_tokens: the vocabulary entry of each index")
+
+
+class SparseEncodeResponse(BaseModel):
+    model: str
+    data: list[SparseEmbedding]
+    usage: Usage
+
+
 class EncodeResponse(BaseModel):
     model: str
     dim: int
@@ -575,6 +601,9 @@ class InfoResponse(BaseModel):
     )
     rerank: Literal["cross-encoder", "yes-no"] | None = Field(
         description="how /rerank scores with this model, if it can"
+    )
+    sparse: Literal["splade"] | None = Field(
+        None, description="what /encode/sparse computes with this model, if it can"
     )
     limits: Limits
     auth: bool = Field(description="whether requests need an API key")

@@ -18,8 +18,8 @@ import torch
 
 from model.config import DECODERS, EncoderConfig
 from model.encoder import relative_embedding_rows, relative_position_buckets
-from model.heads import YES_NO, HeadConfig
-from model.pooling import PoolingConfig
+from model.heads import MASKED_LM_FAMILIES, YES_NO, HeadConfig
+from model.pooling import PoolingConfig, SparseSpec, sparse_spec
 from model.tokenizer import TextTokenizer
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
@@ -83,6 +83,7 @@ class ModelCard:
     # the ids of the tokens ``yes`` and ``no``, when the checkpoint is a causal LM whose vocabulary has both (a
     # yes/no reranker)
     answers: tuple[int, int] | None = None
+    sparse: SparseSpec | None = None  # a SPLADE model (a masked LM with SpladePooling): its pooling
     prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' named prompts ("query: ", …)
     default_prompt_name: str | None = None  # the prompt put before every text unless another is named
     _prompt_lengths: dict[str, int] = field(default_factory=dict, repr=False)
@@ -207,6 +208,12 @@ def read_card(path: Path | str | None, name: str | None, max_tokens: int | None)
     yes, no = (tokenizer.token_id(token) for token in ("yes", "no"))
     causal_lm = any(str(kind).endswith("ForCausalLM") for kind in hf.get("architectures") or [])
     answers = (yes, no) if causal_lm and config.family in DECODERS and yes is not None and no is not None else None
+    sparse = sparse_spec(model_dir)
+    masked_lm = any(str(kind).endswith("ForMaskedLM") for kind in hf.get("architectures") or [])
+    if sparse is not None and (not masked_lm or config.family not in MASKED_LM_FAMILIES):
+        raise ValueError(
+            f"{model_dir}: a SPLADE model must be a ...ForMaskedLM checkpoint of {', '.join(MASKED_LM_FAMILIES)}"
+        )
     return {
         "name": name,
         "path": model_dir,
@@ -217,5 +224,6 @@ def read_card(path: Path | str | None, name: str | None, max_tokens: int | None)
         "max_tokens": limit,
         "head": HeadConfig.from_hf(hf, config),
         "answers": answers,
+        "sparse": sparse,
         **read_prompts(model_dir),
     }

@@ -148,6 +148,47 @@ class LanguageModelHead(nn.Module):
         return logits
 
 
+# The masked-LM head's tensors in each family that has one here (after the checkpoint's encoder prefix is left as
+# it is: these are top-level names): transform (dense D → D), norm, decoder bias; the decoder weight is the
+# family's own or, tied, the token embeddings.
+MASKED_LM_TENSORS: dict[str, dict[str, str]] = {
+    "bert": {
+        "dense": "cls.predictions.transform.dense",
+        "norm": "cls.predictions.transform.LayerNorm",
+        "decoder": "cls.predictions.decoder",
+        "bias": "cls.predictions.bias",
+    },
+    "distilbert": {
+        "dense": "vocab_transform",
+        "norm": "vocab_layer_norm",
+        "decoder": "vocab_projector",
+        "bias": "vocab_projector.bias",
+    },
+    "roberta": {
+        "dense": "lm_head.dense",
+        "norm": "lm_head.layer_norm",
+        "decoder": "lm_head.decoder",
+        "bias": "lm_head.bias",
+    },
+}
+MASKED_LM_TENSORS["xlm-roberta"] = MASKED_LM_TENSORS["camembert"] = MASKED_LM_TENSORS["roberta"]
+MASKED_LM_FAMILIES = tuple(MASKED_LM_TENSORS)
+
+
+class MaskedLanguageModelHead(nn.Module):
+    """A masked LM's head: dense → activation → norm → the vocabulary's logits, (…, D) → (…, V)."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.d_model, config.d_model)
+        self.activation = activation_module(config.activation)
+        self.norm = nn.LayerNorm(config.d_model, config.layer_norm_eps)
+        self.decoder = nn.Linear(config.d_model, config.vocab_size)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.decoder(self.norm(self.activation(self.dense(hidden))))  # (…, V)
+
+
 @dataclass(frozen=True)
 class YesNoTemplate:
     """How a yes/no reranker reads a (query, document) pair: Qwen3-Reranker's model card template. Its prefix and

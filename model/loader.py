@@ -28,7 +28,7 @@ from model.encoder import (
     sinusoidal_positional_encoding,
 )
 from model.graphs import GPU_PASS_TOKENS, GraphedPass
-from model.heads import LanguageModelHead, SequenceClassificationHead, last_token
+from model.heads import LanguageModelHead, MaskedLanguageModelHead, SequenceClassificationHead, last_token
 from model.inspection import (
     AttentionSelection,
     explain_similarity,
@@ -37,9 +37,9 @@ from model.inspection import (
     norm_weighted,
     select_attention,
 )
-from model.pooling import Dense, Pooling, sentence_embeddings
+from model.pooling import Dense, Pooling, sentence_embeddings, splade
 from model.tokenizer import Batch, TokenSequence
-from model.weights import checkpoint_dtype, load_head, load_language_model_rows, read_encoder
+from model.weights import checkpoint_dtype, load_head, load_language_model_rows, load_masked_lm_head, read_encoder
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +139,21 @@ class TextEmbedding:
 
 
 @dataclass(frozen=True)
+class SparseVector:
+    """One text's sparse vector: vocabulary ids ascending and their weights, the non-zero ones only."""
+
+    indices: np.ndarray  # (n,) int64
+    values: np.ndarray  # (n,) float32
+
+
+@dataclass(frozen=True)
+class SparseOptions:
+    """A sparse pass's per-text option: keep only the ``top_k`` largest weights (all when None)."""
+
+    top_k: int | None = None
+
+
+@dataclass(frozen=True)
 class Scores:
     """What a classification pass gives one text (or pair)."""
 
@@ -200,6 +215,7 @@ class TextEncoder(ModelCard):
     # when the checkpoint is a causal LM whose vocabulary has the tokens ``yes`` and ``no``: their rows of its head
     reranker: LanguageModelHead | None = None
     dense: tuple[Dense, ...] = ()  # the Dense modules after pooling, with their weights (``pooling.dense``)
+    masked_lm: MaskedLanguageModelHead | None = None  # a SPLADE model's vocabulary head (``sparse``)
     weights_dtype: torch.dtype | None = None  # what the embedding pass's weights are kept in; ``dtype`` when None
     explicit_dtype: torch.dtype = torch.float32  # what ``encoder``'s weights are kept in
     graph: PassGraph | None = None  # the embedding pass as a traced graph (trace_pass), or eager when None
@@ -301,6 +317,9 @@ class TextEncoder(ModelCard):
             reranker = load_language_model_rows(config, weights_path, list(card["answers"]), tied, precision.weights)
             reranker = reranker.to(device=torch_device).eval()
         dense = tuple(Dense.load(spec).to(device=torch_device) for spec in card["pooling"].dense)
+        masked_lm = None
+        if card["sparse"] is not None:  # float32: the sparse weights are log1p of its logits, kept exact
+            masked_lm = load_masked_lm_head(config, weights_path, torch.float32).to(device=torch_device)
         model = cls(
             **card,
             encoder=encoder,
@@ -310,6 +329,7 @@ class TextEncoder(ModelCard):
             explicit_dtype=precision.explicit,
             classifier=classifier,
             reranker=reranker,
+            masked_lm=masked_lm,
             dense=dense,
             pass_encoder=pass_encoder,
         )
@@ -472,6 +492,28 @@ class TextEncoder(ModelCard):
             )
             for row, (encoding, spec) in enumerate(zip(encodings, specs))
         ]
+
+    @torch.inference_mode()
+    def sparse_encodings(
+        self, encodings: Sequence[TokenSequence], options: Sequence[SparseOptions]
+    ) -> list[SparseVector]:
+        """One pass of a SPLADE model over tokenised texts: each text's vocabulary weights, pooled over its real
+        tokens as SpladePooling pools them (``sparse``), the non-zero ones by ascending id (the ``top_k`` largest
+        where a text's options ask). The vocabulary-wide logits are computed a text at a time, over its own
+        tokens: a (T, V) block, never (B, T, V)."""
+        assert self.masked_lm is not None and self.sparse is not None, "not a SPLADE model"
+        batch = self.tokenizer.pad(encodings)
+        hidden = self.last_hidden_state(*self.to_tensors(batch)).float()  # (B, T, D)
+        vectors = []
+        for row, (encoding, option) in enumerate(zip(encodings, options, strict=True)):
+            logits = self.masked_lm(hidden[row, : len(encoding.ids)])  # (n, V)
+            weights = splade(logits, self.sparse.activation, self.sparse.pooling)  # (V,)
+            indices = torch.nonzero(weights > 0).squeeze(1)  # ascending
+            if option.top_k is not None and option.top_k < indices.numel():
+                kept = weights[indices].topk(option.top_k).indices
+                indices = indices[kept].sort().values
+            vectors.append(SparseVector(indices.cpu().numpy(), weights[indices].cpu().numpy()))
+        return vectors
 
     @torch.inference_mode()
     def attention(self, encoding: TokenSequence, selection: AttentionSelection) -> np.ndarray:

@@ -39,7 +39,40 @@ DENSE_ACTIVATIONS: dict[str, type[nn.Module]] = {
     "torch.nn.modules.activation.SiLU": nn.SiLU,
     "torch.nn.modules.activation.Sigmoid": nn.Sigmoid,
 }
-KNOWN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")  # of modules.json; any other is refused
+# modules.json's kinds; any other is refused. MLMTransformer and SpladePooling make a SPLADE model (sparse_spec).
+KNOWN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "MLMTransformer", "SpladePooling")
+SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
+
+
+@dataclass(frozen=True)
+class SparseSpec:
+    """A SPLADE model's pooling (sentence-transformers' SpladePooling): over the real tokens, the maximum or the sum
+    of log(1 + relu(MLM logits)) for every vocabulary entry (``log1p_relu``: log1p once more)."""
+
+    pooling: Literal["max", "sum"] = "max"
+    activation: Literal["relu", "log1p_relu"] = "relu"
+
+
+def sparse_spec(model_dir: Path) -> SparseSpec | None:
+    """The SpladePooling module of the directory's modules.json, None where there is none; ValueError for what is
+    not served."""
+    paths = [path for kind, path in _modules(Path(model_dir)) if kind == "SpladePooling"]
+    if not paths:
+        return None
+    config_path = Path(model_dir) / paths[0] / "config.json"
+    st = _json(config_path) if config_path.is_file() else {}
+    pooling, activation = st.get("pooling_strategy", "max"), st.get("activation_function", "relu")
+    if pooling not in ("max", "sum") or activation not in SPLADE_ACTIVATIONS:
+        raise ValueError(f"{config_path}: unsupported SpladePooling ({pooling!r}, {activation!r})")
+    return SparseSpec(pooling, activation)
+
+
+def splade(logits: Tensor, activation: str, pooling: str) -> Tensor:
+    """One text's sparse vector from its real tokens' MLM logits (n, V) → (V,), as SpladePooling computes it."""
+    weights = torch.log1p(torch.relu(logits))
+    if activation == "log1p_relu":
+        weights = torch.log1p(weights)
+    return weights.amax(0) if pooling == "max" else weights.sum(0)
 
 
 @dataclass(frozen=True)

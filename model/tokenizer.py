@@ -117,6 +117,10 @@ class TextTokenizer:
     def vocab_size(self) -> int:
         return self._complete.get_vocab_size()
 
+    def vocabulary_entries(self, ids: Sequence[int]) -> list[str]:
+        """The vocabulary's entry (its token string: ``##ing``, ``▁the``) for each id."""
+        return [self._complete.id_to_token(id_) or "" for id_ in ids]
+
     def token_id(self, token: str) -> int | None:
         """The id of one token of the vocabulary (``yes``), or None where the vocabulary has no such token."""
         return self._complete.token_to_id(token)

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from model.config import DECODERS, EncoderConfig
 from model.encoder import Encoder
-from model.heads import LanguageModelHead, SequenceClassificationHead
+from model.heads import MASKED_LM_TENSORS, LanguageModelHead, MaskedLanguageModelHead, SequenceClassificationHead
 
 logger = logging.getLogger(__name__)
 
@@ -416,3 +416,39 @@ def load_language_model_rows(
             raise ValueError(f"checkpoint {path}: {name} of shape {(rows, width)} does not fit tokens {list(tokens)}")
         weight = torch.stack([table[token] for token in tokens]).to(dtype)  # (len(tokens), D)
     return LanguageModelHead(weight, config.final_logit_softcapping)
+
+
+def load_masked_lm_head(config: EncoderConfig, path: Path, dtype: torch.dtype) -> MaskedLanguageModelHead:
+    """A ``…ForMaskedLM`` checkpoint's head (MASKED_LM_TENSORS), its decoder tied to the token embeddings where the
+    checkpoint holds no weight of its own; ValueError naming what is missing or of the wrong shape."""
+    names = MASKED_LM_TENSORS.get(config.family)
+    if names is None:
+        raise ValueError(f"no masked-LM head is read for model_type {config.family!r}")
+    head = MaskedLanguageModelHead(config)
+    family = FAMILIES[config.family]
+    with open_checkpoint(path) as checkpoint:
+        stored = set(checkpoint.keys())
+        prefix = next((p for p in family.prefixes if any(key.startswith(p) for key in stored)), "")
+        embeddings = prefix + family.tensors["embeddings.token.weight"][0]
+        theirs = {
+            "dense.weight": f"{names['dense']}.weight",
+            "dense.bias": f"{names['dense']}.bias",
+            "norm.weight": f"{names['norm']}.weight",
+            "norm.bias": f"{names['norm']}.bias",
+            "decoder.weight": f"{names['decoder']}.weight" if f"{names['decoder']}.weight" in stored else embeddings,
+            "decoder.bias": names["bias"] if names["bias"] in stored else f"{names['decoder']}.bias",
+        }
+        missing = sorted(name for name in theirs.values() if name not in stored)
+        if missing:
+            raise ValueError(f"checkpoint {path} is a masked LM but lacks its head: {', '.join(missing)}")
+        tensors = {ours: checkpoint.get_tensor(name) for ours, name in theirs.items()}
+    expected = dict(head.named_parameters())
+    wrong = [
+        f"{theirs[name]} {tuple(t.shape)} (expected {tuple(expected[name].shape)})"
+        for name, t in tensors.items()
+        if t.shape != expected[name].shape
+    ]
+    if wrong:
+        raise ValueError(f"checkpoint {path}: masked-LM head of the wrong shape: {', '.join(wrong)}")
+    assign(head, tensors, dtype)
+    return head.eval().requires_grad_(False)

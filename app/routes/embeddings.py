@@ -4,7 +4,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.dependencies import EmbeddingsDep, Registry, ResponderDep
-from app.schemas import ERROR_RESPONSES, EncodeRequest, EncodeResponse
+from app.schemas import ERROR_RESPONSES, EncodeRequest, EncodeResponse, SparseEncodeRequest, SparseEncodeResponse
 
 router = APIRouter(tags=["embeddings"], responses=ERROR_RESPONSES)
 
@@ -16,3 +16,12 @@ async def encode(
     """Sentence embeddings (and, on request, tokens and per-token vectors) for one or more texts."""
     model = registry.get(body.model)
     return await responder.answer(request, lambda timing: embeddings.encode(model, body, timing), len(body.texts))
+
+
+@router.post("/encode/sparse", response_model=SparseEncodeResponse)
+async def encode_sparse(
+    body: SparseEncodeRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
+) -> Response:
+    """Sparse vectors of a SPLADE model: one weight for each vocabulary entry the text activates, the rest zero."""
+    model = registry.get(body.model)
+    return await responder.answer(request, lambda timing: embeddings.sparse(model, body, timing), len(body.texts))

@@ -20,6 +20,9 @@ from app.schemas import (
     OpenAIEmbeddingsResponse,
     PairTokenInfo,
     Reply,
+    SparseEmbedding,
+    SparseEncodeRequest,
+    SparseEncodeResponse,
     TokenInfo,
     Tokenized,
     TokenizeRequest,
@@ -29,7 +32,7 @@ from app.schemas import (
 from app.serialization import construct, vectors_as
 from app.settings import Settings
 from app.work_queue import Timing
-from model import EmbeddingSpec, TextTokenizer
+from model import EmbeddingSpec, SparseOptions, TextTokenizer
 from model.pooling import keep_dimensions
 from model.tokenizer import TokenIdOutOfRange, TokenSequence
 
@@ -188,6 +191,27 @@ class Embeddings:
             OpenAIEmbeddingsResponse, object="list", data=data, model=served.name, usage=usage(encodings)
         )
         return Reply(response, int(sentences.size))
+
+    async def sparse(self, served: ServedModel, request: SparseEncodeRequest, timing: Timing | None = None) -> Reply:
+        """A SPLADE model's sparse vectors: vocabulary ids and weights (and, on request, the vocabulary entries)."""
+        model = served.card
+        if model.sparse is None:
+            raise InvalidRequest(
+                "model",
+                f"model {served.name!r} has no sparse output (a SPLADE model's, a masked LM with SpladePooling)",
+            )
+        self.check_batch(len(request.texts))
+        encodings = await served.tokens.encode(request.texts, truncate=request.truncate, param="texts")
+        options = SparseOptions(request.top_k)
+        vectors = await served.queue.run(Task("sparse", encodings, options), timing)
+        data = []
+        for index, vector in enumerate(vectors):
+            item: dict[str, Any] = {"index": index, "indices": vector.indices, "values": vector.values}
+            if request.return_tokens:
+                item["tokens"] = model.tokenizer.vocabulary_entries(vector.indices.tolist())
+            data.append(construct(SparseEmbedding, **item))
+        response = construct(SparseEncodeResponse, model=served.name, data=data, usage=usage(encodings))
+        return Reply(response, sum(2 * vector.indices.size for vector in vectors))
 
     async def tokenize(self, served: ServedModel, request: TokenizeRequest) -> Reply:
         self.check_batch(len(request.texts))

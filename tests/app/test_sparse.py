@@ -1,0 +1,118 @@
+"""POST /encode/sparse: a SPLADE model's sparse vectors, equal to sentence-transformers' SparseEncoder."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import torch
+
+from app.main import create_app
+from app.settings import Settings
+from model import TextEncoder
+from tests.helpers import Service, assert_error, wait_until_ready, write_tiny_model
+
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "Attention is all you need.", "Hi"]
+
+
+def write_splade(directory: Path, pooling: str, seed: int) -> Path:
+    """A tiny random BertForMaskedLM with SpladePooling, saved by sentence-transformers itself."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+    from transformers import BertConfig, BertForMaskedLM
+
+    base = write_tiny_model(directory / "base")
+    torch.manual_seed(seed)
+    BertForMaskedLM(BertConfig.from_pretrained(base)).save_pretrained(directory / "mlm")
+    shutil.copy(base / "tokenizer.json", directory / "mlm" / "tokenizer.json")
+    transformer = Transformer(str(directory / "mlm"), transformer_task="fill-mask")
+    splade = SpladePooling(pooling)  # type: ignore[arg-type]
+    SparseEncoder(modules=[transformer, splade], device="cpu").save(str(directory / "splade"))
+    return directory / "splade"
+
+
+@pytest.fixture(scope="module")
+def splade_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("splade")
+    return {pooling: write_splade(root / pooling, pooling, seed) for seed, pooling in enumerate(("max", "sum"))}
+
+
+@pytest.fixture(scope="module")
+async def service(splade_dirs: dict[str, Path], bundled_model: TextEncoder) -> AsyncIterator[Service]:
+    models = {name: TextEncoder.load(path, name=name) for name, path in splade_dirs.items()}
+    app = create_app(Settings(), {"max": models["max"], "sum": models["sum"], "minilm": bundled_model})
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=60) as client:
+            await wait_until_ready(client)
+            yield Service(app, client)
+
+
+def reference(directory: Path, texts: list[str]) -> np.ndarray:
+    from sentence_transformers import SparseEncoder
+
+    return SparseEncoder(str(directory), device="cpu").encode(texts, convert_to_tensor=True).to_dense().numpy()
+
+
+@pytest.mark.parametrize("pooling", ["max", "sum"])
+async def test_sparse_vectors_equal_sparse_encoders(
+    service: Service, splade_dirs: dict[str, Path], pooling: str
+) -> None:
+    response = await service.client.post("/encode/sparse", json={"texts": TEXTS, "model": pooling})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    theirs = reference(splade_dirs[pooling], TEXTS)
+    assert body["model"] == pooling and [item["index"] for item in body["data"]] == [0, 1, 2]
+    for item, row in zip(body["data"], theirs, strict=True):
+        assert item["indices"] == np.nonzero(row)[0].tolist()  # the non-zero ones, ascending
+        np.testing.assert_allclose(item["values"], row[item["indices"]], rtol=1e-5, atol=1e-6)
+        assert "tokens" not in item
+    n_tokens = sum(len(e.ids) for e in service.app.state.registry.get("max").card.tokenizer.encode(TEXTS))
+    assert body["usage"] == {"prompt_tokens": n_tokens, "total_tokens": n_tokens}
+
+
+async def test_top_k_keeps_the_largest_and_return_tokens_names_them(
+    service: Service, splade_dirs: dict[str, Path]
+) -> None:
+    from sentence_transformers import SparseEncoder
+
+    encoder = SparseEncoder(str(splade_dirs["max"]), device="cpu")
+    response = await service.client.post(
+        "/encode/sparse", json={"texts": TEXTS, "model": "max", "top_k": 5, "return_tokens": True}
+    )
+    assert response.status_code == 200, response.text
+    theirs: list[list[tuple[str, float]]] = encoder.decode(  # type: ignore[assignment]
+        encoder.encode(TEXTS, convert_to_tensor=True), top_k=5
+    )
+    for item, decoded in zip(response.json()["data"], theirs, strict=True):
+        assert len(item["indices"]) == 5 and item["indices"] == sorted(item["indices"])
+        ours = dict(zip(item["tokens"], item["values"], strict=True))
+        assert set(ours) == {token for token, _ in decoded}
+        for token, value in decoded:
+            assert ours[token] == pytest.approx(value, rel=1e-5)
+
+
+async def test_info_says_which_models_are_sparse(service: Service) -> None:
+    assert (await service.client.get("/info", params={"model": "max"})).json()["sparse"] == "splade"
+    assert (await service.client.get("/info", params={"model": "minilm"})).json()["sparse"] is None
+
+
+async def test_bad_input_gets_its_422(service: Service) -> None:
+    client = service.client
+    not_sparse = await client.post("/encode/sparse", json={"texts": TEXTS, "model": "minilm"})
+    assert_error(not_sparse, 422, "validation_error", "model", "no sparse output")
+    for body, param in (
+        ({"texts": "x", "model": "max", "top_k": 0}, "top_k"),
+        ({"texts": [], "model": "max"}, "texts"),
+        ({"texts": "x", "model": "max", "pooling": "mean"}, "pooling"),
+        ({"texts": ["fine", "word " * 600], "model": "max", "truncate": False}, "texts[1]"),
+    ):
+        assert_error(await client.post("/encode/sparse", json=body), 422, "validation_error", param)
+    unknown = await client.post("/encode/sparse", json={"texts": "x", "model": "nobody"})
+    assert unknown.status_code == 404
+    assert (await client.post("/encode/sparse", json={"texts": "still serving", "model": "max"})).status_code == 200
