@@ -133,6 +133,17 @@ PROMPT_NAME = (
 PROMPT = "a literal prompt put before each text, as sentence-transformers' encode(prompt=...); not with prompt_name"
 
 
+class Chunking(Request):
+    overlap: int = Field(
+        0, ge=0, description="content tokens each window shares with the one before (at most half a window's content)"
+    )
+
+
+CHUNKING = (
+    "embed a text longer than the model's window in windows of the window's length (special tokens included), "
+    "each pooled alone, then their mean weighted by their tokens, normalised as the model normalises; a text "
+    "that fits is embedded as without chunking. Not with a prompt or return_token_embeddings"
+)
 EncodingFormat = Literal["float", "base64", "binary", "ubinary"]
 ENCODING_FORMAT = (
     "float: numbers; base64: little-endian float32 bytes of each vector; binary / ubinary: each vector's signs "
@@ -160,6 +171,7 @@ class EncodeRequest(Request):
     )
     prompt_name: str | None = Field(None, description=PROMPT_NAME)
     prompt: Prompt | None = Field(None, description=PROMPT)
+    chunking: Chunking | None = Field(None, description=CHUNKING)
 
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"texts": ["The quick brown fox.", "A lazy dog."]}]},
@@ -439,6 +451,7 @@ class OpenAIEmbeddingsRequest(Request):
     prompt_name: str | None = Field(None, description=PROMPT_NAME)
     prompt: Prompt | None = Field(None, description=PROMPT)
     user: str | None = Field(None, description="accepted and ignored")
+    chunking: Chunking | None = Field(None, description=CHUNKING + "; strings only (token ids are taken as they are)")
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"input": ["The quick brown fox."]}]})
 

@@ -37,6 +37,7 @@ class _Request:
     indexed: bool
     future: asyncio.Future[list[Encoding]] = field(repr=False)
     special_tokens: bool = True  # the post-processor's special tokens added (not for a template that writes its own)
+    whole: bool = False  # not truncated, and a text longer than the maximum is no error (it is cut into windows)
 
     def name(self, index: int) -> str:
         """The request field that a text is: ``texts[3]``, or ``text``."""
@@ -64,14 +65,18 @@ class Tokenization:
         param: str = "texts",
         indexed: bool = True,
         special_tokens: bool = True,
+        whole: bool = False,
     ) -> list[Encoding]:
         """The encodings of ``texts`` (each optionally paired), or InvalidRequest naming the text at fault.
 
         ``param`` names the request field in errors, with the text's index when ``indexed``. Without
-        ``special_tokens`` the tokenizer adds none of its own.
+        ``special_tokens`` the tokenizer adds none of its own. ``whole``: every token of every text, however long
+        (``truncate`` is then not read).
         """
         loop = asyncio.get_running_loop()
-        request = _Request(texts, pairs, truncate, param, indexed, loop.create_future(), special_tokens)
+        request = _Request(
+            texts, pairs, truncate and not whole, param, indexed, loop.create_future(), special_tokens, whole
+        )
         if not self._waiting:
             loop.call_soon(self._flush, loop)
         self._waiting.append(request)
@@ -135,7 +140,7 @@ class Tokenization:
         for r in group:
             own = encodings[start : start + len(r.texts)]
             start += len(r.texts)
-            outcomes.append((r, own if truncate else self._checked(r, own)))
+            outcomes.append((r, own if truncate or r.whole else self._checked(r, own)))
         return outcomes
 
     def _checked(self, request: _Request, encodings: list[Encoding]) -> list[Encoding] | BaseException:

@@ -174,6 +174,34 @@ class TextTokenizer:
         kept = list(ids[: self.max_tokens])
         return TokenIds(kept, [0] * len(kept))
 
+    def window_content(self, encoding: Encoding) -> int:
+        """How many content tokens (not special) one window of ``max_tokens`` holds with this encoding's special
+        tokens around them."""
+        mask = encoding.special_tokens_mask
+        lead = next((i for i, special in enumerate(mask) if not special), len(mask))
+        trail = next((i for i, special in enumerate(reversed(mask)) if not special), 0)
+        return max(self.max_tokens - lead - trail, 1)
+
+    def windows(self, encoding: Encoding, overlap: int = 0) -> list[TokenSequence]:
+        """An encoding cut into windows of at most ``max_tokens``, each with the encoding's leading and trailing
+        special tokens ([CLS] … [SEP]) around its share of the content tokens; windows start every (window content
+        − ``overlap``) content tokens, the last one shorter. An encoding that fits is its own one window."""
+        if len(encoding.ids) <= self.max_tokens:
+            return [encoding]
+        ids, mask = encoding.ids, encoding.special_tokens_mask
+        lead = next((i for i, special in enumerate(mask) if not special), len(ids))
+        trail = next((i for i, special in enumerate(reversed(mask)) if not special), 0)
+        prefix, content, suffix = ids[:lead], ids[lead : len(ids) - trail], ids[len(ids) - trail :]
+        room = self.window_content(encoding)
+        step = max(room - overlap, 1)
+        windows: list[TokenSequence] = []
+        for start in range(0, len(content), step):
+            piece = [*prefix, *content[start : start + room], *suffix]
+            windows.append(TokenIds(piece, [0] * len(piece)))
+            if start + room >= len(content):
+                break
+        return windows
+
     def around(self, prefix: Sequence[int], middle: Sequence[int], suffix: Sequence[int]) -> TokenIds:
         """prefix + middle + suffix, the middle cut at its end so that the whole fits ``max_tokens`` (a template's
         fixed parts kept whole, the text between them shortened)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ from app.schemas import (
 from app.serialization import construct, vectors_as
 from app.settings import Settings
 from app.work_queue import Timing
-from model import EmbeddingSpec, SparseOptions, TextTokenizer
+from model import EmbeddingSpec, SparseOptions, TextEmbedding, TextTokenizer
 from model.pooling import keep_dimensions
 from model.tokenizer import TokenIdOutOfRange, TokenSequence
 
@@ -90,9 +91,18 @@ class Embeddings:
             token_vectors=request.return_token_embeddings,
             skip=skip,
         )
-        encodings = await served.tokens.encode(texts, truncate=request.truncate, param="texts")
-        results = await served.queue.run(Task("embed", encodings, spec), timing)
-        sentences = np.stack([result.sentence for result in results])  # (B, D)
+        counted: Sequence[TokenSequence]
+        if request.chunking is not None:
+            self.check_unprompted(served, request.prompt_name, request.prompt)
+            if request.return_token_embeddings:
+                raise InvalidRequest("chunking", "not with return_token_embeddings (a text's tokens span windows)")
+            encodings = await served.tokens.encode(texts, param="texts", whole=True)
+            sentences, counted = await self.chunked(served, encodings, spec, request.chunking.overlap, timing)
+            results = [TextEmbedding(sentence) for sentence in sentences]
+        else:
+            encodings = await served.tokens.encode(texts, truncate=request.truncate, param="texts")
+            results = await served.queue.run(Task("embed", encodings, spec), timing)
+            sentences, counted = np.stack([result.sentence for result in results]), encodings  # (B, D)
         if request.dimensions is not None:
             sentences = keep_dimensions(sentences, request.dimensions, normalize_again=request.normalize)
 
@@ -117,9 +127,45 @@ class Embeddings:
             model=served.name,
             dim=sentences.shape[1],
             data=data,
-            usage=usage(encodings),
+            usage=usage(counted),
         )
         return Reply(response, n_values)
+
+    async def chunked(
+        self,
+        served: ServedModel,
+        encodings: Sequence[Encoding],
+        spec: EmbeddingSpec,
+        overlap: int,
+        timing: Timing | None,
+        param: str = "texts",
+    ) -> tuple[np.ndarray, list[TokenSequence]]:
+        """Each text's embedding from windows of the model's length (``TextTokenizer.windows``): each window pooled
+        alone, unnormalised, then their mean weighted by their tokens, normalised where ``spec`` normalises. Returns
+        the embeddings (B, D) and every window (what the usage counts)."""
+        tokenizer = served.card.tokenizer
+        room = min(tokenizer.window_content(encoding) for encoding in encodings)
+        if overlap > room // 2:
+            raise InvalidRequest("chunking.overlap", f"at most half a window's {room} content tokens, got {overlap}")
+        windows = [tokenizer.windows(encoding, overlap) for encoding in encodings]
+        flat = [window for text in windows for window in text]
+        if len(flat) > self.max_batch_texts:
+            raise InvalidRequest(
+                param,
+                f"the texts make {len(flat)} windows of {tokenizer.max_tokens} tokens, at most {self.max_batch_texts} "
+                "a request: send fewer or shorter texts",
+            )
+        pooled = await served.queue.run(Task("embed", flat, replace(spec, normalize=False)), timing)
+        sentences, start = [], 0
+        for text in windows:
+            vectors = np.stack([result.sentence for result in pooled[start : start + len(text)]])  # (k, D)
+            weights = np.array([len(window.ids) for window in text], dtype=np.float32)  # (k,)
+            sentences.append(weights @ vectors / weights.sum())
+            start += len(text)
+        embeddings = np.stack(sentences).astype(np.float32)  # (B, D)
+        if spec.normalize:
+            embeddings /= np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
+        return embeddings, flat
 
     @staticmethod
     def prompted(
@@ -139,6 +185,12 @@ class Embeddings:
                 "prompt_name", f"model {served.name!r} has no prompt {prompt_name!r} (its prompts: {have})"
             ) from None
         return model.prompted(texts, None, before), model.prompt_skip(before)
+
+    @staticmethod
+    def check_unprompted(served: ServedModel, prompt_name: str | None, prompt: str | None) -> None:
+        """Chunking takes texts without a prompt (a window would hold the prompt or not by where it falls): 422."""
+        if served.card.prompt(prompt_name, prompt) is not None:
+            raise InvalidRequest("chunking", "not with a prompt (the model's default one included)")
 
     @staticmethod
     def check_dimensions(dimensions: int | None, width: int, encoding_format: str = "float") -> None:
@@ -161,12 +213,13 @@ class Embeddings:
         skip = 0
         if isinstance(inputs, str):
             text, skip = self.prompted(served, [inputs], request.prompt_name, request.prompt)
-            encodings = list(await served.tokens.encode(text, param="input", indexed=False))
+            whole = request.chunking is not None
+            encodings = list(await served.tokens.encode(text, param="input", indexed=False, whole=whole))
         elif all(isinstance(item, str) for item in inputs):
             texts = [item for item in inputs if isinstance(item, str)]
             self.check_batch(len(texts), "input")
             texts, skip = self.prompted(served, texts, request.prompt_name, request.prompt)
-            encodings = list(await served.tokens.encode(texts, param="input"))
+            encodings = list(await served.tokens.encode(texts, param="input", whole=request.chunking is not None))
         else:
             single = all(isinstance(item, int) for item in inputs)
             rows: list[list[int]] = [inputs] if single else inputs  # type: ignore[list-item,assignment]
@@ -179,8 +232,15 @@ class Embeddings:
                     name = f"input[{error.position}]" if single else f"input[{index}][{error.position}]"
                     raise InvalidRequest(name, str(error)) from None
         spec = EmbeddingSpec(layer=model.config.n_layers, pooling=model.pooling.mode, normalize=True, skip=skip)
-        results = await served.queue.run(Task("embed", encodings, spec), timing)
-        sentences = np.stack([result.sentence for result in results])  # (B, D)
+        counted: Sequence[TokenSequence] = encodings
+        texts_given = [e for e in encodings if isinstance(e, Encoding)]
+        if request.chunking is not None and len(texts_given) == len(encodings):  # strings: token ids go as they are
+            self.check_unprompted(served, request.prompt_name, request.prompt)
+            overlap = request.chunking.overlap
+            sentences, counted = await self.chunked(served, texts_given, spec, overlap, timing, "input")
+        else:
+            results = await served.queue.run(Task("embed", encodings, spec), timing)
+            sentences = np.stack([result.sentence for result in results])  # (B, D)
         if request.dimensions is not None:
             sentences = keep_dimensions(sentences, request.dimensions)
         data = [
@@ -188,7 +248,7 @@ class Embeddings:
             for index, embedding in enumerate(vectors_as(request.encoding_format, sentences))
         ]
         response = construct(
-            OpenAIEmbeddingsResponse, object="list", data=data, model=served.name, usage=usage(encodings)
+            OpenAIEmbeddingsResponse, object="list", data=data, model=served.name, usage=usage(counted)
         )
         return Reply(response, int(sentences.size))
 
