@@ -484,6 +484,14 @@ class OpenAIModelList(BaseModel):
 # ---- /rerank, /classify ----
 
 
+RerankMethod = Literal["cross-encoder", "yes-no", "maxsim", "sparse-dot", "cosine"]
+RERANK_METHOD = (
+    "cross-encoder: the sigmoid of a classifier's one logit; yes-no: the sigmoid of logit(yes) − logit(no) at the last "
+    "token of the model card's template; sparse-dot: the dot product of a SPLADE model's sparse vectors; cosine: the "
+    "cosine of an embedding model's query and document embeddings"
+)
+
+
 class RerankRequest(Request):
     query: Text
     documents: Annotated[list[Text], Field(min_length=1)] = Field(
@@ -506,6 +514,9 @@ class RerankRequest(Request):
         description="yes-no rerankers: the task in the template's <Instruct> line; 'Given a web search query, "
         "retrieve relevant passages that answer the query' when null",
     )
+    method: RerankMethod | None = Field(
+        None, description="how to score, one the model supports (/info's rerank is its own); the model's when null"
+    )
 
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"query": "What is a fox?", "documents": ["A fox is an animal.", "Paris."]}]}
@@ -520,10 +531,7 @@ class RerankResult(BaseModel):
 
 class RerankResponse(BaseModel):
     model: str
-    method: Literal["cross-encoder", "yes-no"] = Field(
-        description="cross-encoder: the sigmoid of a classifier's one logit; yes-no: the sigmoid of logit(yes) − "
-        "logit(no) at the last token of the model card's template"
-    )
+    method: RerankMethod = Field(description=RERANK_METHOD)
     results: list[RerankResult] = Field(description="best first")
     usage: Usage
 
@@ -612,9 +620,7 @@ class InfoResponse(BaseModel):
     explicit_weights_dtype: str = Field(
         description="what the explicit paths' weights are kept in (they compute in float32 either way)"
     )
-    rerank: Literal["cross-encoder", "yes-no"] | None = Field(
-        description="how /rerank scores with this model, if it can"
-    )
+    rerank: RerankMethod | None = Field(description="how /rerank scores with this model, if it can")
     sparse: Literal["splade"] | None = Field(
         None, description="what /encode/sparse computes with this model, if it can"
     )

@@ -114,6 +114,19 @@ class ModelCard:
         return self.pooling.dimension(self.config.d_model)
 
     @property
+    def rerank_methods(self) -> tuple[str, ...]:
+        """How /rerank can score with this model, the one it takes unless a request names another first: a
+        classifier's head (cross-encoder, with one output), a causal LM's yes against no, a SPLADE model's sparse
+        dot product, and any other model the cosine of its embeddings."""
+        if self.head is not None:
+            return ("cross-encoder",) if len(self.head.labels) == 1 else ()
+        if self.answers is not None:
+            return ("yes-no",)
+        if self.sparse is not None:
+            return ("sparse-dot",)
+        return ("cosine",)
+
+    @property
     def scores_method(self) -> str | None:
         """How the model scores a pair for /rerank: a cross-encoder's one logit, or a causal LM's yes against no."""
         if self.head is not None and len(self.head.labels) == 1:

@@ -51,7 +51,7 @@ def info(served: ServedModel, settings: Settings) -> InfoResponse:
         dtype=facts.dtype,
         weights_dtype=facts.weights_dtype,
         explicit_weights_dtype=facts.explicit_weights_dtype,
-        rerank=card.scores_method,
+        rerank=next(iter(card.rerank_methods), None),
         sparse="splade" if card.sparse is not None else None,
         limits=limits(served, settings),
         auth=bool(settings.api_keys),

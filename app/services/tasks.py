@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,7 +23,7 @@ from app.schemas import (
 from app.serialization import construct
 from app.services.embeddings import Embeddings, second_segments, usage
 from app.work_queue import Timing
-from model import HeadConfig
+from model import EmbeddingSpec, HeadConfig, SparseOptions
 from model.heads import YES_NO
 from model.tokenizer import TokenIds, TokenSequence
 
@@ -39,18 +40,21 @@ def head_of(served: ServedModel, task: str, labels: int | None = None) -> HeadCo
     return head
 
 
-def rerank_method(served: ServedModel) -> str:
-    """How the model scores pairs (``TextEncoder.scores_method``), or a 422 naming the model when it cannot."""
-    method = served.card.scores_method
-    if method is None:
-        if served.card.head is not None:
-            head_of(served, "rerank", labels=1)  # the 422 that names its number of outputs
-        raise InvalidRequest(
-            "model",
-            f"model {served.name!r} cannot rerank: it is neither a cross-encoder (a classifier with one output) nor "
-            "a causal LM whose vocabulary has the tokens yes and no",
-        )
-    return method
+def rerank_method(served: ServedModel, asked: str | None = None) -> str:
+    """How the model scores pairs (``ModelCard.rerank_methods``), the one ``asked`` for where it supports it; a 422
+    naming the model when it cannot rerank, or ``method`` when it cannot score that way."""
+    methods = served.card.rerank_methods
+    if not methods:
+        head_of(served, "rerank", labels=1)  # the 422 that names its number of outputs
+    if asked is not None and asked not in methods:
+        raise InvalidRequest("method", f"model {served.name!r} reranks by {', '.join(methods)}, not {asked}")
+    return asked or methods[0]
+
+
+# The sentence-transformers prompt names a query and a document are encoded with (encode_query, encode_document),
+# where the model has them; else the model's default prompt.
+QUERY_PROMPTS = ("query",)
+DOCUMENT_PROMPTS = ("document", "passage", "corpus")
 
 
 class Tasks:
@@ -58,10 +62,17 @@ class Tasks:
         self.embeddings = embeddings  # for its limits
 
     async def rerank(self, served: ServedModel, request: RerankRequest, timing: Timing | None = None) -> Reply:
-        """Documents by relevance to the query: a cross-encoder's score of each (query, document) pair, or a yes/no
-        reranker's answer to each pair formatted in its template."""
-        method = rerank_method(served)
+        """Documents by relevance to the query: a cross-encoder's score of each (query, document) pair, a yes/no
+        reranker's answer to each pair formatted in its template, or the similarity of the query's and each
+        document's vectors (sparse or dense)."""
+        method = rerank_method(served, request.method)
         self.embeddings.check_batch(len(request.documents), "documents")
+        if method in ("cosine", "sparse-dot"):
+            if request.instruction is not None:
+                raise InvalidRequest("instruction", f"applies to yes-no rerankers; model {served.name!r} is not one")
+            by = self.cosine if method == "cosine" else self.sparse_dot
+            scores, counted = await by(served, request, timing)
+            return self.ranked(served, request, method, scores, counted)
         encodings: Sequence[TokenSequence]
         if method == "yes-no":
             encodings = await self.formatted(served, request)
@@ -76,6 +87,17 @@ class Tasks:
             )
         scored = await served.queue.run(Task("classify", encodings), timing)
         scores = np.array([(row.logits if request.raw_scores else row.probabilities)[0] for row in scored])  # (B,)
+        return self.ranked(served, request, method, scores, encodings)
+
+    @staticmethod
+    def ranked(
+        served: ServedModel,
+        request: RerankRequest,
+        method: str,
+        scores: np.ndarray,
+        encodings: Sequence[TokenSequence],
+    ) -> Reply:
+        """The documents best first by ``scores`` (B,), as /rerank answers."""
         order = np.argsort(-scores, kind="stable")[: request.top_n]
         results = [
             construct(
@@ -88,6 +110,47 @@ class Tasks:
         ]
         response = construct(RerankResponse, model=served.name, method=method, results=results, usage=usage(encodings))
         return Reply(response)
+
+    async def cosine(
+        self, served: ServedModel, request: RerankRequest, timing: Timing | None
+    ) -> tuple[np.ndarray, list[TokenSequence]]:
+        """An embedding model's scores: the cosine of the query's and each document's embeddings, each encoded as
+        sentence-transformers' encode_query and encode_document encode them (their prompts where the model has
+        them)."""
+        model = served.card
+        query_prompt = next((name for name in QUERY_PROMPTS if name in model.prompts), None)
+        document_prompt = next((name for name in DOCUMENT_PROMPTS if name in model.prompts), None)
+        query, query_skip = self.embeddings.prompted(served, [request.query], query_prompt)
+        documents, document_skip = self.embeddings.prompted(served, request.documents, document_prompt)
+        (query_encoding,) = await served.tokens.encode(query, param="query", indexed=False, truncate=request.truncate)
+        encodings = await served.tokens.encode(documents, param="documents", truncate=request.truncate)
+        layer, pooling = model.config.n_layers, model.pooling.mode
+        specs = (
+            EmbeddingSpec(layer=layer, pooling=pooling, normalize=True, skip=query_skip),
+            EmbeddingSpec(layer=layer, pooling=pooling, normalize=True, skip=document_skip),
+        )
+        query_vector, document_vectors = await asyncio.gather(
+            served.queue.run(Task("embed", [query_encoding], specs[0])),
+            served.queue.run(Task("embed", encodings, specs[1]), timing),
+        )
+        documents_matrix = np.stack([result.sentence for result in document_vectors])  # (B, D)
+        return documents_matrix @ query_vector[0].sentence, [query_encoding, *encodings]
+
+    async def sparse_dot(
+        self, served: ServedModel, request: RerankRequest, timing: Timing | None
+    ) -> tuple[np.ndarray, list[TokenSequence]]:
+        """A SPLADE model's scores: the dot product of the query's and each document's sparse vectors."""
+        (query_encoding,) = await served.tokens.encode(
+            [request.query], param="query", indexed=False, truncate=request.truncate
+        )
+        encodings = await served.tokens.encode(request.documents, param="documents", truncate=request.truncate)
+        vectors = await served.queue.run(Task("sparse", [query_encoding, *encodings], SparseOptions()), timing)
+        query = vectors[0]
+        scores = []
+        for document in vectors[1:]:
+            _, in_query, in_document = np.intersect1d(query.indices, document.indices, return_indices=True)
+            scores.append(float(query.values[in_query] @ document.values[in_document]))
+        return np.array(scores, dtype=np.float32), [query_encoding, *encodings]
 
     @staticmethod
     async def formatted(served: ServedModel, request: RerankRequest) -> list[TokenIds]:

@@ -541,6 +541,8 @@ const statsCurrent = () => state.stats && state.stats.texts.join("\n") === stats
 const RERANK_METHODS = {
   "cross-encoder": "the cross-encoder's score of the pair",
   "yes-no": "the chance the model answers “yes” rather than “no” after the query and the document",
+  "sparse-dot": "the dot product of the query's and the document's sparse vectors",
+  "cosine": "the cosine of the query's and the document's embeddings",
 };
 
 function rerankFigure() {

@@ -172,7 +172,7 @@ async def test_decoder_cross_encoders_and_classifiers_equal_their_references(dec
 @pytest.mark.parametrize(
     ("path", "body", "param", "words"),
     [
-        ("/rerank", {"query": "q", "documents": ["d"], "model": "qwen3"}, "model", "cannot rerank"),  # an embedder
+        ("/rerank", {"query": "q", "documents": ["d"], "model": "qwen3", "method": "yes-no"}, "method", "by cosine"),
         ("/rerank", {"query": "q", "documents": ["d"], "model": "qwen3-cls"}, "model", "has 3 outputs"),
         (
             "/rerank",

@@ -62,3 +62,26 @@ async def test_a_model_without_prompts_refuses_a_prompt_name(tiny_model: TextEnc
     async with serving(Settings(), tiny_model) as service:
         response = await service.client.post("/v1/embeddings", json={"input": "x", "prompt_name": "query"})
         assert_error(response, 422, "validation_error", "prompt_name", "(its prompts: none)")
+
+
+async def test_rerank_by_cosine_encodes_as_encode_query_and_encode_document(prompted_dir: Path) -> None:
+    """An embedding model reranks by the cosine of the query's and the documents' embeddings, prompted as
+    encode_query and encode_document document it: the query with the "query" prompt, the documents with the first
+    of "document", "passage", "corpus" (sentence-transformers 6.2's encode_document itself left the prompt out on
+    this model, whose default prompt is "passage")."""
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(str(prompted_dir), device="cpu")
+    query, documents = TEXTS[0], [TEXTS[1], "A cat sits on the mat.", "Nothing at all."]
+    queries = reference.encode([query], prompt_name="query")
+    theirs = reference.similarity(queries, reference.encode(documents, prompt_name="passage"))[0].numpy()
+    model = TextEncoder.load(prompted_dir, device="cpu", dtype="float32")
+    async with serving(Settings(), model) as service:
+        response = await service.client.post("/rerank", json={"query": query, "documents": documents})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["method"] == "cosine"
+        assert [r["index"] for r in body["results"]] == np.argsort(-theirs, kind="stable").tolist()
+        for result in body["results"]:
+            assert result["relevance_score"] == pytest.approx(float(theirs[result["index"]]), abs=1e-5)
+        assert (await service.client.get("/info")).json()["rerank"] == "cosine"

@@ -131,3 +131,27 @@ async def test_bad_input_gets_its_422(service: Service) -> None:
     unknown = await client.post("/encode/sparse", json={"texts": "x", "model": "nobody"})
     assert unknown.status_code == 404
     assert (await client.post("/encode/sparse", json={"texts": "still serving", "model": "max"})).status_code == 200
+
+
+async def test_rerank_by_sparse_dot_product_equals_sparse_encoders(
+    service: Service, splade_dirs: dict[str, Path]
+) -> None:
+    from sentence_transformers import SparseEncoder
+
+    encoder = SparseEncoder(str(splade_dirs["max"]), device="cpu")
+    query, documents = TEXTS[0], TEXTS[1:] + ["A fox is quick and brown."]
+    theirs = (
+        encoder.similarity(
+            encoder.encode_query([query], convert_to_tensor=True),
+            encoder.encode_document(documents, convert_to_tensor=True),
+        )[0]
+        .to_dense()
+        .numpy()
+    )
+    response = await service.client.post("/rerank", json={"query": query, "documents": documents, "model": "max"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["method"] == "sparse-dot"
+    assert [r["index"] for r in body["results"]] == np.argsort(-theirs, kind="stable").tolist()
+    for result in body["results"]:
+        assert result["relevance_score"] == pytest.approx(float(theirs[result["index"]]), rel=1e-4, abs=1e-5)

@@ -130,7 +130,15 @@ async def test_classify_equals_transformers(tasks: Service, name: str) -> None:
 @pytest.mark.parametrize(
     ("path", "body", "status", "param", "words"),
     [
-        ("/rerank", {"query": "q", "documents": ["d"], "model": "plain"}, 422, "model", "cannot rerank"),
+        (
+            "/rerank",
+            {"query": "q", "documents": ["d"], "model": "plain", "method": "cross-encoder"},
+            422,
+            "method",
+            "by cosine",
+        ),
+        ("/rerank", {"query": "q", "documents": ["d"], "model": "bert-ce", "method": "cosine"}, 422, "method", ""),
+        ("/rerank", {"query": "q", "documents": ["d"], "model": "plain", "instruction": "x"}, 422, "instruction", ""),
         ("/rerank", {"query": "q", "documents": ["d"], "model": "bert-cls"}, 422, "model", "has 3 outputs"),
         ("/classify", {"texts": "x", "model": "plain"}, 422, "model", "cannot classify"),
         ("/rerank", {"query": "q", "documents": ["d"], "model": "bert-ce", "top_n": 0}, 422, "top_n", ""),
@@ -157,3 +165,23 @@ async def test_bad_task_requests_get_their_error(
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert (error["type"], error["param"]) == (type_, param) and words in error["message"], error
+
+
+async def test_an_embedding_model_reranks_by_cosine_as_sentence_transformers(
+    client: httpx.AsyncClient, sentence_transformer, hf_tokenizer
+) -> None:
+    query = "where does the cat sit?"
+    theirs = sentence_transformer.similarity(
+        sentence_transformer.encode_query([query]), sentence_transformer.encode_document(DOCUMENTS)
+    )[0].numpy()
+    body = {"query": query, "documents": DOCUMENTS, "top_n": 3, "return_documents": True, "method": "cosine"}
+    response = await client.post("/rerank", json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["method"] == "cosine"
+    assert [r["index"] for r in answer["results"]] == np.argsort(-theirs, kind="stable")[:3].tolist()
+    for result in answer["results"]:
+        assert result["relevance_score"] == pytest.approx(float(theirs[result["index"]]), abs=1e-5)
+        assert result["document"] == DOCUMENTS[result["index"]]
+    n_tokens = sum(len(ids) for ids in hf_tokenizer([query, *DOCUMENTS])["input_ids"])
+    assert answer["usage"]["prompt_tokens"] == n_tokens

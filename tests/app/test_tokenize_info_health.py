@@ -59,7 +59,8 @@ async def test_info_describes_model_device_and_limits(client: httpx.AsyncClient,
         "dimension": 384,
     }
     assert (body["device"], body["dtype"]) == ("cpu", "float32")
-    assert (body["weights_dtype"], body["explicit_weights_dtype"], body["rerank"]) == ("float32", "float32", None)
+    assert (body["weights_dtype"], body["explicit_weights_dtype"], body["rerank"]) == ("float32", "float32", "cosine")
+    assert body["sparse"] is None
     assert body["limits"]["max_batch_texts"] == 256 and body["limits"]["max_tokens_per_text"] == 256
     assert body["auth"] is False
     assert body["version"]

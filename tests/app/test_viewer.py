@@ -915,14 +915,14 @@ def test_rerank_ranks_draws_bars_and_attention_of_the_selected_document(multi: W
     assert multi.errors == []
 
 
-def test_rerank_with_a_plain_encoder_explains_the_error(multi: Watched) -> None:
+def test_rerank_with_a_plain_encoder_ranks_by_cosine(multi: Watched) -> None:
     page = multi.page
     assert page.input_value("#model-select") == "minilm"
     rank(page)
-    assert page.is_visible("#error")
-    text = page.inner_text("#error")
-    assert "did not accept" in text and "cannot rerank: it is neither a cross-encoder" in text
-    assert page.locator("#rerank-list button").count() == 0
+    assert page.is_hidden("#error")
+    assert "Scored by the cosine of the query's and the document's embeddings" in page.inner_text("#rerank-readout")
+    assert page.locator("#rerank-list button").count() == len(DOCUMENTS)
+    assert multi.errors == []
 
 
 # ---- the models people pick now: a causal model with grouped-query attention, a yes/no reranker, DeBERTa ----
