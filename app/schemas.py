@@ -206,6 +206,40 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+# ---- /encode/late-chunks ----
+
+Span = Annotated[list[int], Field(min_length=2, max_length=2)]
+
+
+class LateChunksRequest(Request):
+    text: Text
+    chunks: list[Span] | None = Field(
+        None,
+        min_length=1,
+        description="character spans [start, end) of the text; null: split after each '.', '!', '?' or newline "
+        "followed by whitespace",
+    )
+    model: str | None = Field(None, description="a served model's name; the default model when null")
+    normalize: bool = Field(True, description="L2-normalise each chunk's embedding")
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"text": "Berlin is a city. It is the capital of Germany.", "chunks": None}]}
+    )
+
+
+class LateChunk(BaseModel):
+    index: int
+    start: int
+    end: int
+    embedding: list[float]
+
+
+class LateChunksResponse(BaseModel):
+    model: str
+    data: list[LateChunk]
+    usage: Usage
+
+
 # ---- /encode/sparse ----
 
 

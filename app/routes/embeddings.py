@@ -4,7 +4,15 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.dependencies import EmbeddingsDep, Registry, ResponderDep
-from app.schemas import ERROR_RESPONSES, EncodeRequest, EncodeResponse, SparseEncodeRequest, SparseEncodeResponse
+from app.schemas import (
+    ERROR_RESPONSES,
+    EncodeRequest,
+    EncodeResponse,
+    LateChunksRequest,
+    LateChunksResponse,
+    SparseEncodeRequest,
+    SparseEncodeResponse,
+)
 
 router = APIRouter(tags=["embeddings"], responses=ERROR_RESPONSES)
 
@@ -25,3 +33,12 @@ async def encode_sparse(
     """Sparse vectors of a SPLADE model: one weight for each vocabulary entry the text activates, the rest zero."""
     model = registry.get(body.model)
     return await responder.answer(request, lambda timing: embeddings.sparse(model, body, timing), len(body.texts))
+
+
+@router.post("/encode/late-chunks", response_model=LateChunksResponse)
+async def encode_late_chunks(
+    body: LateChunksRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
+) -> Response:
+    """Late chunking: one pass over the whole text, then each chunk's embedding from its own tokens' final vectors."""
+    model = registry.get(body.model)
+    return await responder.answer(request, lambda timing: embeddings.late_chunks(model, body, timing))

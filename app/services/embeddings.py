@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -16,6 +17,9 @@ from app.schemas import (
     Embedding,
     EncodeRequest,
     EncodeResponse,
+    LateChunk,
+    LateChunksRequest,
+    LateChunksResponse,
     OpenAIEmbedding,
     OpenAIEmbeddingsRequest,
     OpenAIEmbeddingsResponse,
@@ -65,6 +69,16 @@ def second_segments(texts: Sequence[str], text_pair: str | Sequence[str | None] 
     if len(text_pair) != len(texts):
         raise InvalidRequest("text_pair", f"has {len(text_pair)} entries for {len(texts)} texts")
     return list(text_pair)
+
+
+SENTENCE_END = re.compile(r"[.!?\n](?=\s)")
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """The text cut after each '.', '!', '?' or newline that whitespace follows: late chunking's default chunks."""
+    cuts = [match.end() for match in SENTENCE_END.finditer(text)]
+    bounds = [0, *cuts, len(text)]
+    return [(start, end) for start, end in zip(bounds, bounds[1:]) if end > start]
 
 
 class Embeddings:
@@ -251,6 +265,72 @@ class Embeddings:
             OpenAIEmbeddingsResponse, object="list", data=data, model=served.name, usage=usage(counted)
         )
         return Reply(response, int(sentences.size))
+
+    async def late_chunks(self, served: ServedModel, request: LateChunksRequest, timing: Timing | None = None) -> Reply:
+        """Late chunking: one pass over the whole text (in windows overlapping by half where it is longer than the
+        model's), then each chunk the mean of the final vectors of the tokens wholly inside it."""
+        model = served.card
+        text = request.text
+        (encoding,) = await served.tokens.encode([text], param="text", indexed=False, whole=True)
+        tokens = [
+            (position, start, end)
+            for position, ((start, end), special) in enumerate(zip(encoding.offsets, encoding.special_tokens_mask))
+            if not special and end > start
+        ]
+        spans = sentence_spans(text) if request.chunks is None else [(start, end) for start, end in request.chunks]
+        chunks: list[tuple[int, int, list[int]]] = []  # (start, end, token positions)
+        for index, (start, end) in enumerate(spans):
+            inside = [position for position, s, e in tokens if start <= s and e <= end]
+            if request.chunks is None:
+                if inside:
+                    chunks.append((start, end, inside))
+                continue
+            name = f"chunks[{index}]"
+            if not 0 <= start < end <= len(text):
+                raise InvalidRequest(name, f"must be a span 0 <= start < end <= {len(text)} of the text")
+            if any(s < end and start < e for s, e, _ in chunks):
+                raise InvalidRequest(name, "overlaps another chunk")
+            if not inside:
+                raise InvalidRequest(name, "holds no token of the text")
+            chunks.append((start, end, inside))
+        if not chunks:
+            raise InvalidRequest("text", "holds no chunk with a token")
+        tokenizer = model.tokenizer
+        overlap = tokenizer.window_content(encoding) // 2
+        windows = tokenizer.windows(encoding, overlap)
+        lead = next((i for i, special in enumerate(encoding.special_tokens_mask) if not special), 0)
+        room, step = tokenizer.window_content(encoding), max(tokenizer.window_content(encoding) - overlap, 1)
+        # window w holds the content positions [lead + w × step, lead + w × step + room), at its own lead + offset
+        placed: list[tuple[int, int]] = []  # each chunk's window and the first position's offset in it
+        for index, (_, _, inside) in enumerate(chunks):
+            first, last = inside[0], inside[-1]
+            centre = (first + last) / 2
+            best = None
+            for w in range(len(windows)):
+                low = 0 if len(windows) == 1 else lead + w * step
+                high = len(encoding.ids) if len(windows) == 1 else low + room
+                if low <= first and last < high:
+                    margin = min(centre - low, high - centre)
+                    if best is None or margin > best[0]:
+                        best = (margin, w, (0 if len(windows) == 1 else lead) - low)
+            if best is None:
+                raise InvalidRequest(
+                    f"chunks[{index}]" if request.chunks is not None else "text",
+                    f"a chunk of {last - first + 1} tokens is longer than half the model's window of "
+                    f"{tokenizer.max_tokens}: send shorter chunks",
+                )
+            placed.append((best[1], best[2]))
+        spec = EmbeddingSpec(layer=model.config.n_layers, pooling="mean", normalize=False, token_vectors=True)
+        results = await served.queue.run(Task("embed", windows, spec), timing)
+        data = []
+        for index, ((start, end, inside), (window, shift)) in enumerate(zip(chunks, placed)):
+            vectors = results[window].tokens[[position + shift for position in inside]]  # (n, D)
+            embedding = vectors.mean(axis=0)
+            if request.normalize:
+                embedding = embedding / max(float(np.linalg.norm(embedding)), 1e-12)
+            data.append(construct(LateChunk, index=index, start=start, end=end, embedding=embedding))
+        response = construct(LateChunksResponse, model=served.name, data=data, usage=usage(windows))
+        return Reply(response, len(data) * model.config.d_model)
 
     async def sparse(self, served: ServedModel, request: SparseEncodeRequest, timing: Timing | None = None) -> Reply:
         """A SPLADE model's sparse vectors: vocabulary ids and weights (and, on request, the vocabulary entries)."""
