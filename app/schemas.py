@@ -655,7 +655,7 @@ class InfoResponse(BaseModel):
         description="what the explicit paths' weights are kept in (they compute in float32 either way)"
     )
     rerank: RerankMethod | None = Field(description="how /rerank scores with this model, if it can")
-    sparse: Literal["splade"] | None = Field(
+    sparse: Literal["splade", "bge-m3"] | None = Field(
         None, description="what /encode/sparse computes with this model, if it can"
     )
     limits: Limits

@@ -196,6 +196,26 @@ class ModelCard:
 CARD_FIELDS = tuple(name for name in ModelCard.__dataclass_fields__ if not name.startswith("_"))
 
 
+def lexical_exclusions(model_dir: Path, tokenizer: TextTokenizer) -> tuple[int, ...]:
+    """The ids BGE-M3's lexical weights leave out: the tokenizer's cls, eos (or sep), pad and unk tokens, as
+    tokenizer_config.json names them."""
+    path = model_dir / "tokenizer_config.json"
+    if not path.is_file():
+        return ()
+    try:
+        names = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from error
+    end = "eos_token" if names.get("eos_token") is not None else "sep_token"
+    ids = []
+    for field_name in ("cls_token", end, "pad_token", "unk_token"):
+        token = names.get(field_name)
+        token = token.get("content") if isinstance(token, dict) else token
+        if isinstance(token, str) and (id_ := tokenizer.token_id(token)) is not None:
+            ids.append(id_)
+    return tuple(sorted(set(ids)))
+
+
 def read_card(path: Path | str | None, name: str | None, max_tokens: int | None) -> dict[str, Any]:
     """A card's fields, read from the directory (see ModelCard.read)."""
     model_dir = default_model_path() if path is None else Path(path)
@@ -221,9 +241,9 @@ def read_card(path: Path | str | None, name: str | None, max_tokens: int | None)
     yes, no = (tokenizer.token_id(token) for token in ("yes", "no"))
     causal_lm = any(str(kind).endswith("ForCausalLM") for kind in hf.get("architectures") or [])
     answers = (yes, no) if causal_lm and config.family in DECODERS and yes is not None and no is not None else None
-    sparse = sparse_spec(model_dir)
+    sparse = sparse_spec(model_dir, lexical_exclusions(model_dir, tokenizer))
     masked_lm = any(str(kind).endswith("ForMaskedLM") for kind in hf.get("architectures") or [])
-    if sparse is not None and (not masked_lm or config.family not in MASKED_LM_FAMILIES):
+    if sparse is not None and sparse.kind == "splade" and (not masked_lm or config.family not in MASKED_LM_FAMILIES):
         raise ValueError(
             f"{model_dir}: a SPLADE model must be a ...ForMaskedLM checkpoint of {', '.join(MASKED_LM_FAMILIES)}"
         )

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from model.card import ModelCard, read_card
 from model.config import RopeScaling
@@ -37,9 +37,16 @@ from model.inspection import (
     norm_weighted,
     select_attention,
 )
-from model.pooling import Dense, Pooling, sentence_embeddings, splade
+from model.pooling import BGE_M3_SPARSE, Dense, Pooling, sentence_embeddings, splade
 from model.tokenizer import Batch, TokenSequence
-from model.weights import checkpoint_dtype, load_head, load_language_model_rows, load_masked_lm_head, read_encoder
+from model.weights import (
+    checkpoint_dtype,
+    load_head,
+    load_language_model_rows,
+    load_linear,
+    load_masked_lm_head,
+    read_encoder,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -216,6 +223,7 @@ class TextEncoder(ModelCard):
     reranker: LanguageModelHead | None = None
     dense: tuple[Dense, ...] = ()  # the Dense modules after pooling, with their weights (``pooling.dense``)
     masked_lm: MaskedLanguageModelHead | None = None  # a SPLADE model's vocabulary head (``sparse``)
+    lexical: nn.Linear | None = None  # BGE-M3's token-weight layer, D → 1 (``sparse``)
     weights_dtype: torch.dtype | None = None  # what the embedding pass's weights are kept in; ``dtype`` when None
     explicit_dtype: torch.dtype = torch.float32  # what ``encoder``'s weights are kept in
     graph: PassGraph | None = None  # the embedding pass as a traced graph (trace_pass), or eager when None
@@ -317,9 +325,11 @@ class TextEncoder(ModelCard):
             reranker = load_language_model_rows(config, weights_path, list(card["answers"]), tied, precision.weights)
             reranker = reranker.to(device=torch_device).eval()
         dense = tuple(Dense.load(spec).to(device=torch_device) for spec in card["pooling"].dense)
-        masked_lm = None
-        if card["sparse"] is not None:  # float32: the sparse weights are log1p of its logits, kept exact
+        masked_lm, lexical = None, None
+        if card["sparse"] is not None and card["sparse"].kind == "splade":  # float32: kept exact, as the weights are
             masked_lm = load_masked_lm_head(config, weights_path, torch.float32).to(device=torch_device)
+        elif card["sparse"] is not None:
+            lexical = load_linear(model_dir / BGE_M3_SPARSE, config.d_model, 1).to(device=torch_device)
         model = cls(
             **card,
             encoder=encoder,
@@ -330,6 +340,7 @@ class TextEncoder(ModelCard):
             classifier=classifier,
             reranker=reranker,
             masked_lm=masked_lm,
+            lexical=lexical,
             dense=dense,
             pass_encoder=pass_encoder,
         )
@@ -497,17 +508,28 @@ class TextEncoder(ModelCard):
     def sparse_encodings(
         self, encodings: Sequence[TokenSequence], options: Sequence[SparseOptions]
     ) -> list[SparseVector]:
-        """One pass of a SPLADE model over tokenised texts: each text's vocabulary weights, pooled over its real
-        tokens as SpladePooling pools them (``sparse``), the non-zero ones by ascending id (the ``top_k`` largest
-        where a text's options ask). The vocabulary-wide logits are computed a text at a time, over its own
-        tokens: a (T, V) block, never (B, T, V)."""
-        assert self.masked_lm is not None and self.sparse is not None, "not a SPLADE model"
+        """One pass of a sparse model over tokenised texts: each text's vocabulary weights (``sparse``), pooled over
+        its real tokens as SpladePooling pools them or BGE-M3's lexical weights, the non-zero ones by ascending id
+        (the ``top_k`` largest where a text's options ask). A SPLADE model's vocabulary-wide logits are computed a
+        text at a time, over its own tokens: a (T, V) block, never (B, T, V)."""
+        sparse = self.sparse
+        assert sparse is not None and (self.masked_lm or self.lexical) is not None, "not a sparse model"
         batch = self.tokenizer.pad(encodings)
-        hidden = self.last_hidden_state(*self.to_tensors(batch)).float()  # (B, T, D)
+        input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
+        hidden = self.last_hidden_state(input_ids, attention_mask, token_type_ids).float()  # (B, T, D)
+        excluded = torch.tensor(sparse.excluded, dtype=torch.long, device=hidden.device)
         vectors = []
         for row, (encoding, option) in enumerate(zip(encodings, options, strict=True)):
-            logits = self.masked_lm(hidden[row, : len(encoding.ids)])  # (n, V)
-            weights = splade(logits, self.sparse.activation, self.sparse.pooling)  # (V,)
+            n = len(encoding.ids)
+            if self.masked_lm is not None:
+                logits = self.masked_lm(hidden[row, :n])  # (n, V)
+                weights = splade(logits, sparse.activation, sparse.pooling)  # (V,)
+            else:
+                assert self.lexical is not None
+                token_weights = torch.relu(self.lexical(hidden[row, :n])).squeeze(-1)  # (n,)
+                weights = torch.zeros(self.config.vocab_size, device=hidden.device)  # (V,)
+                weights.scatter_reduce_(0, input_ids[row, :n], token_weights, reduce="amax")  # the largest an id
+                weights[excluded] = 0
             indices = torch.nonzero(weights > 0).squeeze(1)  # ascending
             if option.top_k is not None and option.top_k < indices.numel():
                 kept = weights[indices].topk(option.top_k).indices

@@ -46,16 +46,26 @@ SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
 
 @dataclass(frozen=True)
 class SparseSpec:
-    """A SPLADE model's pooling (sentence-transformers' SpladePooling): over the real tokens, the maximum or the sum
-    of log(1 + relu(MLM logits)) for every vocabulary entry (``log1p_relu``: log1p once more)."""
+    """How a model makes sparse vectors. ``splade``: sentence-transformers' SpladePooling, over the real tokens the
+    maximum or the sum of log(1 + relu(MLM logits)) for every vocabulary entry (``log1p_relu``: log1p once more).
+    ``bge-m3``: BGE-M3's lexical weights, relu(sparse_linear(h)) for each token, the largest for each token id,
+    the ``excluded`` ids (the tokenizer's cls, eos, pad and unk) left out."""
 
+    kind: Literal["splade", "bge-m3"] = "splade"
     pooling: Literal["max", "sum"] = "max"
     activation: Literal["relu", "log1p_relu"] = "relu"
+    excluded: tuple[int, ...] = ()
 
 
-def sparse_spec(model_dir: Path) -> SparseSpec | None:
-    """The SpladePooling module of the directory's modules.json, None where there is none; ValueError for what is
-    not served."""
+BGE_M3_SPARSE = "sparse_linear.pt"  # BGE-M3's token-weight layer, beside its XLM-R checkpoint
+
+
+def sparse_spec(model_dir: Path, excluded: tuple[int, ...] = ()) -> SparseSpec | None:
+    """The directory's sparse output: a SpladePooling module of its modules.json, or BGE-M3's sparse_linear.pt
+    (``excluded``: the ids its lexical weights leave out); None where there is neither, ValueError for what is not
+    served."""
+    if (Path(model_dir) / BGE_M3_SPARSE).is_file():
+        return SparseSpec(kind="bge-m3", excluded=excluded)
     paths = [path for kind, path in _modules(Path(model_dir)) if kind == "SpladePooling"]
     if not paths:
         return None
@@ -64,7 +74,7 @@ def sparse_spec(model_dir: Path) -> SparseSpec | None:
     pooling, activation = st.get("pooling_strategy", "max"), st.get("activation_function", "relu")
     if pooling not in ("max", "sum") or activation not in SPLADE_ACTIVATIONS:
         raise ValueError(f"{config_path}: unsupported SpladePooling ({pooling!r}, {activation!r})")
-    return SparseSpec(pooling, activation)
+    return SparseSpec("splade", pooling, activation)
 
 
 def splade(logits: Tensor, activation: str, pooling: str) -> Tensor:

@@ -452,3 +452,21 @@ def load_masked_lm_head(config: EncoderConfig, path: Path, dtype: torch.dtype) -
         raise ValueError(f"checkpoint {path}: masked-LM head of the wrong shape: {', '.join(wrong)}")
     assign(head, tensors, dtype)
     return head.eval().requires_grad_(False)
+
+
+def load_linear(path: Path, in_features: int, out_features: int) -> nn.Linear:
+    """A linear layer saved as a torch state dict (``weight``, ``bias``), as BGE-M3 keeps its sparse and ColBERT
+    layers; read with weights_only, so that no code in the file runs. ValueError naming what is wrong."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # a pickle refused, a truncated file
+        raise ValueError(f"{path} is not a readable state dict: {error}") from error
+    layer = nn.Linear(in_features, out_features)
+    expected = {name: tuple(p.shape) for name, p in layer.named_parameters()}
+    found = {name: tuple(t.shape) for name, t in state.items()} if isinstance(state, dict) else None
+    if found != expected:
+        raise ValueError(f"{path} holds {found}, expected {expected}")
+    with torch.no_grad():
+        layer.weight.copy_(state["weight"])
+        layer.bias.copy_(state["bias"])
+    return layer.eval().requires_grad_(False)

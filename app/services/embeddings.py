@@ -333,7 +333,8 @@ class Embeddings:
         return Reply(response, len(data) * model.config.d_model)
 
     async def sparse(self, served: ServedModel, request: SparseEncodeRequest, timing: Timing | None = None) -> Reply:
-        """A SPLADE model's sparse vectors: vocabulary ids and weights (and, on request, the vocabulary entries)."""
+        """A sparse model's vectors (SPLADE's, BGE-M3's): vocabulary ids and weights (and, on request, the vocabulary
+        entries)."""
         model = served.card
         if model.sparse is None:
             raise InvalidRequest(

@@ -52,7 +52,7 @@ def info(served: ServedModel, settings: Settings) -> InfoResponse:
         weights_dtype=facts.weights_dtype,
         explicit_weights_dtype=facts.explicit_weights_dtype,
         rerank=next(iter(card.rerank_methods), None),
-        sparse="splade" if card.sparse is not None else None,
+        sparse=card.sparse.kind if card.sparse is not None else None,
         limits=limits(served, settings),
         auth=bool(settings.api_keys),
         version=__version__,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -51,12 +52,46 @@ SPLADES = [
 ]
 
 
+def write_bge_m3(directory: Path, seed: int) -> Path:
+    """A tiny random XLM-R with BGE-M3's sparse_linear.pt beside it."""
+    import torch
+
+    model = write_family_model(directory, "xlm-roberta", seed=seed)
+    width = json.loads((model / "config.json").read_text())["hidden_size"]
+    generator = torch.Generator().manual_seed(seed)
+    linear = {"weight": torch.randn(1, width, generator=generator), "bias": torch.randn(1, generator=generator)}
+    torch.save(linear, model / "sparse_linear.pt")
+    return model
+
+
+def lexical_weights(directory: Path, text: str) -> dict[int, float]:
+    """FlagEmbedding's lexical weights by hand: relu(sparse_linear(h)) for each token of transformers' pass, the
+    largest for each id, the tokenizer's cls, eos, pad and unk ids left out."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    model = AutoModel.from_pretrained(directory).eval()
+    state = torch.load(directory / "sparse_linear.pt", weights_only=True)
+    ids = tokenizer(text)["input_ids"]
+    with torch.no_grad():
+        hidden = model(torch.tensor([ids])).last_hidden_state[0]
+        weights = torch.relu(hidden @ state["weight"].T + state["bias"]).squeeze(-1).tolist()
+    unused = {tokenizer.cls_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id}
+    result: dict[int, float] = {}
+    for token, weight in zip(ids, weights, strict=True):
+        if token not in unused and weight > 0 and weight > result.get(token, 0.0):
+            result[token] = weight
+    return result
+
+
 @pytest.fixture(scope="module")
 def splade_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("splade")
-    return {
+    dirs = {
         name: write_splade(root / name, family, pooling, seed) for seed, (name, family, pooling) in enumerate(SPLADES)
     }
+    return dirs | {"bge-m3": write_bge_m3(root / "bge-m3", seed=7)}
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +111,7 @@ def reference(directory: Path, texts: list[str]) -> np.ndarray:
     return SparseEncoder(str(directory), device="cpu").encode(texts, convert_to_tensor=True).to_dense().numpy()
 
 
-@pytest.mark.parametrize("name", [name for name, _, _ in SPLADES])
+@pytest.mark.parametrize("name", [name for name, _, _ in SPLADES])  # (bge-m3: its own test below)
 async def test_sparse_vectors_equal_sparse_encoders(service: Service, splade_dirs: dict[str, Path], name: str) -> None:
     response = await service.client.post("/encode/sparse", json={"texts": TEXTS, "model": name})
     assert response.status_code == 200, response.text
@@ -112,8 +147,29 @@ async def test_top_k_keeps_the_largest_and_return_tokens_names_them(
             assert ours[token] == pytest.approx(value, rel=1e-5)
 
 
+async def test_bge_m3_lexical_weights_equal_flag_embeddings_formula(
+    service: Service, splade_dirs: dict[str, Path]
+) -> None:
+    response = await service.client.post("/encode/sparse", json={"texts": TEXTS, "model": "bge-m3"})
+    assert response.status_code == 200, response.text
+    for item, text in zip(response.json()["data"], TEXTS, strict=True):
+        theirs = lexical_weights(splade_dirs["bge-m3"], text)
+        assert item["indices"] == sorted(theirs)
+        np.testing.assert_allclose(item["values"], [theirs[i] for i in item["indices"]], rtol=1e-4, atol=1e-5)
+    ranked = await service.client.post(
+        "/rerank", json={"query": TEXTS[0], "documents": TEXTS[1:], "model": "bge-m3", "return_documents": True}
+    )
+    assert ranked.status_code == 200 and ranked.json()["method"] == "sparse-dot"
+    query = lexical_weights(splade_dirs["bge-m3"], TEXTS[0])
+    for result in ranked.json()["results"]:
+        document = lexical_weights(splade_dirs["bge-m3"], result["document"])
+        expected = sum(weight * document.get(token, 0.0) for token, weight in query.items())
+        assert result["relevance_score"] == pytest.approx(expected, rel=1e-4, abs=1e-5)
+
+
 async def test_info_says_which_models_are_sparse(service: Service) -> None:
     assert (await service.client.get("/info", params={"model": "max"})).json()["sparse"] == "splade"
+    assert (await service.client.get("/info", params={"model": "bge-m3"})).json()["sparse"] == "bge-m3"
     assert (await service.client.get("/info", params={"model": "minilm"})).json()["sparse"] is None
 
 
@@ -155,3 +211,16 @@ async def test_rerank_by_sparse_dot_product_equals_sparse_encoders(
     assert [r["index"] for r in body["results"]] == np.argsort(-theirs, kind="stable").tolist()
     for result in body["results"]:
         assert result["relevance_score"] == pytest.approx(float(theirs[result["index"]]), rel=1e-4, abs=1e-5)
+
+
+def test_a_sparse_linear_of_the_wrong_shape_or_not_a_state_dict_is_refused(tmp_path: Path) -> None:
+    import torch
+
+    from model.weights import load_linear
+
+    torch.save({"weight": torch.zeros(1, 5), "bias": torch.zeros(1)}, tmp_path / "wrong.pt")
+    with pytest.raises(ValueError, match="expected"):
+        load_linear(tmp_path / "wrong.pt", 8, 1)
+    (tmp_path / "junk.pt").write_bytes(b"not a pickle")
+    with pytest.raises(ValueError, match="not a readable state dict"):
+        load_linear(tmp_path / "junk.pt", 8, 1)
