@@ -18,11 +18,13 @@ import numpy as np
 from model import AttentionSelection, EmbeddingSpec, PositionQuery, SparseOptions
 from model.tokenizer import TokenSequence
 
-TaskKind = Literal["embed", "classify", "sparse", "attention", "neuron", "head_statistics", "explain", "positions"]
+TaskKind = Literal[
+    "embed", "classify", "sparse", "multi_vector", "attention", "neuron", "head_statistics", "explain", "positions"
+]
 
 # Kinds whose texts are entries of their own, so that the texts of many requests share a pass; a task of any
 # other kind is one entry and a pass of its own.
-BATCHED: frozenset[TaskKind] = frozenset({"embed", "classify", "sparse"})
+BATCHED: frozenset[TaskKind] = frozenset({"embed", "classify", "sparse", "multi_vector"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,7 @@ class Task:
     """What to compute (``kind`` and its ``options``) on which texts.
 
     ``embed``: an EmbeddingSpec, one result (TextEmbedding) a text. ``classify``: no options, one Scores a text.
-    ``sparse``: SparseOptions, one SparseVector a text.
+    ``sparse``: SparseOptions, one SparseVector a text. ``multi_vector``: no options, one (n, D') array a text.
     ``attention``: an AttentionSelection on one text, its maps. ``neuron``: a HeadChoice on one text, its
     HeadSteps. ``head_statistics``: KeyMarks of the texts, (S, B, L, H) statistics. ``explain``: ExplainInputs,
     no texts, each text's contributions and method. ``positions``: a PositionQuery, no texts, the table.

@@ -240,6 +240,30 @@ class LateChunksResponse(BaseModel):
     usage: Usage
 
 
+# ---- /encode/multi-vector ----
+
+
+class MultiVectorRequest(Request):
+    texts: Texts
+    model: str | None = Field(None, description="a served multi-vector model's name; the default model when null")
+    is_query: bool = Field(False, description="encode as queries (models that tell queries from documents)")
+    encoding_format: EncodingFormat = Field("float", description=ENCODING_FORMAT)
+    truncate: bool = Field(True, description="cut texts longer than the maximum; with false such a text is a 422")
+
+
+class MultiVectorEmbedding(BaseModel):
+    index: int
+    embeddings: list[list[float] | list[int] | str] = Field(description="one vector a token, in encoding_format")
+    tokens: list[str] = Field(description="the token each vector is of")
+
+
+class MultiVectorResponse(BaseModel):
+    model: str
+    dim: int
+    data: list[MultiVectorEmbedding]
+    usage: Usage
+
+
 # ---- /encode/sparse ----
 
 
@@ -521,8 +545,9 @@ class OpenAIModelList(BaseModel):
 RerankMethod = Literal["cross-encoder", "yes-no", "maxsim", "sparse-dot", "cosine"]
 RERANK_METHOD = (
     "cross-encoder: the sigmoid of a classifier's one logit; yes-no: the sigmoid of logit(yes) − logit(no) at the last "
-    "token of the model card's template; sparse-dot: the dot product of a SPLADE model's sparse vectors; cosine: the "
-    "cosine of an embedding model's query and document embeddings"
+    "token of the model card's template; maxsim: over the query's vectors the best dot product with a document's, "
+    "averaged (BGE-M3); sparse-dot: the dot product of the sparse vectors; cosine: the cosine of the query's and "
+    "the document's embeddings"
 )
 
 
@@ -657,6 +682,9 @@ class InfoResponse(BaseModel):
     rerank: RerankMethod | None = Field(description="how /rerank scores with this model, if it can")
     sparse: Literal["splade", "bge-m3"] | None = Field(
         None, description="what /encode/sparse computes with this model, if it can"
+    )
+    multi_vector: Literal["bge-m3"] | None = Field(
+        None, description="what /encode/multi-vector computes with this model, if it can"
     )
     limits: Limits
     auth: bool = Field(description="whether requests need an API key")

@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -19,7 +19,7 @@ import torch
 from model.config import DECODERS, EncoderConfig
 from model.encoder import relative_embedding_rows, relative_position_buckets
 from model.heads import MASKED_LM_FAMILIES, YES_NO, HeadConfig
-from model.pooling import PoolingConfig, SparseSpec, sparse_spec
+from model.pooling import BGE_M3_COLBERT, PoolingConfig, SparseSpec, sparse_spec
 from model.tokenizer import TextTokenizer
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
@@ -83,7 +83,8 @@ class ModelCard:
     # the ids of the tokens ``yes`` and ``no``, when the checkpoint is a causal LM whose vocabulary has both (a
     # yes/no reranker)
     answers: tuple[int, int] | None = None
-    sparse: SparseSpec | None = None  # a SPLADE model (a masked LM with SpladePooling): its pooling
+    sparse: SparseSpec | None = None  # a sparse model (SPLADE's pooling, BGE-M3's lexical weights)
+    multi_vector: Literal["bge-m3"] | None = None  # a multi-vector model: BGE-M3's ColBERT vectors
     prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' named prompts ("query: ", …)
     default_prompt_name: str | None = None  # the prompt put before every text unless another is named
     _prompt_lengths: dict[str, int] = field(default_factory=dict, repr=False)
@@ -116,15 +117,19 @@ class ModelCard:
     @property
     def rerank_methods(self) -> tuple[str, ...]:
         """How /rerank can score with this model, the one it takes unless a request names another first: a
-        classifier's head (cross-encoder, with one output), a causal LM's yes against no, a SPLADE model's sparse
-        dot product, and any other model the cosine of its embeddings."""
+        classifier's head (cross-encoder, with one output), a causal LM's yes against no; else MaxSim of a
+        multi-vector model's vectors, a sparse model's dot product, and the cosine of the embeddings (every model
+        but SPLADE's), in that order."""
         if self.head is not None:
             return ("cross-encoder",) if len(self.head.labels) == 1 else ()
         if self.answers is not None:
             return ("yes-no",)
+        methods: tuple[str, ...] = ("maxsim",) if self.multi_vector is not None else ()
         if self.sparse is not None:
-            return ("sparse-dot",)
-        return ("cosine",)
+            methods += ("sparse-dot",)
+        if self.sparse is None or self.sparse.kind != "splade":  # a SPLADE model's hidden states are no embedding
+            methods += ("cosine",)
+        return methods
 
     @property
     def scores_method(self) -> str | None:
@@ -258,5 +263,6 @@ def read_card(path: Path | str | None, name: str | None, max_tokens: int | None)
         "head": HeadConfig.from_hf(hf, config),
         "answers": answers,
         "sparse": sparse,
+        "multi_vector": "bge-m3" if (model_dir / BGE_M3_COLBERT).is_file() else None,
         **read_prompts(model_dir),
     }

@@ -37,7 +37,7 @@ from model.inspection import (
     norm_weighted,
     select_attention,
 )
-from model.pooling import BGE_M3_SPARSE, Dense, Pooling, sentence_embeddings, splade
+from model.pooling import BGE_M3_COLBERT, BGE_M3_SPARSE, Dense, Pooling, sentence_embeddings, splade
 from model.tokenizer import Batch, TokenSequence
 from model.weights import (
     checkpoint_dtype,
@@ -224,6 +224,7 @@ class TextEncoder(ModelCard):
     dense: tuple[Dense, ...] = ()  # the Dense modules after pooling, with their weights (``pooling.dense``)
     masked_lm: MaskedLanguageModelHead | None = None  # a SPLADE model's vocabulary head (``sparse``)
     lexical: nn.Linear | None = None  # BGE-M3's token-weight layer, D → 1 (``sparse``)
+    colbert: nn.Linear | None = None  # BGE-M3's multi-vector projection, D → D' (``multi_vector``)
     weights_dtype: torch.dtype | None = None  # what the embedding pass's weights are kept in; ``dtype`` when None
     explicit_dtype: torch.dtype = torch.float32  # what ``encoder``'s weights are kept in
     graph: PassGraph | None = None  # the embedding pass as a traced graph (trace_pass), or eager when None
@@ -330,6 +331,9 @@ class TextEncoder(ModelCard):
             masked_lm = load_masked_lm_head(config, weights_path, torch.float32).to(device=torch_device)
         elif card["sparse"] is not None:
             lexical = load_linear(model_dir / BGE_M3_SPARSE, config.d_model, 1).to(device=torch_device)
+        colbert = None
+        if card["multi_vector"] is not None:
+            colbert = load_linear(model_dir / BGE_M3_COLBERT, config.d_model).to(device=torch_device)
         model = cls(
             **card,
             encoder=encoder,
@@ -341,6 +345,7 @@ class TextEncoder(ModelCard):
             reranker=reranker,
             masked_lm=masked_lm,
             lexical=lexical,
+            colbert=colbert,
             dense=dense,
             pass_encoder=pass_encoder,
         )
@@ -536,6 +541,16 @@ class TextEncoder(ModelCard):
                 indices = indices[kept].sort().values
             vectors.append(SparseVector(indices.cpu().numpy(), weights[indices].cpu().numpy()))
         return vectors
+
+    @torch.inference_mode()
+    def multi_vectors(self, encodings: Sequence[TokenSequence]) -> list[np.ndarray]:
+        """One pass of a multi-vector model over tokenised texts: BGE-M3's ColBERT vectors, normalize(colbert(h))
+        for every real token after the first, (n − 1, D') float32 a text, as FlagEmbedding computes them."""
+        assert self.colbert is not None, "not a multi-vector model"
+        batch = self.tokenizer.pad(encodings)
+        hidden = self.last_hidden_state(*self.to_tensors(batch)).float()  # (B, T, D)
+        vectors = F.normalize(self.colbert(hidden[:, 1:]), dim=-1)  # (B, T − 1, D')
+        return [vectors[row, : len(encoding.ids) - 1].cpu().numpy() for row, encoding in enumerate(encodings)]
 
     @torch.inference_mode()
     def attention(self, encoding: TokenSequence, selection: AttentionSelection) -> np.ndarray:

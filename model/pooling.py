@@ -58,6 +58,7 @@ class SparseSpec:
 
 
 BGE_M3_SPARSE = "sparse_linear.pt"  # BGE-M3's token-weight layer, beside its XLM-R checkpoint
+BGE_M3_COLBERT = "colbert_linear.pt"  # BGE-M3's multi-vector projection
 
 
 def sparse_spec(model_dir: Path, excluded: tuple[int, ...] = ()) -> SparseSpec | None:

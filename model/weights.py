@@ -454,13 +454,17 @@ def load_masked_lm_head(config: EncoderConfig, path: Path, dtype: torch.dtype) -
     return head.eval().requires_grad_(False)
 
 
-def load_linear(path: Path, in_features: int, out_features: int) -> nn.Linear:
+def load_linear(path: Path, in_features: int, out_features: int | None = None) -> nn.Linear:
     """A linear layer saved as a torch state dict (``weight``, ``bias``), as BGE-M3 keeps its sparse and ColBERT
-    layers; read with weights_only, so that no code in the file runs. ValueError naming what is wrong."""
+    layers (``out_features`` as stored when None); read with weights_only, so that no code in the file runs.
+    ValueError naming what is wrong."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # a pickle refused, a truncated file
         raise ValueError(f"{path} is not a readable state dict: {error}") from error
+    if out_features is None:
+        weight = state.get("weight") if isinstance(state, dict) else None
+        out_features = int(weight.shape[0]) if isinstance(weight, Tensor) and weight.dim() == 2 else 1
     layer = nn.Linear(in_features, out_features)
     expected = {name: tuple(p.shape) for name, p in layer.named_parameters()}
     found = {name: tuple(t.shape) for name, t in state.items()} if isinstance(state, dict) else None

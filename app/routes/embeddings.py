@@ -10,6 +10,8 @@ from app.schemas import (
     EncodeResponse,
     LateChunksRequest,
     LateChunksResponse,
+    MultiVectorRequest,
+    MultiVectorResponse,
     SparseEncodeRequest,
     SparseEncodeResponse,
 )
@@ -42,3 +44,12 @@ async def encode_late_chunks(
     """Late chunking: one pass over the whole text, then each chunk's embedding from its own tokens' final vectors."""
     model = registry.get(body.model)
     return await responder.answer(request, lambda timing: embeddings.late_chunks(model, body, timing))
+
+
+@router.post("/encode/multi-vector", response_model=MultiVectorResponse)
+async def encode_multi_vector(
+    body: MultiVectorRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
+) -> Response:
+    """One vector a token, for late interaction (MaxSim), from a multi-vector model."""
+    model = registry.get(body.model)
+    return await responder.answer(request, lambda timing: embeddings.multi_vector(model, body, timing), len(body.texts))

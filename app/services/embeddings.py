@@ -20,6 +20,9 @@ from app.schemas import (
     LateChunk,
     LateChunksRequest,
     LateChunksResponse,
+    MultiVectorEmbedding,
+    MultiVectorRequest,
+    MultiVectorResponse,
     OpenAIEmbedding,
     OpenAIEmbeddingsRequest,
     OpenAIEmbeddingsResponse,
@@ -331,6 +334,31 @@ class Embeddings:
             data.append(construct(LateChunk, index=index, start=start, end=end, embedding=embedding))
         response = construct(LateChunksResponse, model=served.name, data=data, usage=usage(windows))
         return Reply(response, len(data) * model.config.d_model)
+
+    async def multi_vector(
+        self, served: ServedModel, request: MultiVectorRequest, timing: Timing | None = None
+    ) -> Reply:
+        """A multi-vector model's token vectors (BGE-M3's ColBERT vectors), with the token each is of."""
+        model = served.card
+        if model.multi_vector is None:
+            raise InvalidRequest(
+                "model", f"model {served.name!r} has no multi-vector output (BGE-M3's colbert_linear.pt)"
+            )
+        self.check_batch(len(request.texts))
+        encodings = await served.tokens.encode(request.texts, truncate=request.truncate, param="texts")
+        vectors = await served.queue.run(Task("multi_vector", encodings), timing)
+        data = [
+            construct(
+                MultiVectorEmbedding,
+                index=index,
+                embeddings=vectors_as(request.encoding_format, matrix),
+                tokens=encoding.tokens[1:],
+            )
+            for index, (encoding, matrix) in enumerate(zip(encodings, vectors))
+        ]
+        dim = int(vectors[0].shape[1])
+        response = construct(MultiVectorResponse, model=served.name, dim=dim, data=data, usage=usage(encodings))
+        return Reply(response, sum(matrix.size for matrix in vectors))
 
     async def sparse(self, served: ServedModel, request: SparseEncodeRequest, timing: Timing | None = None) -> Reply:
         """A sparse model's vectors (SPLADE's, BGE-M3's): vocabulary ids and weights (and, on request, the vocabulary

@@ -53,6 +53,7 @@ def info(served: ServedModel, settings: Settings) -> InfoResponse:
         explicit_weights_dtype=facts.explicit_weights_dtype,
         rerank=next(iter(card.rerank_methods), None),
         sparse=card.sparse.kind if card.sparse is not None else None,
+        multi_vector=card.multi_vector,
         limits=limits(served, settings),
         auth=bool(settings.api_keys),
         version=__version__,

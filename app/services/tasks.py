@@ -67,10 +67,10 @@ class Tasks:
         document's vectors (sparse or dense)."""
         method = rerank_method(served, request.method)
         self.embeddings.check_batch(len(request.documents), "documents")
-        if method in ("cosine", "sparse-dot"):
+        if method in ("cosine", "sparse-dot", "maxsim"):
             if request.instruction is not None:
                 raise InvalidRequest("instruction", f"applies to yes-no rerankers; model {served.name!r} is not one")
-            by = self.cosine if method == "cosine" else self.sparse_dot
+            by = {"cosine": self.cosine, "sparse-dot": self.sparse_dot, "maxsim": self.maxsim}[method]
             scores, counted = await by(served, request, timing)
             return self.ranked(served, request, method, scores, counted)
         encodings: Sequence[TokenSequence]
@@ -135,6 +135,20 @@ class Tasks:
         )
         documents_matrix = np.stack([result.sentence for result in document_vectors])  # (B, D)
         return documents_matrix @ query_vector[0].sentence, [query_encoding, *encodings]
+
+    async def maxsim(
+        self, served: ServedModel, request: RerankRequest, timing: Timing | None
+    ) -> tuple[np.ndarray, list[TokenSequence]]:
+        """A multi-vector model's scores: for each of the query's vectors the best dot product with a document's,
+        averaged over the query's vectors (BGE-M3, as FlagEmbedding scores it)."""
+        (query_encoding,) = await served.tokens.encode(
+            [request.query], param="query", indexed=False, truncate=request.truncate
+        )
+        encodings = await served.tokens.encode(request.documents, param="documents", truncate=request.truncate)
+        vectors = await served.queue.run(Task("multi_vector", [query_encoding, *encodings]), timing)
+        query = vectors[0]  # (q, D')
+        scores = [float((query @ document.T).max(axis=1).mean()) for document in vectors[1:]]
+        return np.array(scores, dtype=np.float32), [query_encoding, *encodings]
 
     async def sparse_dot(
         self, served: ServedModel, request: RerankRequest, timing: Timing | None
