@@ -193,3 +193,37 @@ async def test_text_that_is_not_valid_unicode_fails_alone_among_concurrent_reque
         for response, want in zip(responses, expected, strict=True):
             assert response.status_code == 200, response.text
             np.testing.assert_allclose(response.json()["data"][0]["embedding"], want["embedding"], atol=1e-5)
+
+
+async def test_a_bad_text_on_the_new_routes_fails_alone_among_concurrent_ones(client: httpx.AsyncClient) -> None:
+    """The batch-poisoning test through chunking, late chunking and cosine reranking: a text that is no valid
+    Unicode, sent among good requests of every route in the same turn, fails its own request with a 422 naming
+    it, and every other request gets the answer it gets alone."""
+    good = [
+        ("/encode", {"texts": ["good one " * 300, "two"], "chunking": {"overlap": 8}}),
+        ("/encode/late-chunks", {"text": "A first sentence. A second one."}),
+        ("/rerank", {"query": "a query", "documents": ["one document", "another"]}),
+        ("/v1/embeddings", {"input": ["good " * 400], "chunking": {}}),
+    ]
+    expected = [(await client.post(path, json=body)).json() for path, body in good]
+    bad = [
+        ("/encode", '{"texts": ["fine", "broken \\ud800 text"], "chunking": {}}', "texts[1]"),
+        ("/encode/late-chunks", '{"text": "broken \\ud800 text"}', "text"),
+        ("/rerank", '{"query": "q", "documents": ["fine", "broken \\ud800"]}', "documents[1]"),
+    ]
+    for path, body, param in bad:
+        requests = [client.post(p, json=b) for p, b in good]
+        requests.insert(2, client.post(path, content=body, headers={"content-type": "application/json"}))
+        responses = await asyncio.gather(*requests)
+        failed = responses.pop(2)
+        assert failed.status_code == 422, failed.text
+        assert failed.json()["error"]["param"] == param and "lone surrogate" in failed.json()["error"]["message"]
+        for response, want in zip(responses, expected, strict=True):
+            assert response.status_code == 200, response.text
+            for result, reference in zip(response.json().get("results", []), want.get("results", []), strict=True):
+                assert result["index"] == reference["index"]
+                assert result["relevance_score"] == pytest.approx(reference["relevance_score"], abs=1e-5)
+            got = response.json().get("data")
+            if got is not None:
+                for item, reference in zip(got, want["data"], strict=True):
+                    np.testing.assert_allclose(item["embedding"], reference["embedding"], atol=1e-5)
