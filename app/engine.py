@@ -210,13 +210,17 @@ class EngineClient:
 
     async def request(self, *message: Any) -> list[Any]:
         """Send ``(kind, id, *message)`` and await its answer's payload; cancelled, it tells the engine."""
-        if not self.connected or self._writer is None:
+        if not self.connected or self._writer is None or self._writer.is_closing():
             raise NotReady("the engine is not running; the service is restarting")
         request_id = self._next
         self._next += 1
         future = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
-        write_message(self._writer, (message[0], request_id, *message[1:]))
+        try:
+            write_message(self._writer, (message[0], request_id, *message[1:]))
+        except (RuntimeError, ConnectionError):  # the socket closed before the reader saw the engine go
+            self._waiting.pop(request_id, None)
+            raise NotReady("the engine is not running; the service is restarting") from None
         try:
             return await future
         except asyncio.CancelledError:
