@@ -651,6 +651,9 @@ class Architecture(BaseModel):
 
 class Limits(BaseModel):
     max_batch_texts: int
+    max_windows_per_request: int = Field(
+        description="windows of the model's length a request may make: chunking's and late chunking's (a 422 beyond)"
+    )
     max_tokens_per_text: int
     max_attention_tokens: int
     max_attention_values: int

@@ -301,6 +301,12 @@ class Embeddings:
         tokenizer = model.tokenizer
         overlap = tokenizer.window_content(encoding) // 2
         windows = tokenizer.windows(encoding, overlap)
+        if len(windows) > self.max_batch_texts:
+            raise InvalidRequest(
+                "text",
+                f"makes {len(windows)} windows of {tokenizer.max_tokens} tokens, at most {self.max_batch_texts} a "
+                "request: send a shorter text",
+            )
         lead = next((i for i, special in enumerate(encoding.special_tokens_mask) if not special), 0)
         room, step = tokenizer.window_content(encoding), max(tokenizer.window_content(encoding) - overlap, 1)
         # window w holds the content positions [lead + w × step, lead + w × step + room), at its own lead + offset

@@ -17,6 +17,7 @@ def limits(served: ServedModel, settings: Settings) -> Limits:
             "max_tokens_per_text": served.card.max_tokens,
             "max_attention_tokens": served.max_attention_tokens,
             "max_batch_tokens": served.facts.max_batch_tokens,
+            "max_windows_per_request": settings.max_batch_texts,  # the windows are texts of one request
         }
     )
 

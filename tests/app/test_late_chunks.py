@@ -7,7 +7,9 @@ import httpx
 import numpy as np
 import torch
 
-from tests.helpers import assert_error
+from app.settings import Settings
+from model import TextEncoder
+from tests.helpers import assert_error, serve
 
 TEXT = "Berlin is a city in Germany. It is the capital!  Its population is large?\nAbout 3.8 million people live there."
 
@@ -95,3 +97,13 @@ async def test_bad_spans_get_their_422(client: httpx.AsyncClient) -> None:
     long = await client.post("/encode/late-chunks", json={"text": "word " * 600, "chunks": [[0, 2000]]})
     assert_error(long, 422, "validation_error", "chunks[0]", "longer than half")
     assert (await client.post("/encode/late-chunks", json={"text": "still serving."})).status_code == 200
+
+
+async def test_the_windows_of_a_request_are_bounded_as_info_says(bundled_model: TextEncoder) -> None:
+    async with serve(Settings(max_batch_texts=2), bundled_model) as small:
+        limit = (await small.get("/info")).json()["limits"]["max_windows_per_request"]
+        assert limit == 2
+        text = "A sentence of a long text. " * 120  # about 840 tokens: six windows overlapping by half
+        response = await small.post("/encode/late-chunks", json={"text": text})
+        assert_error(response, 422, "validation_error", "text", "windows")
+        assert (await small.post("/encode/late-chunks", json={"text": "Short. Text."})).status_code == 200
