@@ -373,7 +373,8 @@ class Embeddings:
         if model.sparse is None:
             raise InvalidRequest(
                 "model",
-                f"model {served.name!r} has no sparse output (a SPLADE model's, a masked LM with SpladePooling)",
+                f"model {served.name!r} has no sparse output (a SPLADE model's, a masked LM with SpladePooling, or "
+                "BGE-M3's lexical weights)",
             )
         self.check_batch(len(request.texts))
         encodings = await served.tokens.encode(request.texts, truncate=request.truncate, param="texts")

@@ -176,7 +176,13 @@ async def test_info_says_which_models_are_sparse(service: Service) -> None:
 async def test_bad_input_gets_its_422(service: Service) -> None:
     client = service.client
     not_sparse = await client.post("/encode/sparse", json={"texts": TEXTS, "model": "minilm"})
-    assert_error(not_sparse, 422, "validation_error", "model", "no sparse output")
+    assert_error(
+        not_sparse,
+        422,
+        "validation_error",
+        "model",
+        "no sparse output (a SPLADE model's, a masked LM with SpladePooling, or BGE-M3's lexical weights)",
+    )
     for body, param in (
         ({"texts": "x", "model": "max", "top_k": 0}, "top_k"),
         ({"texts": [], "model": "max"}, "texts"),
