@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from model import AttentionSelection, EmbeddingSpec, PositionQuery, SparseOptions
+from model import AttentionSelection, EmbeddingSpec, MultiVectorOptions, PositionQuery, SparseOptions
 from model.tokenizer import TokenSequence
 
 TaskKind = Literal[
@@ -54,7 +54,15 @@ class ExplainInputs:
 
 
 Options = (
-    EmbeddingSpec | SparseOptions | AttentionSelection | HeadChoice | KeyMarks | ExplainInputs | PositionQuery | None
+    EmbeddingSpec
+    | SparseOptions
+    | MultiVectorOptions
+    | AttentionSelection
+    | HeadChoice
+    | KeyMarks
+    | ExplainInputs
+    | PositionQuery
+    | None
 )
 
 
@@ -63,7 +71,7 @@ class Task:
     """What to compute (``kind`` and its ``options``) on which texts.
 
     ``embed``: an EmbeddingSpec, one result (TextEmbedding) a text. ``classify``: no options, one Scores a text.
-    ``sparse``: SparseOptions, one SparseVector a text. ``multi_vector``: no options, one (n, D') array a text.
+    ``sparse``: SparseOptions, one SparseVector a text. ``multi_vector``: MultiVectorOptions, one MultiVectors a text.
     ``attention``: an AttentionSelection on one text, its maps. ``neuron``: a HeadChoice on one text, its
     HeadSteps. ``head_statistics``: KeyMarks of the texts, (S, B, L, H) statistics. ``explain``: ExplainInputs,
     no texts, each text's contributions and method. ``positions``: a PositionQuery, no texts, the table.

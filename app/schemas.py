@@ -686,7 +686,7 @@ class InfoResponse(BaseModel):
     sparse: Literal["splade", "bge-m3"] | None = Field(
         None, description="what /encode/sparse computes with this model, if it can"
     )
-    multi_vector: Literal["bge-m3"] | None = Field(
+    multi_vector: Literal["colbert", "bge-m3"] | None = Field(
         None, description="what /encode/multi-vector computes with this model, if it can"
     )
     limits: Limits

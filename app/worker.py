@@ -40,7 +40,7 @@ PASSES: dict[TaskKind, Pass] = {
     "embed": lambda model, texts, specs: model.embed_encodings(texts, specs),
     "classify": lambda model, texts, _: model.scores(texts),
     "sparse": lambda model, texts, options: model.sparse_encodings(texts, options),
-    "multi_vector": lambda model, texts, _: model.multi_vectors(texts),
+    "multi_vector": lambda model, texts, options: model.multi_vectors(texts, options),
     "attention": lambda model, texts, selection: [model.attention(texts[0], selection)],
     "neuron": lambda model, texts, choice: [model.neuron(texts[0], choice.layer, choice.head)],
     "head_statistics": lambda model, texts, marks: [model.head_statistics(texts, marks.separators, marks.punctuation)],

@@ -13,7 +13,17 @@ from model.encoder import (
 )
 from model.heads import HeadConfig, SequenceClassificationHead
 from model.inspection import AttentionSelection, IndexOutOfRange, attention_rollout, resolve_indices, select_attention
-from model.loader import EmbeddingSpec, PositionQuery, Scores, SparseOptions, SparseVector, TextEmbedding, TextEncoder
+from model.loader import (
+    EmbeddingSpec,
+    MultiVectorOptions,
+    MultiVectors,
+    PositionQuery,
+    Scores,
+    SparseOptions,
+    SparseVector,
+    TextEmbedding,
+    TextEncoder,
+)
 from model.pooling import PoolingConfig, normalize, pool, sentence_embeddings
 from model.tokenizer import Batch, TextTokenizer, Token, TooManyTokensError
 from model.weights import load_weights
@@ -24,6 +34,8 @@ __all__ = [
     "AttentionSelection",
     "EmbeddingSpec",
     "ModelCard",
+    "MultiVectorOptions",
+    "MultiVectors",
     "PositionQuery",
     "Scores",
     "SparseOptions",

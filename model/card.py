@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +19,7 @@ import torch
 from model.config import DECODERS, EncoderConfig
 from model.encoder import relative_embedding_rows, relative_position_buckets
 from model.heads import MASKED_LM_FAMILIES, YES_NO, HeadConfig
+from model.late_interaction import LateInteraction, read_late_interaction
 from model.pooling import BGE_M3_COLBERT, PoolingConfig, SparseSpec, sparse_spec
 from model.tokenizer import TextTokenizer
 
@@ -84,7 +85,9 @@ class ModelCard:
     # yes/no reranker)
     answers: tuple[int, int] | None = None
     sparse: SparseSpec | None = None  # a sparse model (SPLADE's pooling, BGE-M3's lexical weights)
-    multi_vector: Literal["bge-m3"] | None = None  # a multi-vector model: BGE-M3's ColBERT vectors
+    # a multi-vector model: a ColBERT checkpoint (``late_interaction``), or BGE-M3's ColBERT vectors
+    multi_vector: Literal["colbert", "bge-m3"] | None = None
+    late_interaction: LateInteraction | None = None
     prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' named prompts ("query: ", …)
     default_prompt_name: str | None = None  # the prompt put before every text unless another is named
     _prompt_lengths: dict[str, int] = field(default_factory=dict, repr=False)
@@ -204,21 +207,54 @@ CARD_FIELDS = tuple(name for name in ModelCard.__dataclass_fields__ if not name.
 def lexical_exclusions(model_dir: Path, tokenizer: TextTokenizer) -> tuple[int, ...]:
     """The ids BGE-M3's lexical weights leave out: the tokenizer's cls, eos (or sep), pad and unk tokens, as
     tokenizer_config.json names them."""
+    names = tokenizer_names(model_dir)
+    end = "eos_token" if "eos_token" in names else "sep_token"
+    ids = [tokenizer.token_id(names[key]) for key in ("cls_token", end, "pad_token", "unk_token") if key in names]
+    return tuple(sorted({id_ for id_ in ids if id_ is not None}))
+
+
+def tokenizer_names(model_dir: Path) -> dict[str, str]:
+    """tokenizer_config.json's special-token names (``mask_token`` → ``[MASK]``), {} where there is none."""
     path = model_dir / "tokenizer_config.json"
     if not path.is_file():
-        return ()
+        return {}
     try:
         names = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON: {error}") from error
-    end = "eos_token" if names.get("eos_token") is not None else "sep_token"
-    ids = []
-    for field_name in ("cls_token", end, "pad_token", "unk_token"):
-        token = names.get(field_name)
+    found = {}
+    for key, token in names.items():
         token = token.get("content") if isinstance(token, dict) else token
-        if isinstance(token, str) and (id_ := tokenizer.token_id(token)) is not None:
-            ids.append(id_)
-    return tuple(sorted(set(ids)))
+        if key.endswith("_token") and isinstance(token, str):
+            found[key] = token
+    return found
+
+
+def resolve_late_interaction(
+    late: LateInteraction, tokenizer: TextTokenizer, model_dir: Path
+) -> tuple[LateInteraction, TextTokenizer]:
+    """A ColBERT layout with its token ids, and the tokenizer it needs: PyLate's prefix tokens that the vocabulary
+    has but the pre-tokenizer would split kept whole (as sentence-transformers registers them); the skiplist's
+    ids (words the vocabulary lacks left out); the expansion token's id (the mask token, else the end token)."""
+    register = []
+    for value in late.prefixes:
+        for prefix in (value, value.split(None, 1)[0]):
+            if tokenizer.token_id(prefix) is None:
+                continue
+            if tokenizer.pieces(prefix) != [prefix]:
+                register.append(prefix)
+            break
+    if register:
+        tokenizer = tokenizer.with_special_tokens(register)
+    skip_ids = frozenset(id_ for word in late.skiplist if (id_ := tokenizer.token_id(word)) is not None)
+    expansion_id = None
+    if late.expansion is not None:
+        names = tokenizer_names(model_dir)
+        token = late.expansion.token or names.get("mask_token") or names.get("eos_token")
+        expansion_id = None if token is None else tokenizer.token_id(token)
+        if expansion_id is None:
+            raise ValueError(f"{model_dir}: the query expansion token {token!r} is not in the vocabulary")
+    return replace(late, skip_ids=skip_ids, expansion_id=expansion_id), tokenizer
 
 
 def read_card(path: Path | str | None, name: str | None, max_tokens: int | None) -> dict[str, Any]:
@@ -246,6 +282,11 @@ def read_card(path: Path | str | None, name: str | None, max_tokens: int | None)
     yes, no = (tokenizer.token_id(token) for token in ("yes", "no"))
     causal_lm = any(str(kind).endswith("ForCausalLM") for kind in hf.get("architectures") or [])
     answers = (yes, no) if causal_lm and config.family in DECODERS and yes is not None and no is not None else None
+    late = read_late_interaction(model_dir)
+    prompts = read_prompts(model_dir)
+    if late is not None:
+        late, tokenizer = resolve_late_interaction(late, tokenizer, model_dir)
+        prompts["prompts"] = late.prompts
     sparse = sparse_spec(model_dir, lexical_exclusions(model_dir, tokenizer))
     masked_lm = any(str(kind).endswith("ForMaskedLM") for kind in hf.get("architectures") or [])
     if sparse is not None and sparse.kind == "splade" and (not masked_lm or config.family not in MASKED_LM_FAMILIES):
@@ -263,6 +304,7 @@ def read_card(path: Path | str | None, name: str | None, max_tokens: int | None)
         "head": HeadConfig.from_hf(hf, config),
         "answers": answers,
         "sparse": sparse,
-        "multi_vector": "bge-m3" if (model_dir / BGE_M3_COLBERT).is_file() else None,
-        **read_prompts(model_dir),
+        "multi_vector": "colbert" if late is not None else "bge-m3" if (model_dir / BGE_M3_COLBERT).is_file() else None,
+        "late_interaction": late,
+        **prompts,
     }

@@ -703,10 +703,15 @@ class Encoder(nn.Module):
         n_layers: int | None = None,  # stop after this many layers (all by default)
         pack: bool = True,  # skip the padding (the fast path); False computes it, masked (what a CUDA graph records)
         dtype: torch.dtype | None = None,  # compute in this dtype, each layer copied to it where its weights are not
+        # (B, T) the positions computed, where more than the keys of ``attention_mask``: ColBERT's query expansion
+        # tokens, which no token attends to but which have outputs (and positions) of their own
+        computed: Tensor | None = None,
     ) -> EncoderOutput:
         config = self.config
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
+        if computed is None:
+            computed = attention_mask
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         n_layers = config.n_layers if n_layers is None else n_layers
@@ -715,10 +720,10 @@ class Encoder(nn.Module):
 
         shared = self.shared(attention_mask, causal, dtype)
 
-        x = self.embeddings(input_ids, token_type_ids, attention_mask, dtype)  # (B, T, D)
+        x = self.embeddings(input_ids, token_type_ids, computed, dtype)  # (B, T, D)
         # Fast path with padding: per-token work on the real tokens only (padded rows come back as zeros).
-        skip = pack and not return_attentions and not bool(attention_mask.all())
-        packing = Packing.from_mask(attention_mask) if skip else None
+        skip = pack and not return_attentions and not bool(computed.all())
+        packing = Packing.from_mask(computed) if skip else None
         if packing is not None:
             x = packing.pack(x)  # (N, D)
         unpack = packing.unpack if packing is not None else (lambda t: t)

@@ -154,6 +154,22 @@ class SparseVector:
 
 
 @dataclass(frozen=True)
+class MultiVectors:
+    """One text's multi-vector output: the vectors of its scored tokens (n, D') float32, and their positions in
+    the pass (a position at or past the text's length is a query expansion's)."""
+
+    vectors: np.ndarray
+    positions: np.ndarray  # (n,) int64, ascending
+
+
+@dataclass(frozen=True)
+class MultiVectorOptions:
+    """A multi-vector pass's per-text option: encode it as a query (else as a document)."""
+
+    query: bool = False
+
+
+@dataclass(frozen=True)
 class SparseOptions:
     """A sparse pass's per-text option: keep only the ``top_k`` largest weights (all when None)."""
 
@@ -225,6 +241,7 @@ class TextEncoder(ModelCard):
     masked_lm: MaskedLanguageModelHead | None = None  # a SPLADE model's vocabulary head (``sparse``)
     lexical: nn.Linear | None = None  # BGE-M3's token-weight layer, D → 1 (``sparse``)
     colbert: nn.Linear | None = None  # BGE-M3's multi-vector projection, D → D' (``multi_vector``)
+    projections: tuple[Dense, ...] = ()  # a ColBERT checkpoint's Dense modules on each token vector
     weights_dtype: torch.dtype | None = None  # what the embedding pass's weights are kept in; ``dtype`` when None
     explicit_dtype: torch.dtype = torch.float32  # what ``encoder``'s weights are kept in
     graph: PassGraph | None = None  # the embedding pass as a traced graph (trace_pass), or eager when None
@@ -331,8 +348,11 @@ class TextEncoder(ModelCard):
             masked_lm = load_masked_lm_head(config, weights_path, torch.float32).to(device=torch_device)
         elif card["sparse"] is not None:
             lexical = load_linear(model_dir / BGE_M3_SPARSE, config.d_model, 1).to(device=torch_device)
-        colbert = None
-        if card["multi_vector"] is not None:
+        colbert: nn.Linear | None = None
+        projections: tuple[Dense, ...] = ()
+        if card["late_interaction"] is not None:
+            projections = tuple(Dense.load(spec).to(device=torch_device) for spec in card["late_interaction"].dense)
+        elif card["multi_vector"] is not None:
             colbert = load_linear(model_dir / BGE_M3_COLBERT, config.d_model).to(device=torch_device)
         model = cls(
             **card,
@@ -346,6 +366,7 @@ class TextEncoder(ModelCard):
             masked_lm=masked_lm,
             lexical=lexical,
             colbert=colbert,
+            projections=projections,
             dense=dense,
             pass_encoder=pass_encoder,
         )
@@ -543,14 +564,76 @@ class TextEncoder(ModelCard):
         return vectors
 
     @torch.inference_mode()
-    def multi_vectors(self, encodings: Sequence[TokenSequence]) -> list[np.ndarray]:
-        """One pass of a multi-vector model over tokenised texts: BGE-M3's ColBERT vectors, normalize(colbert(h))
-        for every real token after the first, (n − 1, D') float32 a text, as FlagEmbedding computes them."""
+    def multi_vectors(
+        self, encodings: Sequence[TokenSequence], options: Sequence[MultiVectorOptions]
+    ) -> list[MultiVectors]:
+        """One pass of a multi-vector model over tokenised texts (already cut to their side's length): a ColBERT
+        checkpoint's vectors (``colbert_pass``), or BGE-M3's, normalize(colbert(h)) for every real token after the
+        first, as FlagEmbedding computes them (queries and documents alike)."""
+        if self.late_interaction is not None:
+            return self.colbert_pass(encodings, options)
         assert self.colbert is not None, "not a multi-vector model"
         batch = self.tokenizer.pad(encodings)
         hidden = self.last_hidden_state(*self.to_tensors(batch)).float()  # (B, T, D)
         vectors = F.normalize(self.colbert(hidden[:, 1:]), dim=-1)  # (B, T − 1, D')
-        return [vectors[row, : len(encoding.ids) - 1].cpu().numpy() for row, encoding in enumerate(encodings)]
+        results = []
+        for row, encoding in enumerate(encodings):
+            n = len(encoding.ids)
+            results.append(MultiVectors(vectors[row, : n - 1].cpu().numpy(), np.arange(1, n, dtype=np.int64)))
+        return results
+
+    def colbert_pass(
+        self, encodings: Sequence[TokenSequence], options: Sequence[MultiVectorOptions]
+    ) -> list[MultiVectors]:
+        """A ColBERT checkpoint's vectors, as sentence-transformers' MultiVectorEncoder computes them: each query
+        filled with the expansion token up to the expansion's length (attended to or not, as the checkpoint says),
+        the Dense projections and the L2 norm on every token vector, then the scored ones kept: a query's real and
+        expansion tokens, a document's real tokens less the skiplist's."""
+        late = self.late_interaction
+        assert late is not None
+        expansion = late.expansion
+        rows = []
+        for encoding, option in zip(encodings, options, strict=True):
+            n = len(encoding.ids)
+            extra = max(expansion.length - n, 0) if option.query and expansion is not None else 0
+            rows.append((encoding, n, extra))
+        B, T = len(rows), max(n + extra for _, n, extra in rows)
+        input_ids = np.full((B, T), self.tokenizer.pad_token_id, dtype=np.int64)
+        attention_mask = np.zeros((B, T), dtype=np.int64)
+        token_type_ids = np.zeros((B, T), dtype=np.int64)
+        computed = np.zeros((B, T), dtype=np.bool_)
+        for row, (encoding, n, extra) in enumerate(rows):
+            computed[row, : n + extra] = True
+            input_ids[row, :n] = encoding.ids
+            token_type_ids[row, :n] = encoding.type_ids
+            attention_mask[row, :n] = 1
+            if extra:
+                assert expansion is not None and late.expansion_id is not None
+                input_ids[row, n : n + extra] = late.expansion_id
+                attention_mask[row, n : n + extra] = int(expansion.attend)
+        batch = Batch(input_ids, attention_mask, token_type_ids)
+        if expansion is not None and not expansion.attend and any(extra for _, _, extra in rows):
+            # the filler is seen by no key but has outputs of its own: the eager pass, told what to compute
+            with self.computing():
+                tensors = self.to_tensors(batch)
+                seen = torch.from_numpy(computed).to(self.device)
+                vectors = self.passes(*tensors, computed=seen).last_hidden_state.float()  # (B, T, D)
+        else:
+            vectors = self.last_hidden_state(*self.to_tensors(batch)).float()  # (B, T, D)
+        for module in self.projections:
+            vectors = module(vectors)  # (B, T, D')
+        if late.normalize:
+            vectors = F.normalize(vectors, dim=-1)
+        skip = np.array(sorted(late.skip_ids), dtype=np.int64)
+        results = []
+        for row, ((_, n, extra), option) in enumerate(zip(rows, options, strict=True)):
+            positions = np.arange(n + extra, dtype=np.int64)
+            if late.skips(option.query):
+                kept = ~np.isin(input_ids[row, : n + extra], skip) | (positions >= n)
+                positions = positions[kept]
+            index = torch.from_numpy(positions).to(vectors.device)
+            results.append(MultiVectors(vectors[row].index_select(0, index).cpu().numpy(), positions))
+        return results
 
     @torch.inference_mode()
     def attention(self, encoding: TokenSequence, selection: AttentionSelection) -> np.ndarray:

@@ -40,7 +40,10 @@ DENSE_ACTIVATIONS: dict[str, type[nn.Module]] = {
     "torch.nn.modules.activation.Sigmoid": nn.Sigmoid,
 }
 # modules.json's kinds; any other is refused. MLMTransformer and SpladePooling make a SPLADE model (sparse_spec).
-KNOWN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "MLMTransformer", "SpladePooling")
+# MultiVectorMask makes a ColBERT model (model/late_interaction.py).
+KNOWN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "MLMTransformer", "SpladePooling", "MultiVectorMask")
+# config_sentence_transformers.json's model_type of a ColBERT checkpoint: sentence-transformers', PyLate's (≤ 3)
+MULTI_VECTOR_TYPES = ("MultiVectorEncoder", "ColBERT")
 SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
 
 
@@ -67,11 +70,11 @@ def sparse_spec(model_dir: Path, excluded: tuple[int, ...] = ()) -> SparseSpec |
     served."""
     if (Path(model_dir) / BGE_M3_SPARSE).is_file():
         return SparseSpec(kind="bge-m3", excluded=excluded)
-    paths = [path for kind, path in _modules(Path(model_dir)) if kind == "SpladePooling"]
+    paths = [path for kind, path in st_modules(Path(model_dir)) if kind == "SpladePooling"]
     if not paths:
         return None
     config_path = Path(model_dir) / paths[0] / "config.json"
-    st = _json(config_path) if config_path.is_file() else {}
+    st = read_json(config_path) if config_path.is_file() else {}
     pooling, activation = st.get("pooling_strategy", "max"), st.get("activation_function", "relu")
     if pooling not in ("max", "sum") or activation not in SPLADE_ACTIVATIONS:
         raise ValueError(f"{config_path}: unsupported SpladePooling ({pooling!r}, {activation!r})")
@@ -102,11 +105,15 @@ class DenseSpec:
         return DENSE_ACTIVATIONS[self.activation] is nn.Identity
 
     @classmethod
-    def read(cls, directory: Path) -> DenseSpec:
-        """A Dense module's config.json; ValueError for what is not served."""
-        st = _json(directory / "config.json")
-        if st.get("use_residual") or st.get("module_input_name", "sentence_embedding") != "sentence_embedding":
-            raise ValueError(f"{directory}: only Dense modules on the sentence embedding, without residual, are served")
+    def read(cls, directory: Path, tokens: bool = False) -> DenseSpec:
+        """A Dense module's config.json: on the sentence embedding, or with ``tokens`` on each token vector (a
+        ColBERT projection; PyLate's configs, which name no input, project tokens); ValueError for what is not
+        served."""
+        st = read_json(directory / "config.json")
+        wanted = "token_embeddings" if tokens else "sentence_embedding"
+        if st.get("use_residual") or st.get("module_input_name", wanted) != wanted:
+            on = "each token vector" if tokens else "the sentence embedding"
+            raise ValueError(f"{directory}: only Dense modules on {on}, without residual, are served")
         activation = st.get("activation_function", "torch.nn.modules.activation.Tanh")  # sentence-transformers' default
         if activation not in DENSE_ACTIVATIONS:
             raise ValueError(
@@ -170,15 +177,34 @@ class PoolingConfig:
         """The model's own pooling and Dense modules, from sentence-transformers' files: modules.json where there is
         one, else ``1_Pooling/config.json``, else mean pooling."""
         model_dir = Path(model_dir)
-        modules = _modules(model_dir)
+        modules = st_modules(model_dir)
         pooling_dirs = [path for kind, path in modules if kind == "Pooling"] or ["1_Pooling"]
         path = model_dir / pooling_dirs[0] / "config.json"
         mode, include_prompt = _pooling(path) if path.is_file() else ("mean", True)
+        if multi_vector_layout(model_dir):  # its Dense modules project token vectors (late_interaction.py)
+            return cls(mode=mode, include_prompt=include_prompt)
         dense = tuple(DenseSpec.read(model_dir / path) for kind, path in modules if kind == "Dense")
         return cls(mode=mode, include_prompt=include_prompt, dense=dense)
 
 
-def _json(path: Path) -> dict[str, Any]:
+def st_config(model_dir: Path) -> dict[str, Any]:
+    """config_sentence_transformers.json ({} where there is none)."""
+    path = Path(model_dir) / "config_sentence_transformers.json"
+    st = read_json(path) if path.is_file() else {}
+    if not isinstance(st, dict):
+        raise ValueError(f"{path} must hold a JSON object")
+    return st
+
+
+def multi_vector_layout(model_dir: Path) -> bool:
+    """Whether the directory is a ColBERT checkpoint as sentence-transformers' MultiVectorEncoder or PyLate saves
+    it: its model_type says so, or its modules include a MultiVectorMask."""
+    if st_config(model_dir).get("model_type") in MULTI_VECTOR_TYPES:
+        return True
+    return any(kind == "MultiVectorMask" for kind, _ in st_modules(Path(model_dir)))
+
+
+def read_json(path: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
@@ -190,12 +216,12 @@ def _json(path: Path) -> dict[str, Any]:
     return value  # type: ignore[return-value]
 
 
-def _modules(model_dir: Path) -> list[tuple[str, str]]:
+def st_modules(model_dir: Path) -> list[tuple[str, str]]:
     """modules.json's (kind, path) pairs in order: kind the class name (Transformer, Pooling, Dense, Normalize)."""
     path = model_dir / "modules.json"
     if not path.is_file():
         return []
-    entries = _json(path)
+    entries = read_json(path)
     if not isinstance(entries, list):
         raise ValueError(f"{path} must hold a list of modules")
     modules = []
@@ -209,7 +235,7 @@ def _modules(model_dir: Path) -> list[tuple[str, str]]:
 
 def _pooling(path: Path) -> tuple[Pooling, bool]:
     """A Pooling module's mode and include_prompt: its ``pooling_mode`` key, or the older boolean flags."""
-    st = _json(path)
+    st = read_json(path)
     mode = st.get("pooling_mode")
     if mode is not None:
         modes = [mode] if isinstance(mode, str) else list(mode)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-from tokenizers import Encoding, Tokenizer
+from tokenizers import AddedToken, Encoding, Tokenizer
 
 
 class TooManyTokensError(ValueError):
@@ -101,6 +101,17 @@ class TextTokenizer:
     def with_max_tokens(self, max_tokens: int) -> TextTokenizer:
         """The same tokenizer, truncating at another length."""
         return TextTokenizer(self._complete, max_tokens, self.pad_token_id)
+
+    def with_special_tokens(self, tokens: Sequence[str]) -> TextTokenizer:
+        """The same tokenizer, keeping each of ``tokens`` whole wherever it appears in a text (a special token of
+        the vocabulary that the pre-tokenizer would split, such as ``[unused0]``)."""
+        tokenizer = Tokenizer.from_str(self._complete.to_str())
+        tokenizer.add_special_tokens([AddedToken(token, normalized=False, special=True) for token in tokens])
+        return TextTokenizer(tokenizer, self.max_tokens, self.pad_token_id)
+
+    def pieces(self, text: str) -> list[str]:
+        """The tokens of ``text`` alone, without special tokens."""
+        return list(self._complete.encode(text, add_special_tokens=False).tokens)
 
     @classmethod
     def from_file(cls, path: Path, max_tokens: int, pad_token_id: int | None = None) -> TextTokenizer:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -40,9 +40,18 @@ from app.schemas import (
 from app.serialization import construct, vectors_as
 from app.settings import Settings
 from app.work_queue import Timing
-from model import EmbeddingSpec, SparseOptions, TextEmbedding, TextTokenizer
+from model import EmbeddingSpec, MultiVectorOptions, SparseOptions, TextEmbedding, TextTokenizer
 from model.pooling import keep_dimensions
 from model.tokenizer import TokenIdOutOfRange, TokenSequence
+
+
+@dataclass(frozen=True, slots=True)
+class SideTokens:
+    """A text's tokens as a multi-vector model reads it on one side (EmbeddingsService.side_tokens)."""
+
+    ids: list[int]
+    type_ids: list[int]
+    tokens: list[str]
 
 
 def token_infos(encoding: Encoding) -> list[TokenInfo]:
@@ -344,27 +353,80 @@ class Embeddings:
     async def multi_vector(
         self, served: ServedModel, request: MultiVectorRequest, timing: Timing | None = None
     ) -> Reply:
-        """A multi-vector model's token vectors (BGE-M3's ColBERT vectors), with the token each is of."""
+        """A multi-vector model's vectors (a ColBERT checkpoint's, BGE-M3's), with the token each is of."""
         model = served.card
         if model.multi_vector is None:
             raise InvalidRequest(
-                "model", f"model {served.name!r} has no multi-vector output (BGE-M3's colbert_linear.pt)"
+                "model",
+                f"model {served.name!r} has no multi-vector output (a ColBERT checkpoint, or BGE-M3's "
+                "colbert_linear.pt)",
             )
         self.check_batch(len(request.texts))
-        encodings = await served.tokens.encode(request.texts, truncate=request.truncate, param="texts")
-        vectors = await served.queue.run(Task("multi_vector", encodings), timing)
+        sides = await self.side_tokens(served, request.texts, query=request.is_query, truncate=request.truncate)
+        options = MultiVectorOptions(query=request.is_query)
+        results = await served.queue.run(Task("multi_vector", sides, options), timing)
+        late = model.late_interaction
+        filler = (
+            ""
+            if late is None or late.expansion_id is None
+            else model.tokenizer.vocabulary_entries([late.expansion_id])[0]
+        )
         data = [
             construct(
                 MultiVectorEmbedding,
                 index=index,
-                embeddings=vectors_as(request.encoding_format, matrix),
-                tokens=encoding.tokens[1:],
+                embeddings=vectors_as(request.encoding_format, result.vectors),
+                tokens=[side.tokens[p] if p < len(side.tokens) else filler for p in result.positions.tolist()],
             )
-            for index, (encoding, matrix) in enumerate(zip(encodings, vectors))
+            for index, (side, result) in enumerate(zip(sides, results))
         ]
-        dim = int(vectors[0].shape[1])
-        response = construct(MultiVectorResponse, model=served.name, dim=dim, data=data, usage=usage(encodings))
-        return Reply(response, sum(matrix.size for matrix in vectors))
+        dim = int(results[0].vectors.shape[1])
+        response = construct(MultiVectorResponse, model=served.name, dim=dim, data=data, usage=usage(sides))
+        return Reply(response, sum(result.vectors.size for result in results))
+
+    @staticmethod
+    async def side_tokens(
+        served: ServedModel,
+        texts: Sequence[str],
+        *,
+        query: bool,
+        truncate: bool,
+        param: str = "texts",
+        indexed: bool = True,
+    ) -> list[SideTokens]:
+        """Texts tokenised as a multi-vector model reads them as queries (``query``) or as documents: a ColBERT
+        checkpoint's side prompt before each, cut to the side's length (LateInteraction.length) as transformers
+        truncates, the special tokens around kept; BGE-M3 reads both sides alike. Without ``truncate`` a text too
+        long is a 422 naming it."""
+        model = served.card
+        late = model.late_interaction
+        if late is None:
+            encodings = await served.tokens.encode(texts, truncate=truncate, param=param, indexed=indexed)
+            return [SideTokens(list(e.ids), list(e.type_ids), list(e.tokens)) for e in encodings]
+        name = late.prompt_name(query)
+        prompted = list(texts) if name is None else [model.prompts[name] + text for text in texts]
+        encodings = await served.tokens.encode(prompted, param=param, indexed=indexed, whole=True)
+        limit = late.length(query, model.max_tokens)
+        sides = []
+        for index, encoding in enumerate(encodings):
+            ids, n = encoding.ids, len(encoding.ids)
+            kept = list(range(n))
+            if n > limit:
+                if not truncate:
+                    where = f"{param}[{index}]" if indexed else param
+                    side = "query" if query else "document"
+                    message = f"has {n} tokens, more than the {side} maximum of {limit} (send truncate: true to cut it)"
+                    raise InvalidRequest(where, message)
+                mask = encoding.special_tokens_mask
+                lead = next((i for i, special in enumerate(mask) if not special), n)
+                trail = next((i for i, special in enumerate(reversed(mask)) if not special), 0)
+                kept = [*range(min(lead, limit)), *range(lead, max(limit - trail, lead)), *range(n - trail, n)][:limit]
+            sides.append(
+                SideTokens(
+                    [ids[p] for p in kept], [encoding.type_ids[p] for p in kept], [encoding.tokens[p] for p in kept]
+                )
+            )
+        return sides
 
     async def sparse(self, served: ServedModel, request: SparseEncodeRequest, timing: Timing | None = None) -> Reply:
         """A sparse model's vectors (SPLADE's, BGE-M3's): vocabulary ids and weights (and, on request, the vocabulary

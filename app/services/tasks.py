@@ -23,8 +23,9 @@ from app.schemas import (
 from app.serialization import construct
 from app.services.embeddings import Embeddings, second_segments, usage
 from app.work_queue import Timing
-from model import EmbeddingSpec, HeadConfig, SparseOptions
+from model import EmbeddingSpec, HeadConfig, MultiVectorOptions, SparseOptions
 from model.heads import YES_NO
+from model.late_interaction import maxsim
 from model.tokenizer import TokenIds, TokenSequence
 
 
@@ -139,16 +140,22 @@ class Tasks:
     async def maxsim(
         self, served: ServedModel, request: RerankRequest, timing: Timing | None
     ) -> tuple[np.ndarray, list[TokenSequence]]:
-        """A multi-vector model's scores: for each of the query's vectors the best dot product with a document's,
-        averaged over the query's vectors (BGE-M3, as FlagEmbedding scores it)."""
-        (query_encoding,) = await served.tokens.encode(
-            [request.query], param="query", indexed=False, truncate=request.truncate
+        """A multi-vector model's scores, the query read as a query and each document as a document: for each of
+        the query's vectors the best dot product with a document's, summed (ColBERT, as MultiVectorEncoder and
+        PyLate score) or averaged over the query's vectors (BGE-M3, as FlagEmbedding scores it; a ColBERT
+        checkpoint whose similarity is meanmaxsim)."""
+        sides = self.embeddings.side_tokens
+        (query,) = await sides(
+            served, [request.query], query=True, truncate=request.truncate, param="query", indexed=False
         )
-        encodings = await served.tokens.encode(request.documents, param="documents", truncate=request.truncate)
-        vectors = await served.queue.run(Task("multi_vector", [query_encoding, *encodings]), timing)
-        query = vectors[0]  # (q, D')
-        scores = [float((query @ document.T).max(axis=1).mean()) for document in vectors[1:]]
-        return np.array(scores, dtype=np.float32), [query_encoding, *encodings]
+        documents = await sides(served, request.documents, query=False, truncate=request.truncate, param="documents")
+        queries = await served.queue.run(Task("multi_vector", [query], MultiVectorOptions(query=True)))
+        vectors = await served.queue.run(Task("multi_vector", documents, MultiVectorOptions(query=False)), timing)
+        late = served.card.late_interaction
+        mean = late is None or late.mean
+        q = queries[0].vectors  # (q, D')
+        scores = [maxsim(q, document.vectors, mean) for document in vectors]
+        return np.array(scores, dtype=np.float32), [query, *documents]
 
     async def sparse_dot(
         self, served: ServedModel, request: RerankRequest, timing: Timing | None
