@@ -438,14 +438,17 @@ class Explanation(BaseModel):
     )
     method: str = Field(
         description="how the pooling's cosine splits into token pairs (README, Similarity explained): "
-        "mean_pooling_exact (API.md's formula), weighted_mean_exact, max_pooling_component_holders, cls_token or "
-        "last_token"
+        "mean_pooling_exact (API.md's formula), weighted_mean_exact, max_pooling_component_holders, cls_token, "
+        "last_token, or maxsim (a multi-vector model: each source vector's best match)"
     )
 
 
 class Similarity(BaseModel):
     index: int
-    score: float = Field(description="cosine similarity of the source's and the text's sentence embeddings")
+    score: float = Field(
+        description="cosine similarity of the source's and the text's sentence embeddings; on a multi-vector model "
+        "MaxSim, the source read as a query and the text as a document (as /rerank scores)"
+    )
     explanation: Explanation | None = Field(None, description="only with explain")
 
 

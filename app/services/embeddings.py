@@ -40,7 +40,7 @@ from app.schemas import (
 from app.serialization import construct, vectors_as
 from app.settings import Settings
 from app.work_queue import Timing
-from model import EmbeddingSpec, MultiVectorOptions, SparseOptions, TextEmbedding, TextTokenizer
+from model import EmbeddingSpec, MultiVectorOptions, MultiVectors, SparseOptions, TextEmbedding, TextTokenizer
 from model.pooling import keep_dimensions
 from model.tokenizer import TokenIdOutOfRange, TokenSequence
 
@@ -362,27 +362,46 @@ class Embeddings:
                 "colbert_linear.pt)",
             )
         self.check_batch(len(request.texts))
-        sides = await self.side_tokens(served, request.texts, query=request.is_query, truncate=request.truncate)
-        options = MultiVectorOptions(query=request.is_query)
-        results = await served.queue.run(Task("multi_vector", sides, options), timing)
-        late = model.late_interaction
-        filler = (
-            ""
-            if late is None or late.expansion_id is None
-            else model.tokenizer.vocabulary_entries([late.expansion_id])[0]
+        sides, results, tokens = await self.late_vectors(
+            served, request.texts, query=request.is_query, truncate=request.truncate, timing=timing
         )
         data = [
             construct(
                 MultiVectorEmbedding,
                 index=index,
                 embeddings=vectors_as(request.encoding_format, result.vectors),
-                tokens=[side.tokens[p] if p < len(side.tokens) else filler for p in result.positions.tolist()],
+                tokens=names,
             )
-            for index, (side, result) in enumerate(zip(sides, results))
+            for index, (result, names) in enumerate(zip(results, tokens))
         ]
         dim = int(results[0].vectors.shape[1])
         response = construct(MultiVectorResponse, model=served.name, dim=dim, data=data, usage=usage(sides))
         return Reply(response, sum(result.vectors.size for result in results))
+
+    async def late_vectors(
+        self,
+        served: ServedModel,
+        texts: Sequence[str],
+        *,
+        query: bool,
+        truncate: bool,
+        param: str = "texts",
+        indexed: bool = True,
+        timing: Timing | None = None,
+    ) -> tuple[list[SideTokens], list[MultiVectors], list[list[str]]]:
+        """A multi-vector model's vectors of texts read as queries or as documents (``side_tokens``), and the token
+        each vector is of (the expansion token for a query's filler)."""
+        sides = await self.side_tokens(served, texts, query=query, truncate=truncate, param=param, indexed=indexed)
+        results = await served.queue.run(Task("multi_vector", sides, MultiVectorOptions(query=query)), timing)
+        late, tokenizer = served.card.late_interaction, served.card.tokenizer
+        filler = (
+            "" if late is None or late.expansion_id is None else tokenizer.vocabulary_entries([late.expansion_id])[0]
+        )
+        tokens = [
+            [side.tokens[p] if p < len(side.tokens) else filler for p in result.positions.tolist()]
+            for side, result in zip(sides, results, strict=True)
+        ]
+        return sides, results, tokens
 
     @staticmethod
     async def side_tokens(

@@ -46,6 +46,7 @@ from model import (
 )
 from model.encoder import HEAD_STEP_ARRAYS
 from model.inspection import HEAD_STATISTICS
+from model.late_interaction import maxsim
 
 
 def statistics_slices(lengths: Sequence[int], per_token_squared: int, slice_values: int) -> list[list[int]]:
@@ -230,6 +231,8 @@ class Inspection:
         settings = self.settings
         self.embeddings.check_batch(len(request.texts))
         model = served.card
+        if model.multi_vector is not None:
+            return await self.late_similarity(served, request, timing)
         # Dense modules after pooling go through a weighted sum whose weights sum to 1 only where they are affine
         # (no activation), and not through a max or a sum scaled by √n
         pooled_apart = model.pooling.mode in ("max", "mean_sqrt_len_tokens")
@@ -286,6 +289,49 @@ class Inspection:
         response = construct(
             SimilarityResponse, model=served.name, data=data, usage=usage([source_encoding, *encodings])
         )
+        return Reply(response, n_values)
+
+    async def late_similarity(
+        self, served: ServedModel, request: SimilarityRequest, timing: Timing | None = None
+    ) -> Reply:
+        """/similarity on a multi-vector model: MaxSim of the source read as a query with each text read as a
+        document (as /rerank scores them); with ``explain`` each score's terms, [i][j] the dot product of the
+        source's vector i and the text's vector j where j is i's best match and 0 elsewhere (divided by the
+        source's vector count where the model averages), which sum to the score."""
+        vectors = self.embeddings.late_vectors
+        ((source,), sources, (source_tokens,)), (documents, results, tokens) = await asyncio.gather(
+            vectors(served, [request.source], query=True, truncate=request.truncate, param="source", indexed=False),
+            vectors(served, request.texts, query=False, truncate=request.truncate, timing=timing),
+        )
+        query = sources[0].vectors  # (q, D')
+        n_values = len(query) * sum(len(result.vectors) for result in results) if request.explain else 0
+        limit = self.settings.max_explanation_values
+        if n_values > limit:  # 0 without explain
+            raise InvalidRequest(
+                "texts",
+                f"the explanations would hold {n_values:,} contributions (source vectors × text vectors, summed "
+                f"over the texts), more than the limit of {limit:,}: send fewer or shorter texts, or explain false",
+            )
+        late = served.card.late_interaction
+        mean = late is None or late.mean
+        data = []
+        for index, (result, names) in enumerate(zip(results, tokens, strict=True)):
+            item: dict[str, Any] = {"index": index, "score": maxsim(query, result.vectors, mean)}
+            if request.explain:
+                products = query @ result.vectors.T  # (q, d)
+                contributions = np.zeros_like(products)
+                if products.size:
+                    rows, best = np.arange(len(query)), products.argmax(axis=1)
+                    contributions[rows, best] = products[rows, best] / (len(query) if mean else 1)
+                item["explanation"] = construct(
+                    Explanation,
+                    source_tokens=source_tokens,
+                    tokens=names,
+                    contributions=contributions,
+                    method="maxsim",
+                )
+            data.append(construct(Similarity, **item))
+        response = construct(SimilarityResponse, model=served.name, data=data, usage=usage([source, *documents]))
         return Reply(response, n_values)
 
     async def positional_encoding(

@@ -23,7 +23,7 @@ from app.schemas import (
 from app.serialization import construct
 from app.services.embeddings import Embeddings, second_segments, usage
 from app.work_queue import Timing
-from model import EmbeddingSpec, HeadConfig, MultiVectorOptions, SparseOptions
+from model import EmbeddingSpec, HeadConfig, SparseOptions
 from model.heads import YES_NO
 from model.late_interaction import maxsim
 from model.tokenizer import TokenIds, TokenSequence
@@ -144,17 +144,16 @@ class Tasks:
         the query's vectors the best dot product with a document's, summed (ColBERT, as MultiVectorEncoder and
         PyLate score) or averaged over the query's vectors (BGE-M3, as FlagEmbedding scores it; a ColBERT
         checkpoint whose similarity is meanmaxsim)."""
-        sides = self.embeddings.side_tokens
-        (query,) = await sides(
-            served, [request.query], query=True, truncate=request.truncate, param="query", indexed=False
+        vectors = self.embeddings.late_vectors
+        ((query,), queries, _), (documents, results, _) = await asyncio.gather(
+            vectors(served, [request.query], query=True, truncate=request.truncate, param="query", indexed=False),
+            vectors(
+                served, request.documents, query=False, truncate=request.truncate, param="documents", timing=timing
+            ),
         )
-        documents = await sides(served, request.documents, query=False, truncate=request.truncate, param="documents")
-        queries = await served.queue.run(Task("multi_vector", [query], MultiVectorOptions(query=True)))
-        vectors = await served.queue.run(Task("multi_vector", documents, MultiVectorOptions(query=False)), timing)
         late = served.card.late_interaction
         mean = late is None or late.mean
-        q = queries[0].vectors  # (q, D')
-        scores = [maxsim(q, document.vectors, mean) for document in vectors]
+        scores = [maxsim(queries[0].vectors, document.vectors, mean) for document in results]
         return np.array(scores, dtype=np.float32), [query, *documents]
 
     async def sparse_dot(

@@ -242,3 +242,34 @@ def test_unserved_layouts_are_refused_at_load(directories: dict[str, Path], tmp_
     dense.write_text(json.dumps({**json.loads(dense.read_text()), "use_residual": True}))
     with pytest.raises(ValueError, match="each token vector"):
         TextEncoder.load(residual, device="cpu")
+
+
+@pytest.mark.parametrize("name", ["fixed", "min"])
+async def test_similarity_explains_maxsim_by_each_source_vectors_best_match(
+    service: Service, directories: dict[str, Path], name: str
+) -> None:
+    source, texts = "who jumps over the dog?", TEXTS[:3]
+    body = {"source": source, "texts": texts, "model": name, "explain": True}
+    response = await service.client.post("/similarity", json=body)
+    assert response.status_code == 200, response.text
+    reference = encoder_reference(directories[name])
+    (query,) = [np.asarray(v) for v in reference.encode_query([source], convert_to_numpy=True)]
+    documents = [np.asarray(v) for v in reference.encode_document(texts, convert_to_numpy=True)]
+    expected = reference.similarity([query], documents)[0].numpy()
+    for item, document in zip(response.json()["data"], documents, strict=True):
+        assert item["score"] == pytest.approx(float(expected[item["index"]]), rel=1e-5, abs=1e-5)
+        explanation = item["explanation"]
+        assert explanation["method"] == "maxsim"
+        contributions = np.array(explanation["contributions"])
+        assert contributions.shape == (len(query), len(document))
+        assert len(explanation["source_tokens"]) == len(query) and len(explanation["tokens"]) == len(document)
+        assert contributions.sum() == pytest.approx(item["score"], rel=1e-4, abs=1e-5)
+        products = query @ document.T
+        share = len(query) if name == "min" else 1  # the "min" model averages (meanmaxsim)
+        for row, best in zip(contributions, products, strict=True):
+            assert np.count_nonzero(row) == 1
+            assert row[np.argmax(best)] == pytest.approx(best.max() / share, abs=3e-5)
+    plain = await service.client.post("/similarity", json={**body, "explain": False})
+    assert [item["score"] for item in plain.json()["data"]] == pytest.approx(
+        [item["score"] for item in response.json()["data"]], abs=1e-6
+    )

@@ -110,3 +110,21 @@ async def test_a_model_without_vectors_of_its_tokens_gets_a_422(service: Service
     assert (
         await service.client.post("/encode/multi-vector", json={"texts": "ok", "model": "bge-m3"})
     ).status_code == 200
+
+
+async def test_similarity_is_maxsim_averaged_and_explained_by_best_matches(service: Service, bge_m3_dir: Path) -> None:
+    source, texts = TEXTS[0], TEXTS[1:]
+    body = {"source": source, "texts": texts, "model": "bge-m3", "explain": True}
+    response = await service.client.post("/similarity", json=body)
+    assert response.status_code == 200, response.text
+    q, source_tokens = colbert_vectors(bge_m3_dir, source)
+    for item, text in zip(response.json()["data"], texts, strict=True):
+        d, tokens = colbert_vectors(bge_m3_dir, text)
+        products = q @ d.T
+        assert item["score"] == pytest.approx(float(products.max(axis=1).mean()), abs=1e-5)
+        explanation = item["explanation"]
+        assert (explanation["source_tokens"], explanation["tokens"]) == (source_tokens, tokens)
+        contributions = np.array(explanation["contributions"])
+        expected = np.zeros_like(products)
+        expected[np.arange(len(q)), products.argmax(axis=1)] = products.max(axis=1) / len(q)
+        np.testing.assert_allclose(contributions, expected, atol=2e-5)
