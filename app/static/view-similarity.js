@@ -1,4 +1,6 @@
-// Similarity: the cosine similarity of every pair of texts' sentence embeddings; blue is −1, red is +1.
+// Similarity: the cosine similarity of every pair of texts' sentence embeddings; blue is −1, red is +1. On a
+// multi-vector model (`maxsim`), MaxSim of each row's text read as a query with each column's read as a
+// document, coloured against the largest score.
 // Selecting a pair explains its score: what each pair of tokens contributes to it (/similarity with
 // `explain`), with the total of each token beside and under the matrix; blue is negative, red positive.
 
@@ -8,21 +10,30 @@ import {EXPLAIN, FONTS, HEATMAP, SIMILARITY, TITLE, similarityLegend} from "./la
 
 const textColour = (v) => (Math.abs(v) > 0.6 ? "#fff" : INK);  // legible on the cell's colour
 
-// The one draw function, for the screen and the PNG. data: {model, texts, matrix: (n, n), selected: {row, col} | null}
+// What the matrix holds, in words.
+export const similarityTitle = (data) =>
+  (data.maxsim ? "MaxSim of token vectors (rows read as queries, columns as documents)" : "cosine similarity of sentence embeddings");
+
+// The value a colour of +1 stands for: 1 for cosines, the largest score for MaxSim.
+const scaleOf = (data) => (data.maxsim ? Math.max(1e-9, ...data.matrix.flat().map(Math.abs)) : 1);
+
+// The one draw function, for the screen and the PNG. data: {model, texts, matrix: (n, n), selected: {row, col} | null,
+// maxsim: whether the scores are MaxSim}
 export function drawSimilarity(ctx, data, layout) {
   const {texts, matrix, selected} = data;
   const {left, top, cellW: cell} = layout;
+  const scale = scaleOf(data);
   ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, layout.width, layout.height);
   ctx.fillStyle = INK; ctx.font = FONTS.title; ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
-  ctx.fillText("cosine similarity of sentence embeddings", TITLE.x, TITLE.baseline);
+  ctx.fillText(fitText(ctx, similarityTitle(data), layout.width - 2 * TITLE.x), TITLE.x, TITLE.baseline);
   ctx.font = FONTS.value; ctx.textAlign = "center"; ctx.textBaseline = "middle";
   matrix.forEach((row, i) => {
     ctx.fillStyle = INK;
     ctx.fillText(String(i + 1), left + i * cell + cell / 2, top - 10);
     ctx.fillText(String(i + 1), left - 14, top + i * cell + cell / 2);
     row.forEach((v, j) => {
-      ctx.fillStyle = rgb(diverging(v)); ctx.fillRect(left + j * cell, top + i * cell, cell - SIMILARITY.gap, cell - SIMILARITY.gap);
-      ctx.fillStyle = textColour(v); ctx.fillText(v.toFixed(2), left + j * cell + cell / 2, top + i * cell + cell / 2);
+      ctx.fillStyle = rgb(diverging(v / scale)); ctx.fillRect(left + j * cell, top + i * cell, cell - SIMILARITY.gap, cell - SIMILARITY.gap);
+      ctx.fillStyle = textColour(v / scale); ctx.fillText(v.toFixed(2), left + j * cell + cell / 2, top + i * cell + cell / 2);
     });
   });
   if (selected) {
@@ -42,7 +53,7 @@ export function similarityText(data, i, j) {
 export function fillSimilarityTable(table, data) {
   const {texts, matrix} = data;
   table.innerHTML = "";
-  table.createCaption().textContent = "Cosine similarity of the texts' sentence embeddings";
+  table.createCaption().textContent = data.maxsim ? "MaxSim of the texts' token vectors, rows read as queries and columns as documents" : "Cosine similarity of the texts' sentence embeddings";
   const head = table.createTHead().insertRow();
   head.append(document.createElement("th"));
   texts.forEach((_, i) => { const th = document.createElement("th"); th.textContent = String(i + 1); th.scope = "col"; head.append(th); });

@@ -16,7 +16,7 @@ import {
   biasText, drawNeuronView, fillNeuronSteps, fillNeuronTable, fillQueryTokens, markQueryToken, neuronData, neuronSummary, neuronText,
 } from "./view-neuron.js";
 import {drawPositionalEncoding, positionalLegend, positionalText} from "./view-positional.js";
-import {drawRerank, fillRerankList, rerankText} from "./view-rerank.js";
+import {drawRerank, fillRerankList, rerankText, sharedTerms, termText} from "./view-rerank.js";
 import {
   drawExplanation, drawSimilarity, explanationOf, explanationText, explanationTitle, fillExplanationTable, fillSimilarityTable,
   similarityText,
@@ -103,13 +103,14 @@ function show(view, canvasId, figure) {
 function readCell(view, readout, text, row, col, point, context = () => "") {
   const figure = state.figures[view];
   if (!figure) return;
-  const words = text(figure.data, row, col);
+  const words = (figure.text || text)(figure.data, row, col);
   $(readout).textContent = words + context(figure.data);
   showTooltip(point, words);
 }
 
 // Hovering a matrix view's canvas: the cell under the pointer, read out. The cells are where the view's
-// figure has them: `hit(layout, x, y)` finds one.
+// figure has them: `hit(layout, x, y)` finds one. A figure may bring its own `hit` and `text` (a canvas that
+// shows figures of more than one kind).
 function hoverCells(view, canvasId, readout, text, {context = () => "", hit = gridCell} = {}) {
   const canvas = $(canvasId);
   canvas.addEventListener("mouseleave", hideTooltip);
@@ -117,7 +118,7 @@ function hoverCells(view, canvasId, readout, text, {context = () => "", hit = gr
     const figure = state.figures[view];
     if (!figure) return;
     const rect = canvas.getBoundingClientRect();
-    const cell = hit(figure.layout, event.clientX - rect.left, event.clientY - rect.top);
+    const cell = (figure.hit || hit)(figure.layout, event.clientX - rect.left, event.clientY - rect.top);
     if (!cell) { hideTooltip(); return; }
     readCell(view, readout, text, cell.row, cell.col, event, context);
   });
@@ -455,10 +456,16 @@ function similarityFigure() {
 async function renderSimilarity() {
   const texts = $("sim-texts").value.split("\n").map((t) => t.trim()).filter((t) => t !== "");
   forgetExplanation();
-  const data = await api("/encode", {texts, normalize: true});
-  const vectors = data.data.map((d) => d.embedding);
-  const matrix = vectors.map((a) => vectors.map((b) => a.reduce((sum, x, k) => sum + x * b[k], 0)));
-  state.similarity = {model: data.model, texts, matrix, selected: null};
+  if (state.info.multi_vector) {  // MaxSim, each text read as a query against all of them read as documents
+    const rows = await Promise.all(texts.map((source) => api("/similarity", {source, texts})));
+    const matrix = rows.map((row) => row.data.map((item) => item.score));
+    state.similarity = {model: rows[0].model, texts, matrix, selected: null, maxsim: true};
+  } else {
+    const data = await api("/encode", {texts, normalize: true});
+    const vectors = data.data.map((d) => d.embedding);
+    const matrix = vectors.map((a) => vectors.map((b) => a.reduce((sum, x, k) => sum + x * b[k], 0)));
+    state.similarity = {model: data.model, texts, matrix, selected: null};
+  }
   const figure = similarityFigure();
   show("similarity", "sim-canvas", figure);
   fillSimilarityTable($("sim-table"), state.similarity);
@@ -541,6 +548,7 @@ const statsCurrent = () => state.stats && state.stats.texts.join("\n") === stats
 const RERANK_METHODS = {
   "cross-encoder": "the cross-encoder's score of the pair",
   "yes-no": "the chance the model answers “yes” rather than “no” after the query and the document",
+  "maxsim": "MaxSim: for each of the query's token vectors its best match among the document's",
   "sparse-dot": "the dot product of the query's and the document's sparse vectors",
   "cosine": "the cosine of the query's and the document's embeddings",
 };
@@ -563,7 +571,9 @@ async function renderRerank() {
   show("rerank", "rerank-canvas", rerankFigure());
   fillRerankList($("rerank-list"), state.rerank, (row) => guarded(null, () => selectDocument(row)));
   const how = data.method ? `Scored by ${RERANK_METHODS[data.method] || data.method}. ` : "";
-  const between = state.info.architecture.attention === "causal" ? "its attention to the query" : "the query's attention to it";
+  const between = {
+    maxsim: "each query token's best match in it", "sparse-dot": "the terms it shares with the query",
+  }[data.method] || (state.info.architecture.attention === "causal" ? "its attention to the query" : "the query's attention to it");
   $("rerank-readout").textContent = `${how}Select a document to see ${between}.`;
 }
 
@@ -578,6 +588,7 @@ async function selectDocument(row) {
   show("rerank", "rerank-canvas", rerankFigure());
   $("rerank-list").querySelectorAll("button").forEach((b) => b.setAttribute("aria-pressed", String(Number(b.dataset.row) === row)));
   const result = rerank.results[row];
+  if (rerank.method === "maxsim" || rerank.method === "sparse-dot") return explainDocument(rerank, row, result);
   const data = await api("/attention", {text: rerank.query, text_pair: result.document, layers: [-1], aggregate: "mean"});
   if (state.rerank !== rerank || rerank.selected !== row) return;  // superseded meanwhile
   const matrix = data.attention[0][0];
@@ -594,6 +605,30 @@ async function selectDocument(row) {
   $("rerank-attn-canvas").hidden = false;
   show("rerank-pair", "rerank-attn-canvas", {data: state.pair, layout: crossLayout(state.pair.rowTokens, state.pair.colTokens, state.pair.title), draw: drawHeatmap});
   $("rerank-readout").textContent = `${rerankText(rerank, row)}. Hover a cell to read its weight.`;
+}
+
+// What made document `row` score as it did, for a model whose score splits into parts: MaxSim's terms (each
+// query token's best match in the document, /similarity's explanation) or the sparse terms the two share.
+async function explainDocument(rerank, row, result) {
+  let figure;
+  if (rerank.method === "maxsim") {
+    const data = await api("/similarity", {source: rerank.query, texts: [result.document], explain: true});
+    const explanation = explanationOf(data.model, rerank.query, result.document, data.data[0]);
+    const layout = explanationLayout(explanation.sourceTokens, explanation.tokens, explanationTitle(explanation));
+    figure = {data: explanation, layout, draw: drawExplanation, hit: explanationCell, text: explanationText};
+  } else {
+    const data = await api("/encode/sparse", {texts: [rerank.query, result.document], return_tokens: true});
+    const terms = sharedTerms(data.data[0], data.data[1]);
+    const title = `${data.model} · terms document ${row + 1} shares with the query: query weight × document weight`;
+    const shared = {model: data.model, title, results: terms, selected: null};
+    figure = {data: shared, layout: rerankLayout(terms), draw: drawRerank, text: (d, k) => termText(d, k)};
+  }
+  if (state.rerank !== rerank || rerank.selected !== row) return;  // superseded meanwhile
+  state.pair = figure.data;
+  $("rerank-attn-canvas").hidden = false;
+  show("rerank-pair", "rerank-attn-canvas", figure);
+  const sum = rerank.method === "maxsim" ? "the cells sum to its score" : "the products sum to its score";
+  $("rerank-readout").textContent = `${rerankText(rerank, row)}; ${sum}. Hover a cell to read it.`;
 }
 
 // ---------- models ----------

@@ -6,7 +6,6 @@ min, attended to or not; the skiplist; document length; meanmaxsim) and PyLate's
 from __future__ import annotations
 
 import json
-import string
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,8 @@ from app.settings import Settings
 from model import TextEncoder
 from tests.families import write_family_model
 from tests.helpers import Service, assert_error, wait_until_ready
+from tests.retrieval import COLBERT_WIDTH as WIDTH
+from tests.retrieval import write_colbert
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -31,47 +32,12 @@ TEXTS = [
     "a rather long document that goes on and on, well past the document length of the model, with commas, "
     "full stops. And more words after them; a query this long fills the expansion entirely.",
 ]
-WIDTH = 8
 
 
 def encoder_reference(directory: Path) -> Any:
     from sentence_transformers import MultiVectorEncoder
 
     return MultiVectorEncoder(str(directory), device="cpu")
-
-
-def save_native(directory: Path, base: Path, expansion: dict | None, **options: Any) -> Path:
-    """A MultiVectorEncoder saved by sentence-transformers itself over ``base``: Transformer (with the query
-    expansion and the document length), a Dense projection to WIDTH, a MultiVectorMask, and Normalize unless
-    ``normalize`` is false."""
-    from sentence_transformers import MultiVectorEncoder
-    from sentence_transformers.base.modules import Normalize, Transformer
-    from sentence_transformers.base.modules.dense import Dense
-    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
-
-    transformer = Transformer(str(base), document_length=options.get("document_length", 20), query_expansion=expansion)
-    torch.manual_seed(5)
-    dense = Dense(
-        transformer.get_embedding_dimension(),
-        WIDTH,
-        bias=bool(options.get("bias", False)),
-        activation_function=torch.nn.Identity(),
-        module_input_name="token_embeddings",
-    )
-    mask = MultiVectorMask(
-        skiplist_words=list(string.punctuation), skiplist_tasks=options.get("skiplist_tasks", ["document"])
-    )
-    modules = [transformer, dense, mask]
-    if options.get("normalize", True):
-        modules.append(Normalize(module_input_name="token_embeddings"))
-    model = MultiVectorEncoder(
-        modules=modules,
-        prompts={"query": "query: ", "document": "passage: "},
-        similarity_fn_name=options.get("similarity", "maxsim"),
-        device="cpu",
-    )
-    model.save(str(directory))
-    return directory
 
 
 def save_pylate(directory: Path, base: Path) -> Path:
@@ -115,8 +81,8 @@ def directories(tmp_path_factory: pytest.TempPathFactory, bundled_path: Path) ->
     fixed = {"strategy": "fixed", "attend": False, "length": 12}
     attended = {"strategy": "min", "attend": True, "length": 10}
     return {
-        "fixed": save_native(root / "fixed", base, fixed),
-        "min": save_native(
+        "fixed": write_colbert(root / "fixed", base, fixed),
+        "min": write_colbert(
             root / "min",
             base,
             attended,
@@ -126,7 +92,7 @@ def directories(tmp_path_factory: pytest.TempPathFactory, bundled_path: Path) ->
             bias=True,
             document_length=48,
         ),
-        "plain": save_native(root / "plain", base, None),
+        "plain": write_colbert(root / "plain", base, None),
         "pylate": save_pylate(root / "pylate", bundled_path),
     }
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,32 +14,10 @@ from app.main import create_app
 from app.settings import Settings
 from model import TextEncoder
 from tests.families import write_family_model
-from tests.helpers import Service, assert_error, wait_until_ready, write_tiny_model
+from tests.helpers import Service, assert_error, wait_until_ready
+from tests.retrieval import write_splade
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "Attention is all you need.", "Hi"]
-
-
-def write_splade(directory: Path, family: str, pooling: str, seed: int) -> Path:
-    """A tiny random ``...ForMaskedLM`` of ``family`` with SpladePooling, saved by sentence-transformers itself."""
-    from sentence_transformers import SparseEncoder
-    from sentence_transformers.base.modules import Transformer
-    from sentence_transformers.sparse_encoder.modules import SpladePooling
-
-    if family == "bert":  # the tiny BERT of the other tests, with its masked-LM head
-        import torch
-        from transformers import BertConfig, BertForMaskedLM
-
-        base = write_tiny_model(directory / "base")
-        torch.manual_seed(seed)
-        mlm = directory / "mlm"
-        BertForMaskedLM(BertConfig.from_pretrained(base)).save_pretrained(mlm)
-        shutil.copy(base / "tokenizer.json", mlm / "tokenizer.json")
-    else:
-        mlm = write_family_model(directory / "mlm", family, head="masked-lm", seed=seed)
-    transformer = Transformer(str(mlm), transformer_task="fill-mask")
-    splade = SpladePooling(pooling)  # type: ignore[arg-type]
-    SparseEncoder(modules=[transformer, splade], device="cpu").save(str(directory / "splade"))
-    return directory / "splade"
 
 
 # (name, family, pooling): the served models

@@ -1095,3 +1095,115 @@ def test_relative_positions_are_drawn_as_the_bucket_matrix(decoder_page: Watched
     assert page.inner_text("#pe-readout") == f"query 20, key 2: bucket {answer['encoding'][20][2]}"
     assert answer["encoding"][2][20] != answer["encoding"][20][2]
     assert decoder_page.errors == []
+
+
+# ---- retrieval models: a ColBERT model's MaxSim, a SPLADE model's shared terms ----
+
+
+@pytest.fixture(scope="module")
+def retrieval_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A tiny random ColBERT model (sentence-transformers' MultiVectorEncoder layout, listed first) and a tiny
+    random SPLADE model."""
+    from tests.families import write_family_model
+    from tests.retrieval import write_colbert, write_splade
+
+    root = tmp_path_factory.mktemp("viewer-retrieval")
+    base = write_family_model(root / "base", "electra", seed=4)
+    models = {
+        "colbert": write_colbert(root / "colbert", base, {"strategy": "fixed", "attend": False, "length": 12}),
+        "splade": write_splade(root / "splade", "bert", "max", seed=2),
+    }
+    with running_server({"ENCODER_MODELS": ",".join(f"{n}={d}" for n, d in models.items())}) as url:
+        yield url
+
+
+@pytest.fixture
+def retrieval_page(browser: Browser, retrieval_server: str) -> Iterator[Watched]:
+    with opened(browser, retrieval_server) as watched:
+        idle(watched.page)
+        yield watched
+
+
+def test_a_colbert_models_similarity_is_maxsim_and_explained_by_best_matches(
+    retrieval_page: Watched, retrieval_server: str
+) -> None:
+    page = retrieval_page.page
+    assert page.input_value("#model-select") == "colbert"
+    texts = ["the quick brown fox", "a lazy dog sleeps", "attention is all you need"]
+    compare(page, texts)
+    assert "MaxSim" in page.inner_text("#sim-table caption")
+    rows = page.locator("#sim-table tbody tr")
+    for i, source in enumerate(texts):  # each row: the text read as a query against all of them as documents
+        scores = httpx.post(f"{retrieval_server}/similarity", json={"source": source, "texts": texts}).json()
+        shown = [float(rows.nth(i).locator("td").nth(j).inner_text()) for j in range(len(texts))]
+        assert shown == pytest.approx([item["score"] for item in scores["data"]], abs=0.006)
+    with posted(page, "/similarity") as request:
+        page.click("#sim-grid button[data-row='0'][data-col='1']")
+    idle(page)
+    assert request.value.post_data_json == {
+        "source": texts[0],
+        "texts": [texts[1]],
+        "explain": True,
+        "model": "colbert",
+    }
+    item = httpx.post(f"{retrieval_server}/similarity", json=request.value.post_data_json).json()["data"][0]
+    explanation = item["explanation"]
+    assert explanation["method"] == "maxsim"
+    assert page.is_visible("#sim-explain-canvas") and ink(page, "#sim-explain-canvas") > 1000
+    assert texts_of(page, "#sim-explain-table tbody th") == explanation["source_tokens"]
+    assert texts_of(page, "#sim-explain-table thead th")[1:] == [*explanation["tokens"], "total"]
+    cells = table_numbers(page, "#sim-explain-table tbody td:not(.source-total)")
+    assert cells == pytest.approx([v for line in explanation["contributions"] for v in line], abs=1e-5)
+    assert "method: maxsim" in page.inner_text("#sim-explain-readout")
+    assert retrieval_page.errors == []
+
+
+def test_rerank_explains_maxsim_by_best_matches_and_sparse_dot_by_shared_terms(
+    retrieval_page: Watched, retrieval_server: str
+) -> None:
+    page = retrieval_page.page
+    rank(page)
+    assert "Scored by MaxSim" in page.inner_text("#rerank-readout")
+    buttons = page.locator("#rerank-list button")
+    with posted(page, "/similarity") as request:  # MaxSim's terms, as /similarity explains them
+        buttons.nth(0).click()
+    idle(page)
+    assert request.value.post_data_json["explain"] is True
+    assert page.is_visible("#rerank-attn-canvas") and ink(page, "#rerank-attn-canvas") > 0
+    assert "the cells sum to its score" in page.inner_text("#rerank-readout")
+
+    pick_model(page, "splade")
+    rank(page)
+    assert "Scored by the dot product of the query's and the document's sparse vectors" in page.inner_text(
+        "#rerank-readout"
+    )
+    expected = httpx.post(
+        f"{retrieval_server}/rerank",
+        json={"query": QUERY, "documents": DOCUMENTS, "model": "splade", "return_documents": True},
+    ).json()["results"]
+    buttons.nth(0).click()
+    idle(page)
+    assert "the products sum to its score" in page.inner_text("#rerank-readout")
+    document = expected[0]["document"]
+    sparse = httpx.post(
+        f"{retrieval_server}/encode/sparse",
+        json={"texts": [QUERY, document], "model": "splade", "return_tokens": True},
+    ).json()["data"]
+    query_weights = dict(zip(sparse[0]["indices"], sparse[0]["values"], strict=True))
+    shared = sorted(
+        (
+            (query_weights[index] * value, token)
+            for index, value, token in zip(sparse[1]["indices"], sparse[1]["values"], sparse[1]["tokens"], strict=True)
+            if index in query_weights
+        ),
+        reverse=True,
+    )
+    assert sum(product for product, _ in shared) == pytest.approx(expected[0]["relevance_score"], rel=1e-4)
+    terms = [{"document": token, "relevance_score": product} for product, token in shared]
+    grid = layout(page, "m.rerankLayout(arg)", terms)
+    assert css_size(page, "#rerank-attn-canvas") == (grid["width"], grid["height"])
+    page.locator("#rerank-attn-canvas").scroll_into_view_if_needed()
+    hover_cell(page, "#rerank-attn-canvas", grid, 0, 0)
+    assert page.inner_text("#rerank-readout").startswith(f"“{shared[0][1]}”: ")
+    assert page.inner_text("#rerank-readout").endswith(f"= {shared[0][0]:.4f}")
+    assert retrieval_page.errors == []
