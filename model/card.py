@@ -285,6 +285,10 @@ def read_card(path: Path | str | None, name: str | None, max_tokens: int | None)
     late = read_late_interaction(model_dir)
     prompts = read_prompts(model_dir)
     if late is not None:
+        if late.expansion is not None and late.expansion.length > limit:
+            raise ValueError(
+                f"{model_dir}: query_expansion length {late.expansion.length} is beyond the model's {limit}"
+            )
         late, tokenizer = resolve_late_interaction(late, tokenizer, model_dir)
         prompts["prompts"] = late.prompts
     sparse = sparse_spec(model_dir, lexical_exclusions(model_dir, tokenizer))

@@ -76,6 +76,38 @@ def sinusoidal_positional_encoding(length: int, d_model: int, base: float = 1000
     return pe.to(torch.float32)
 
 
+def window_block(reach: int) -> int:
+    """The queries a block of windowed_attention holds."""
+    return max(2 * reach, 64)
+
+
+def windowed(length: int, reach: int) -> bool:
+    """Whether a local layer takes ``length`` tokens block by block (windowed_attention): where the window is
+    a small part of the sequence."""
+    return length > 4 * window_block(reach)
+
+
+def windowed_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, reach: int, scale: float | None) -> Tensor:
+    """Attention within a sliding window, block by block: each block of queries against the keys within
+    ``reach`` of it alone, so T · (block + 2 · reach) scores rather than T². ``mask`` (…, T, T), boolean or
+    additive, allows no key further than ``reach`` from its query (the local layers' mask); the result equals
+    one fused call under it. q, k, v (B, H, T, Dh) → (B, H, T, Dh)."""
+    T = q.size(-2)
+    block = window_block(reach)
+    out = torch.empty_like(q)
+    for start in range(0, T, block):
+        end = min(start + block, T)
+        low, high = max(start - reach, 0), min(end + reach, T)
+        out[..., start:end, :] = F.scaled_dot_product_attention(
+            q[..., start:end, :],
+            k[..., low:high, :],
+            v[..., low:high, :],
+            attn_mask=mask[..., start:end, low:high],
+            scale=scale,
+        )
+    return out
+
+
 def window_mask(length: int, reach: int, device: torch.device) -> Tensor:
     """A sliding window: query i sees key j when |i − j| ≤ reach. (1, 1, T, T) boolean."""
     position = torch.arange(length, device=device)
@@ -290,6 +322,7 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = head_dim or d_model // n_heads
         self.widths = (n_heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim)
         self.scale = scale  # None: 1/√Dh
+        self.reach: int | None = None  # a local layer's window reach (Encoder sets it): long inputs go by blocks
         self.qkv = nn.Linear(d_model, sum(self.widths), bias=bias)
         self.out = nn.Linear(self.widths[0], d_model, bias=bias if out_bias is None else out_bias)
         # Qwen3 and Gemma 3 norm each head's query and key (over Dh) before the rotation.
@@ -426,7 +459,10 @@ class MultiHeadAttention(nn.Module):
                 attn_mask = bias.to(q.dtype)
                 if mask is not None:
                     attn_mask = attn_mask.masked_fill(~mask, float("-inf"))  # (B, H, T, T)
-            values = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=self.scale)  # (B, H, T, Dh)
+            if self.reach is not None and attn_mask is not None and windowed(T, self.reach):
+                values = windowed_attention(q, k, v, attn_mask, self.reach, self.scale)  # (B, H, T, Dh)
+            else:
+                values = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=self.scale)
             attention = None
         norms = self.value_norms(v) if need_value_norms else None  # (B, H, T) | None
         values = values.transpose(1, 2).reshape(B, T, self.widths[0])  # (B, T, H·Dh): heads concatenated
@@ -487,6 +523,8 @@ class EncoderLayer(nn.Module):
         self.pre_norm = config.pre_norm
         self.local = config.is_local(index)  # attends within a sliding window
         self.attention = MultiHeadAttention.from_config(config)
+        if self.local:
+            self.attention.reach = config.window_reach
         first_without = config.pre_norm and index == 0 and not config.first_attention_norm
         self.attention_norm: nn.Module = nn.Identity() if first_without else norm(config)
         self.feed_forward = PositionwiseFeedForward(

@@ -26,6 +26,7 @@ from model.encoder import (
     HeadSteps,
     rotary_angles,
     sinusoidal_positional_encoding,
+    windowed,
 )
 from model.graphs import GPU_PASS_TOKENS, GraphedPass
 from model.heads import LanguageModelHead, MaskedLanguageModelHead, SequenceClassificationHead, last_token
@@ -197,6 +198,8 @@ class PositionQuery:
 
 
 PassGraph = Callable[[Tensor, Tensor, Tensor], Tensor]  # (input ids, mask, segments) (B, T) → last hidden state
+# (input ids, mask, segments, computed positions) (B, T) → last hidden state: ColBERT's query expansion
+ExpansionGraph = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
 def trace_pass(encoder: Encoder, example: tuple[Tensor, Tensor, Tensor], autocast: torch.dtype | None) -> PassGraph:
@@ -226,6 +229,24 @@ def trace_pass(encoder: Encoder, example: tuple[Tensor, Tensor, Tensor], autocas
     return graph
 
 
+def trace_expansion_pass(
+    encoder: Encoder, example: tuple[Tensor, Tensor, Tensor], autocast: torch.dtype | None
+) -> ExpansionGraph:
+    """As trace_pass, with the positions computed as a fourth input (the encoder's ``computed``): the pass of
+    ColBERT queries whose expansion tokens no key sees. ``example``'s padding is taken as computed but unseen."""
+    computed = torch.ones_like(example[1])
+    computed[-1, -1] = 0  # still padding somewhere, so that the packed path is the one recorded
+
+    def last_hidden_state(input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, seen: Tensor) -> Tensor:
+        return encoder(input_ids, attention_mask, token_type_ids, computed=seen).last_hidden_state
+
+    context = torch.autocast(example[0].device.type, dtype=autocast) if autocast is not None else nullcontext()
+    with warnings.catch_warnings(), torch.inference_mode(), context:
+        warnings.simplefilter("ignore")  # the recorded padding check, as in trace_pass
+        graph = torch.jit.trace(last_hidden_state, (*example, computed), check_trace=False)
+    return graph
+
+
 @dataclass(kw_only=True)
 class TextEncoder(ModelCard):
     """A model's card (config, tokenizer, pooling, prompts, heads) and its weights: everything needed to turn texts
@@ -245,6 +266,7 @@ class TextEncoder(ModelCard):
     weights_dtype: torch.dtype | None = None  # what the embedding pass's weights are kept in; ``dtype`` when None
     explicit_dtype: torch.dtype = torch.float32  # what ``encoder``'s weights are kept in
     graph: PassGraph | None = None  # the embedding pass as a traced graph (trace_pass), or eager when None
+    expansion_graph: ExpansionGraph | None = None  # ColBERT queries' pass, traced (trace_expansion_pass)
     # The embedding and classification passes' own copy of the encoder in a lower dtype (on a GPU under float16 or
     # bfloat16 for a float32 checkpoint); None where they use ``encoder`` itself (one copy: float32, the CPU's
     # autocast over float32 weights, or a checkpoint kept in its own dtype). The explicit paths (/attention, the
@@ -397,6 +419,9 @@ class TextEncoder(ModelCard):
         """Record the embedding pass as a graph (``trace_pass``), used from then on by embed_encodings and classify."""
         example = self.to_tensors(self.tokenizer.pad(self.tokenizer.encode(["a graph", "of the pass, traced"])))
         self.graph = trace_pass(self.passes, example, self.autocast_dtype)
+        late = self.late_interaction
+        if late is not None and late.expansion is not None and not late.expansion.attend:
+            self.expansion_graph = trace_expansion_pass(self.passes, example, self.autocast_dtype)
 
     @property
     def passes(self) -> Encoder:
@@ -410,7 +435,8 @@ class TextEncoder(ModelCard):
             hidden = self.graphs(input_ids, attention_mask, token_type_ids)
             if hidden is not None:
                 return hidden
-        if self.graph is not None:
+        long = bool(self.config.local_layers) and windowed(input_ids.size(1), self.config.window_reach)
+        if self.graph is not None and not long:  # a long pass takes the local layers by blocks, eagerly
             # The embeddings' own length check ran once, at tracing, and is not in the graph: it runs here.
             length = input_ids.size(1)
             if length > self.encoder.embeddings.max_length:
@@ -614,10 +640,14 @@ class TextEncoder(ModelCard):
         batch = Batch(input_ids, attention_mask, token_type_ids)
         if expansion is not None and not expansion.attend and any(extra for _, _, extra in rows):
             # the filler is seen by no key but has outputs of its own: the eager pass, told what to compute
-            with self.computing():
-                tensors = self.to_tensors(batch)
-                seen = torch.from_numpy(computed).to(self.device)
-                vectors = self.passes(*tensors, computed=seen).last_hidden_state.float()  # (B, T, D)
+            tensors = self.to_tensors(batch)
+            seen = torch.from_numpy(computed).to(self.device)
+            if self.expansion_graph is not None:
+                with torch.jit.optimized_execution(False):  # as the embedding pass's graph runs
+                    vectors = self.expansion_graph(*tensors, seen).float()  # (B, T, D)
+            else:
+                with self.computing():
+                    vectors = self.passes(*tensors, computed=seen).last_hidden_state.float()  # (B, T, D)
         else:
             vectors = self.last_hidden_state(*self.to_tensors(batch)).float()  # (B, T, D)
         for module in self.projections:

@@ -341,3 +341,26 @@ def test_a_bare_model_has_no_classification_head(tmp_path: Path) -> None:
     assert model.classifier is None and model.reranker is None and model.scores_method is None
     with pytest.raises(ValueError, match="has no classification head"):
         model.classify(model.tokenizer.encode(["hello"]))
+
+
+def test_long_inputs_take_the_local_layers_block_by_block_as_transformers_computes_them(tmp_path: Path) -> None:
+    """Past four blocks of queries a local layer attends block by block (windowed_attention), eagerly; the states
+    equal transformers' whole pass, for a padded batch too."""
+    from model.encoder import windowed
+
+    directory = write_family_model(tmp_path / "modernbert", "modernbert", max_position_embeddings=1024)
+    for name, key in (("tokenizer_config.json", "model_max_length"), ("sentence_bert_config.json", "max_seq_length")):
+        path = directory / name
+        if path.is_file():
+            path.write_text(json.dumps({**json.loads(path.read_text()), key: 1024}))
+    model = TextEncoder.load(directory, device="cpu", dtype="float32")
+    texts = [" ".join(TEXTS) * 5, " ".join(TEXTS) * 3]
+    encodings = model.tokenizer.encode(texts)
+    lengths = [len(encoding.ids) for encoding in encodings]
+    assert windowed(lengths[1], model.config.window_reach) and lengths[0] <= 1024, lengths
+    ours = model.last_hidden_state(*model.to_tensors(model.tokenizer.pad(encodings))).float()
+    reference = hf_model(directory)
+    for row, (encoding, n) in enumerate(zip(encodings, lengths, strict=True)):
+        with torch.no_grad():
+            theirs = reference(input_ids=torch.tensor([encoding.ids])).last_hidden_state[0]
+        torch.testing.assert_close(ours[row, :n], theirs, atol=2e-4, rtol=1e-4)
