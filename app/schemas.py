@@ -663,6 +663,9 @@ class Limits(BaseModel):
     max_attention_values_binary: int
     max_head_statistics_values: int
     max_explanation_values: int
+    max_vectors_per_request: int = Field(
+        description="token vectors of one multi-vector request (a 422 beyond): what bounds its answer's size"
+    )
     max_body_bytes: int
     pe_max_length: int
     pe_max_d_model: int

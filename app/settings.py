@@ -80,6 +80,12 @@ class Settings(BaseSettings):
         description="contributions in one /similarity response with explain (source tokens × text tokens, summed "
         "over the texts)",
     )
+    max_vectors_per_request: int = Field(
+        65_536,
+        ge=1,
+        description="token vectors one /encode/multi-vector request may return (or /rerank and /similarity compute "
+        "on a multi-vector model): a text's tokens, a query's expansion included",
+    )
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="request body size, checked before parsing")
     pe_max_length: int = Field(8192, ge=1, description="largest `length` of /positional-encoding")
     pe_max_d_model: int = Field(4096, ge=2, description="largest `d_model` of /positional-encoding")

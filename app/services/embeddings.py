@@ -96,6 +96,7 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
 class Embeddings:
     def __init__(self, settings: Settings) -> None:
         self.max_batch_texts = settings.max_batch_texts
+        self.max_vectors = settings.max_vectors_per_request
 
     def check_batch(self, n_texts: int, param: str = "texts") -> None:
         if n_texts > self.max_batch_texts:
@@ -392,8 +393,17 @@ class Embeddings:
         """A multi-vector model's vectors of texts read as queries or as documents (``side_tokens``), and the token
         each vector is of (the expansion token for a query's filler)."""
         sides = await self.side_tokens(served, texts, query=query, truncate=truncate, param=param, indexed=indexed)
+        late, limit = served.card.late_interaction, self.max_vectors
+        floor = late.expansion.length if query and late is not None and late.expansion is not None else 0
+        vectors = sum(max(len(side.ids), floor) for side in sides)  # at most: a document loses its skiplist's
+        if vectors > limit:
+            raise InvalidRequest(
+                param,
+                f"these texts would give {vectors:,} token vectors, more than the limit of {limit:,} a request: send "
+                "fewer or shorter texts",
+            )
         results = await served.queue.run(Task("multi_vector", sides, MultiVectorOptions(query=query)), timing)
-        late, tokenizer = served.card.late_interaction, served.card.tokenizer
+        tokenizer = served.card.tokenizer
         filler = (
             "" if late is None or late.expansion_id is None else tokenizer.vocabulary_entries([late.expansion_id])[0]
         )

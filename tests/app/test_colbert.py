@@ -239,3 +239,27 @@ async def test_similarity_explains_maxsim_by_each_source_vectors_best_match(
     assert [item["score"] for item in plain.json()["data"]] == pytest.approx(
         [item["score"] for item in response.json()["data"]], abs=1e-6
     )
+
+
+async def test_vectors_a_request_may_return_are_bounded_and_info_says_how_many(
+    directories: dict[str, Path],
+) -> None:
+    model = TextEncoder.load(directories["fixed"], name="fixed", device="cpu", dtype="float32")
+    app = create_app(Settings(max_vectors_per_request=30), {"fixed": model})
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=60) as client:
+            await wait_until_ready(client)
+            info = (await client.get("/info")).json()
+            assert info["limits"]["max_vectors_per_request"] == 30
+            # three short queries: each is filled to the expansion's 12 tokens, 36 vectors
+            queries = {"texts": ["hi", "hi", "hi"], "is_query": True}
+            response = await client.post("/encode/multi-vector", json=queries)
+            assert_error(response, 422, "validation_error", "texts", "36 token vectors, more than the limit of 30")
+            assert (
+                await client.post("/encode/multi-vector", json={**queries, "texts": ["hi", "hi"]})
+            ).status_code == 200
+            rerank = {"query": "hi", "documents": [TEXTS[0]] * 4}
+            assert_error(await client.post("/rerank", json=rerank), 422, "validation_error", "documents", "limit of 30")
+            similar = {"source": TEXTS[0] * 3, "texts": ["hi"]}
+            assert (await client.post("/similarity", json=similar)).status_code == 200
