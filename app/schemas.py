@@ -666,6 +666,9 @@ class Limits(BaseModel):
     max_vectors_per_request: int = Field(
         description="token vectors of one multi-vector request (a 422 beyond): what bounds its answer's size"
     )
+    max_sparse_weights_per_request: int = Field(
+        description="non-zero weights of one /encode/sparse answer, over its texts (a 422 beyond; top_k narrows)"
+    )
     max_body_bytes: int
     pe_max_length: int
     pe_max_d_model: int

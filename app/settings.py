@@ -86,6 +86,11 @@ class Settings(BaseSettings):
         description="token vectors one /encode/multi-vector request may return (or /rerank and /similarity compute "
         "on a multi-vector model): a text's tokens, a query's expansion included",
     )
+    max_sparse_weights_per_request: int = Field(
+        2_000_000,
+        ge=1,
+        description="non-zero weights one /encode/sparse answer may hold, summed over its texts (top_k narrows)",
+    )
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="request body size, checked before parsing")
     pe_max_length: int = Field(8192, ge=1, description="largest `length` of /positional-encoding")
     pe_max_d_model: int = Field(4096, ge=2, description="largest `d_model` of /positional-encoding")

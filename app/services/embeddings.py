@@ -97,6 +97,7 @@ class Embeddings:
     def __init__(self, settings: Settings) -> None:
         self.max_batch_texts = settings.max_batch_texts
         self.max_vectors = settings.max_vectors_per_request
+        self.max_sparse_weights = settings.max_sparse_weights_per_request
 
     def check_batch(self, n_texts: int, param: str = "texts") -> None:
         if n_texts > self.max_batch_texts:
@@ -471,6 +472,13 @@ class Embeddings:
         encodings = await served.tokens.encode(request.texts, truncate=request.truncate, param="texts")
         options = SparseOptions(request.top_k)
         vectors = await served.queue.run(Task("sparse", encodings, options), timing)
+        weights = sum(vector.indices.size for vector in vectors)
+        if weights > self.max_sparse_weights:
+            raise InvalidRequest(
+                "texts",
+                f"these texts' sparse vectors hold {weights:,} non-zero weights, more than the limit of "
+                f"{self.max_sparse_weights:,} a request: send fewer texts, or top_k to keep each text's largest",
+            )
         data = []
         for index, vector in enumerate(vectors):
             item: dict[str, Any] = {"index": index, "indices": vector.indices, "values": vector.values}

@@ -207,3 +207,19 @@ def test_a_sparse_linear_of_the_wrong_shape_or_not_a_state_dict_is_refused(tmp_p
     (tmp_path / "junk.pt").write_bytes(b"not a pickle")
     with pytest.raises(ValueError, match="not a readable state dict"):
         load_linear(tmp_path / "junk.pt", 8, 1)
+
+
+async def test_weights_an_answer_may_hold_are_bounded_and_top_k_narrows(splade_dirs: dict[str, Path]) -> None:
+    model = TextEncoder.load(splade_dirs["max"], name="max", device="cpu", dtype="float32")
+    app = create_app(Settings(max_sparse_weights_per_request=100), {"max": model})
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=60) as client:
+            await wait_until_ready(client)
+            assert (await client.get("/info")).json()["limits"]["max_sparse_weights_per_request"] == 100
+            whole = await client.post("/encode/sparse", json={"texts": TEXTS})
+            assert_error(whole, 422, "validation_error", "texts", "more than the limit of 100 a request")
+            assert "top_k" in whole.json()["error"]["message"]
+            narrowed = await client.post("/encode/sparse", json={"texts": TEXTS, "top_k": 30})
+            assert narrowed.status_code == 200
+            assert sum(len(item["indices"]) for item in narrowed.json()["data"]) <= 90
