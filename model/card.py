@@ -122,7 +122,7 @@ class ModelCard:
         """How /rerank can score with this model, the one it takes unless a request names another first: a
         classifier's head (cross-encoder, with one output), a causal LM's yes against no; else MaxSim of a
         multi-vector model's vectors, a sparse model's dot product, and the cosine of the embeddings (every model
-        but SPLADE's), in that order."""
+        but SPLADE's and ColBERT's), in that order."""
         if self.head is not None:
             return ("cross-encoder",) if len(self.head.labels) == 1 else ()
         if self.answers is not None:
@@ -130,7 +130,8 @@ class ModelCard:
         methods: tuple[str, ...] = ("maxsim",) if self.multi_vector is not None else ()
         if self.sparse is not None:
             methods += ("sparse-dot",)
-        if self.sparse is None or self.sparse.kind != "splade":  # a SPLADE model's hidden states are no embedding
+        # a SPLADE model's hidden states are no embedding, nor are a ColBERT checkpoint's
+        if (self.sparse is None or self.sparse.kind != "splade") and self.multi_vector != "colbert":
             methods += ("cosine",)
         return methods
 

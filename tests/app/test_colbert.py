@@ -173,6 +173,8 @@ async def test_binary_formats_and_info(service: Service) -> None:
     np.testing.assert_array_equal(np.array(packed.json()["data"][0]["embeddings"]), expected)
     info = (await service.client.get("/info", params={"model": "pylate"})).json()
     assert (info["multi_vector"], info["rerank"], info["sparse"]) == ("colbert", "maxsim", None)
+    cosine = {"query": "q", "documents": ["d"], "model": "pylate", "method": "cosine"}  # no sentence embedding
+    assert_error(await service.client.post("/rerank", json=cosine), 422, "validation_error", "method", "by maxsim,")
 
 
 async def test_too_long_without_truncation_names_the_side_and_its_length(service: Service) -> None:
