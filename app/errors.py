@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -115,10 +117,37 @@ def error_response(
     return json_response(error_body(type_, message, param, code), status_code=status, headers=headers)
 
 
-def api_error_response(error: ApiError) -> Response:
+def api_error_response(error: ApiError, path: str = "") -> Response:
     """An ApiError's envelope, logged (its status, type and message; never the body)."""
     logger.info("%d %s: %s", error.status_code, error.type, error.message)
+    if tei_path(path):
+        return tei_error_response(error.status_code, error.type, error.message, error.headers)
     return error_response(error.status_code, error.type, error.message, error.param, error.headers, error.code)
+
+
+# Text-embeddings-inference's routes (app/routes/tei.py) answer errors in its shape: {"error", "error_type"}.
+TEI_PATH = re.compile(r"^(/models/[^/]*)?/tei(/|$)")  # a name of control characters reads as empty
+# our error type → TEI's error_type and status
+TEI_ERRORS: dict[str, tuple[str, int]] = {
+    "validation_error": ("Validation", 422),
+    "payload_too_large": ("Validation", 413),
+    "empty": ("Empty", 400),
+    "wrong_model_kind": ("Backend", 424),
+    "inference_failed": ("Backend", 424),
+    "overloaded": ("Overloaded", 429),
+    "not_ready": ("Unhealthy", 503),
+    "timeout": ("Overloaded", 503),
+}
+
+
+def tei_path(path: str) -> bool:
+    return bool(TEI_PATH.match(path))
+
+
+def tei_error_response(status: int, type_: str, message: str, headers: dict | None = None) -> Response:
+    """An error in TEI's shape: its error_type and status where TEI has one for it, else ours with Validation."""
+    error_type, tei_status = TEI_ERRORS.get(type_, ("Validation", status))
+    return json_response({"error": message, "error_type": error_type}, status_code=tei_status, headers=headers)
 
 
 def internal_error_response(method: str, path: str) -> Response:
@@ -184,7 +213,7 @@ def is_json(content_type: str | None) -> bool:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
-        return api_error_response(exc)
+        return api_error_response(exc, request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def request_validation_error(request: Request, exc: RequestValidationError) -> Response:
@@ -198,12 +227,24 @@ def install_error_handlers(app: FastAPI) -> None:
                 sent = f"this request's Content-Type is {content_type!r}" if content_type else "this request has none"
                 message = f"the body must be JSON, sent with Content-Type: application/json; {sent}"
         logger.info("422 validation_error: %s", message)  # the problem, never the body
+        if tei_path(request.url.path):
+            return tei_error_response(422, "validation_error", message)
         return error_response(422, "validation_error", message, param)
+
+    @app.exception_handler(ValidationError)
+    async def translated_request_error(request: Request, exc: ValidationError) -> Response:
+        """A request in another API's shape (TEI's) whose translation into the native one was refused: the client's
+        values, so a 422 as the native route gives."""
+        message, param = validation_message(exc.errors()[0])  # type: ignore[arg-type]
+        return api_error_response(InvalidRequest(None, message), request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 400 and exc.detail == FASTAPI_BODY_ERROR:  # e.g. a body that is not UTF-8
-            return error_response(422, "validation_error", "malformed JSON body: it could not be decoded as UTF-8 JSON")
+            message = "malformed JSON body: it could not be decoded as UTF-8 JSON"
+            if tei_path(request.url.path):
+                return tei_error_response(422, "validation_error", message)
+            return error_response(422, "validation_error", message)
         type_ = STATUS_TYPES.get(exc.status_code, "http_error")
         if exc.status_code == 404:
             message = f"no route {request.url.path}"
@@ -211,6 +252,8 @@ def install_error_handlers(app: FastAPI) -> None:
             message = f"method {request.method} is not allowed on {request.url.path}"
         else:
             message = str(exc.detail)
+        if tei_path(request.url.path):
+            return tei_error_response(exc.status_code, type_, message, getattr(exc, "headers", None))
         return error_response(exc.status_code, type_, message, None, getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)

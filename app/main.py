@@ -32,7 +32,7 @@ from app.metrics import Metrics
 from app.middleware import BodySizeLimit, OneWriteResponses, RequestLog
 from app.registry import ModelRegistry, front_end_registry, load_registry
 from app.responding import Responder
-from app.routes import attention, embeddings, openai_compat, positional_encoding, service, tasks, tokenize, viewer
+from app.routes import attention, embeddings, openai_compat, positional_encoding, service, tasks, tei, tokenize, viewer
 from app.services.embeddings import Embeddings
 from app.services.inspection import Inspection
 from app.services.tasks import Tasks
@@ -161,6 +161,9 @@ def create_app(
     app.add_middleware(RequestLog, metrics=metrics)  # outermost: sees every request and its final status
     for module in (embeddings, tokenize, attention, positional_encoding, openai_compat, tasks):
         app.include_router(module.router, dependencies=[ApiKey])
+    for prefix in ("/tei", "/models/{model_name}/tei"):  # text-embeddings-inference's API, for its clients
+        app.include_router(tei.router, prefix=prefix, dependencies=[ApiKey])
+        app.include_router(tei.health_router, prefix=prefix)
     app.include_router(service.info_router, dependencies=[ApiKey])
     app.include_router(service.open_router)  # /health and /metrics: probes and scrapers come without a key
     app.include_router(viewer.router)  # the page is static and open; its API calls carry the key

@@ -604,6 +604,7 @@ class ClassifyRequest(Request):
     model: str | None = Field(None, description="a sequence classifier")
     top_k: int | None = Field(None, ge=1, description="keep the top_k labels; all when null")
     truncate: bool = Field(True, description="cut texts longer than the maximum; with false such a text is a 422")
+    raw_scores: bool = Field(False, description="the head's logits instead of the probabilities")
 
 
 class LabelScore(BaseModel):
@@ -735,6 +736,6 @@ class Reply:
     """What a service returns: a typed response and how many numbers it holds (large ones are
     serialised off the event loop)."""
 
-    body: BaseModel
+    body: Any  # a response model, or a JSON value in another API's shape (app/routes/tei.py)
     n_values: int = 0
     archive: dict[str, Any] | None = None  # arrays to answer as a NumPy .npz archive instead of the JSON body

@@ -109,6 +109,10 @@ class TextTokenizer:
         tokenizer.add_special_tokens([AddedToken(token, normalized=False, special=True) for token in tokens])
         return TextTokenizer(tokenizer, self.max_tokens, self.pad_token_id)
 
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Token ids back to text, as the tokenizer's decoder writes it."""
+        return self._complete.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
     def pieces(self, text: str) -> list[str]:
         """The tokens of ``text`` alone, without special tokens."""
         return list(self._complete.encode(text, add_special_tokens=False).tokens)

@@ -206,14 +206,14 @@ class Tasks:
         return [model.tokenizer.around(prefix, encoding.ids, suffix) for encoding in encodings]
 
     async def classify(self, served: ServedModel, request: ClassifyRequest, timing: Timing | None = None) -> Reply:
-        """Labels with their scores: softmax over the labels, or a sigmoid per label for multi-label heads."""
+        """Labels with their scores: softmax over the labels, or a sigmoid per label for multi-label heads (the
+        logits with ``raw_scores``)."""
         head = head_of(served, "classify")
         self.embeddings.check_batch(len(request.texts))
         pairs = second_segments(request.texts, request.text_pair)
         encodings = await served.tokens.encode(request.texts, pairs, truncate=request.truncate, param="texts")
-        probabilities = np.stack(
-            [row.probabilities for row in await served.queue.run(Task("classify", encodings), timing)]
-        )
+        scores = await served.queue.run(Task("classify", encodings), timing)
+        probabilities = np.stack([row.logits if request.raw_scores else row.probabilities for row in scores])
         labels = head.labels
         data = []
         for index, row in enumerate(probabilities):

@@ -212,8 +212,15 @@ def test_nginx_retries_exactly_the_services_post_endpoints() -> None:
     posts = {path for path, operations in paths.items() if "post" in operations}
     assert "/encode" in posts
     (location,) = re.findall(r"location ~ \^/\(([^)]+)\)\$ \{([^}]*)\}", ENCODER_CONF)
-    assert {f"/{path}" for path in location[0].split("|")} == posts
+    tei = {path for path in posts if "tei" in path}  # text-embeddings-inference's, in a location of their own
+    assert {f"/{path}" for path in location[0].split("|")} == posts - tei
     assert "proxy_next_upstream error timeout http_502 http_503 non_idempotent;" in location[1]
+    (pattern, block) = re.findall(r"location ~ (\^/\(models[^ ]+) \{([^}]*)\}", ENCODER_CONF)[0]
+    assert "proxy_next_upstream error timeout http_502 http_503 non_idempotent;" in block
+    for path in tei:  # every TEI POST route, for the default model and a named one, and no other route
+        assert re.match(pattern, path.replace("{model_name}", "minilm")), path
+    assert not any(re.match(pattern, path) for path in posts - tei)
+    assert not re.match(pattern, "/tei/info") and not re.match(pattern, "/models/minilm/tei/health")
     # Everywhere else (GET), the same retries but never for a request that may have had an effect.
     (default,) = nginx_directive("proxy_next_upstream")[:1]
     assert "non_idempotent" not in default

@@ -1,0 +1,202 @@
+"""Text-embeddings-inference's API under /tei and /models/{name}/tei: huggingface_hub's InferenceClient against the
+service, TEI's shapes checked against the native endpoints' answers, TEI's error bodies and statuses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from model import default_model_path
+from tests.helpers import running_server, write_tiny_model
+from tests.retrieval import write_splade
+
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "Attention is all you need.", "Hi"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The bundled MiniLM (the default), a tiny cross-encoder, a tiny 3-label classifier and a tiny SPLADE model."""
+    root = tmp_path_factory.mktemp("tei")
+    models = {
+        "minilm": default_model_path(),
+        "ce": write_tiny_model(root / "ce", head="sequence-classification", num_labels=1),
+        "clf": write_tiny_model(root / "clf", seed=3, head="sequence-classification", num_labels=3),
+        "splade": write_splade(root / "splade", "bert", "max", seed=2),
+    }
+    with running_server({"ENCODER_MODELS": ",".join(f"{n}={d}" for n, d in models.items())}) as url:
+        yield url
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch) -> object:
+    """huggingface_hub with its offline switch off in this (the client's) process only: it refuses every request,
+    localhost included, while HF_HUB_OFFLINE is set."""
+    import huggingface_hub
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    return huggingface_hub
+
+
+def native(server: str, path: str, body: dict) -> dict:
+    response = httpx.post(f"{server}{path}", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def tei_error(response: httpx.Response, status: int, error_type: str, contains: str = "") -> None:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error", "error_type"} and body["error_type"] == error_type, body
+    assert contains in body["error"], body
+
+
+def test_inference_client_feature_extraction_equals_encode(server: str, hub: object) -> None:
+    from huggingface_hub import InferenceClient
+
+    expected = [item["embedding"] for item in native(server, "/encode", {"texts": TEXTS})["data"]]
+    client = InferenceClient(model=f"{server}/tei")
+    for text, want in zip(TEXTS, expected, strict=True):
+        np.testing.assert_allclose(client.feature_extraction(text)[0], want, atol=1e-6)
+    named = InferenceClient(model=f"{server}/models/minilm/tei")
+    np.testing.assert_allclose(named.feature_extraction(TEXTS[0])[0], expected[0], atol=1e-6)
+
+
+def test_inference_client_sentence_similarity_equals_similarity(server: str, hub: object) -> None:
+    from huggingface_hub import InferenceClient
+
+    expected = [
+        item["score"] for item in native(server, "/similarity", {"source": TEXTS[0], "texts": TEXTS[1:]})["data"]
+    ]
+    for url in (f"{server}/tei/similarity", f"{server}/tei"):
+        scores = InferenceClient(model=url).sentence_similarity(TEXTS[0], TEXTS[1:])
+        assert scores == pytest.approx(expected, abs=1e-6)
+
+
+def test_inference_client_text_classification_equals_classify(server: str, hub: object) -> None:
+    from huggingface_hub import InferenceClient
+
+    expected = native(server, "/classify", {"texts": [TEXTS[0]], "model": "clf"})["data"][0]["labels"]
+    # the client keeps the first element of /predict's answer: for one text, its best label
+    top: Any = InferenceClient(model=f"{server}/models/clf/tei").text_classification(TEXTS[0])
+    assert (top.label, top.score) == (expected[0]["label"], pytest.approx(expected[0]["score"], abs=1e-6))
+
+
+def test_embed_shapes_and_options_equal_the_native_answers(server: str) -> None:
+    single = httpx.post(f"{server}/tei/embed", json={"inputs": TEXTS[0]}).json()
+    assert len(single) == 1 and len(single[0]) == 384  # always a batch
+    raw = native(server, "/encode", {"texts": TEXTS, "normalize": False, "dimensions": 16})["data"]
+    answer = httpx.post(f"{server}/tei/embed", json={"inputs": TEXTS, "normalize": False, "dimensions": 16}).json()
+    np.testing.assert_allclose(answer, [item["embedding"] for item in raw], atol=1e-6)
+    tokens = native(server, "/encode", {"texts": [TEXTS[1]], "return_token_embeddings": True, "normalize": False})
+    every = httpx.post(f"{server}/tei/embed_all", json={"inputs": TEXTS[1], "extra": "ignored"}).json()
+    np.testing.assert_allclose(every[0], tokens["data"][0]["token_embeddings"], atol=1e-6)
+    ids = httpx.post(f"{server}/tei/embed", json={"inputs": [101, 7592, 102]}).json()  # token ids, as given
+    by_ids = native(server, "/v1/embeddings", {"input": [101, 7592, 102]})["data"][0]["embedding"]
+    np.testing.assert_allclose(ids[0], by_ids, atol=1e-6)
+
+
+def test_sparse_predict_and_rerank_equal_the_native_answers(server: str) -> None:
+    sparse = native(server, "/encode/sparse", {"texts": TEXTS[:2], "model": "splade"})["data"]
+    for path in ("/models/splade/tei/embed_sparse", "/models/splade/tei"):  # POST / on SPLADE: embed_sparse
+        answer = httpx.post(f"{server}{path}", json={"inputs": TEXTS[:2]}).json()
+        for got, want in zip(answer, sparse, strict=True):
+            assert [entry["index"] for entry in got] == want["indices"]
+            assert [entry["value"] for entry in got] == pytest.approx(want["values"], abs=1e-6)
+    labels = native(server, "/classify", {"texts": [TEXTS[0], TEXTS[1]], "text_pair": [None, TEXTS[2]], "model": "clf"})
+    batch = httpx.post(f"{server}/models/clf/tei/predict", json={"inputs": [[TEXTS[0]], [TEXTS[1], TEXTS[2]]]}).json()
+    for got, want in zip(batch, labels["data"], strict=True):
+        assert [(g["label"], g["score"]) for g in got] == [
+            (w["label"], pytest.approx(w["score"], abs=1e-6)) for w in want["labels"]
+        ]
+    one = httpx.post(
+        f"{server}/models/clf/tei", json={"inputs": TEXTS[0], "raw_scores": True}
+    ).json()  # POST /: predict
+    logits = native(server, "/classify", {"texts": [TEXTS[0]], "model": "clf", "raw_scores": True})["data"][0]["labels"]
+    assert [(g["label"], g["score"]) for g in one] == [
+        (w["label"], pytest.approx(w["score"], abs=1e-6)) for w in logits
+    ]
+    ranked = native(server, "/rerank", {"query": "a fox", "documents": TEXTS, "model": "ce"})["results"]
+    for path in ("/models/ce/tei/rerank", "/models/ce/tei"):  # POST / on a reranker: rerank
+        answer = httpx.post(f"{server}{path}", json={"query": "a fox", "texts": TEXTS, "return_text": True}).json()
+        assert [(r["index"], r["text"]) for r in answer] == [(r["index"], TEXTS[r["index"]]) for r in ranked]
+        assert [r["score"] for r in answer] == pytest.approx([r["relevance_score"] for r in ranked], abs=1e-6)
+        assert list(answer[0]) == ["index", "text", "score"]
+
+
+def test_tokenize_counts_bytes_and_decode_and_info_describe_the_model(server: str) -> None:
+    tokens = httpx.post(f"{server}/tei/tokenize", json={"inputs": "héllo world"}).json()
+    assert tokens[0][0] == {"id": 101, "text": "[CLS]", "special": True, "start": None, "stop": None}
+    assert tokens[0][1] == {"id": tokens[0][1]["id"], "text": "héllo", "special": False, "start": 0, "stop": 6}
+    assert tokens[0][2]["start"] == 7 and tokens[0][2]["text"] == "world"  # é is two bytes
+    bare = httpx.post(f"{server}/tei/tokenize", json={"inputs": ["a", "b"], "add_special_tokens": False}).json()
+    assert [[t["text"] for t in row] for row in bare] == [["a"], ["b"]]
+    assert httpx.post(f"{server}/tei/decode", json={"ids": [[101, 7592, 102], [2088]]}).json() == ["hello", "world"]
+    info = httpx.get(f"{server}/tei/info").json()
+    assert info["model_type"] == {"embedding": {"pooling": "mean"}} and info["max_input_length"] == 256
+    reranker = httpx.get(f"{server}/models/ce/tei/info").json()["model_type"]
+    assert reranker == {"reranker": {"id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}}
+    assert "classifier" in httpx.get(f"{server}/models/clf/tei/info").json()["model_type"]
+    assert httpx.get(f"{server}/models/splade/tei/info").json()["model_type"] == {"embedding": {"pooling": "splade"}}
+    health = httpx.get(f"{server}/tei/health")
+    assert health.status_code == 200 and health.content == b""
+
+
+def test_errors_take_teis_body_and_statuses(server: str) -> None:
+    tei_error(httpx.post(f"{server}/tei/embed", json={"inputs": []}), 400, "Empty", "`inputs` cannot be empty")
+    tei_error(httpx.post(f"{server}/tei/rerank", json={"query": "q", "texts": []}), 400, "Empty")
+    long = {"inputs": ["fine", "word " * 400], "truncate": False}
+    tei_error(httpx.post(f"{server}/tei/embed", json=long), 422, "Validation", "more than the maximum")
+    tei_error(httpx.post(f"{server}/tei/embed", json={"inputs": ["x"] * 300}), 422, "Validation", "at most 256")
+    tei_error(httpx.post(f"{server}/models/ce/tei/embed", json={"inputs": "x"}), 424, "Backend", "not an embedding")
+    tei_error(httpx.post(f"{server}/tei/predict", json={"inputs": "x"}), 424, "Backend", "not a classifier")
+    tei_error(httpx.post(f"{server}/tei/embed_sparse", json={"inputs": "x"}), 424, "Backend", "SPLADE")
+    tei_error(httpx.post(f"{server}/models/splade/tei/embed", json={"inputs": "x"}), 424, "Backend", "normalize")
+    tei_error(httpx.post(f"{server}/tei/embed", json={"inputs": 5}), 422, "Validation")
+    left = {"inputs": "x", "truncation_direction": "Left"}
+    tei_error(httpx.post(f"{server}/tei/embed", json=left), 422, "Validation", "only Right")
+    malformed = httpx.post(f"{server}/tei/embed", content=b"{bad", headers={"content-type": "application/json"})
+    tei_error(malformed, 422, "Validation", "malformed JSON")
+    tei_error(httpx.post(f"{server}/models/nobody/tei/embed", json={"inputs": "x"}), 404, "Validation", "nobody")
+    assert httpx.post(f"{server}/tei/embed", json={"inputs": "still serving"}).status_code == 200
+
+
+async def test_a_bad_text_through_tei_embed_fails_alone_among_concurrent_ones(server: str) -> None:
+    good = [f"good request number {i}" for i in range(12)]
+    expected = httpx.post(f"{server}/tei/embed", json={"inputs": good}).json()
+    bad_body = json.dumps({"inputs": ["fine", "broken \ud800 text"]})
+    async with httpx.AsyncClient(base_url=server, timeout=60) as client:
+        requests = [client.post("/tei/embed", json={"inputs": text}) for text in good]
+        requests.insert(6, client.post("/tei/embed", content=bad_body, headers={"content-type": "application/json"}))
+        responses = await asyncio.gather(*requests)
+    failed = responses.pop(6)
+    tei_error(failed, 422, "Validation", "lone surrogate")
+    for response, want in zip(responses, expected, strict=True):
+        assert response.status_code == 200, response.text
+        np.testing.assert_allclose(response.json()[0], want, atol=1e-5)
+
+
+def test_the_openapi_document_lists_the_tei_routes_under_their_tag(server: str) -> None:
+    schema = httpx.get(f"{server}/openapi.json").json()
+    tagged = {
+        path
+        for path, item in schema["paths"].items()
+        for op in item.values()
+        if "text-embeddings-inference" in op.get("tags", [])
+    }
+    for path in (
+        "/tei",
+        "/tei/embed",
+        "/tei/rerank",
+        "/tei/tokenize",
+        "/tei/info",
+        "/tei/health",
+        "/models/{model_name}/tei/embed",
+    ):
+        assert path in tagged, sorted(tagged)
