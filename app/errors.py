@@ -120,9 +120,26 @@ def error_response(
 def api_error_response(error: ApiError, path: str = "") -> Response:
     """An ApiError's envelope, logged (its status, type and message; never the body)."""
     logger.info("%d %s: %s", error.status_code, error.type, error.message)
+    return shaped_error_response(
+        path, error.status_code, error.type, error.message, error.param, error.headers, error.code
+    )
+
+
+def shaped_error_response(
+    path: str,
+    status: int,
+    type_: str,
+    message: str,
+    param: str | None = None,
+    headers: dict | None = None,
+    code: str | None = None,
+) -> Response:
+    """An error in the shape of the API the path belongs to: TEI's under /tei, Cohere's under /v2, else ours."""
     if tei_path(path):
-        return tei_error_response(error.status_code, error.type, error.message, error.headers)
-    return error_response(error.status_code, error.type, error.message, error.param, error.headers, error.code)
+        return tei_error_response(status, type_, message, headers)
+    if COHERE_PATH.match(path):
+        return json_response({"message": message}, status_code=status, headers=headers)
+    return error_response(status, type_, message, param, headers, code)
 
 
 # Text-embeddings-inference's routes (app/routes/tei.py) answer errors in its shape: {"error", "error_type"}.
@@ -142,6 +159,10 @@ TEI_ERRORS: dict[str, tuple[str, int]] = {
 
 def tei_path(path: str) -> bool:
     return bool(TEI_PATH.match(path))
+
+
+# Cohere's routes (app/routes/cohere.py) answer errors in its shape: {"message"}.
+COHERE_PATH = re.compile(r"^/v2/")
 
 
 def tei_error_response(status: int, type_: str, message: str, headers: dict | None = None) -> Response:
@@ -227,9 +248,7 @@ def install_error_handlers(app: FastAPI) -> None:
                 sent = f"this request's Content-Type is {content_type!r}" if content_type else "this request has none"
                 message = f"the body must be JSON, sent with Content-Type: application/json; {sent}"
         logger.info("422 validation_error: %s", message)  # the problem, never the body
-        if tei_path(request.url.path):
-            return tei_error_response(422, "validation_error", message)
-        return error_response(422, "validation_error", message, param)
+        return shaped_error_response(request.url.path, 422, "validation_error", message, param)
 
     @app.exception_handler(ValidationError)
     async def translated_request_error(request: Request, exc: ValidationError) -> Response:
@@ -242,9 +261,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 400 and exc.detail == FASTAPI_BODY_ERROR:  # e.g. a body that is not UTF-8
             message = "malformed JSON body: it could not be decoded as UTF-8 JSON"
-            if tei_path(request.url.path):
-                return tei_error_response(422, "validation_error", message)
-            return error_response(422, "validation_error", message)
+            return shaped_error_response(request.url.path, 422, "validation_error", message)
         type_ = STATUS_TYPES.get(exc.status_code, "http_error")
         if exc.status_code == 404:
             message = f"no route {request.url.path}"
@@ -252,9 +269,9 @@ def install_error_handlers(app: FastAPI) -> None:
             message = f"method {request.method} is not allowed on {request.url.path}"
         else:
             message = str(exc.detail)
-        if tei_path(request.url.path):
-            return tei_error_response(exc.status_code, type_, message, getattr(exc, "headers", None))
-        return error_response(exc.status_code, type_, message, None, getattr(exc, "headers", None))
+        return shaped_error_response(
+            request.url.path, exc.status_code, type_, message, None, getattr(exc, "headers", None)
+        )
 
     @app.exception_handler(Exception)
     async def unexpected_error(request: Request, exc: Exception) -> Response:

@@ -32,7 +32,18 @@ from app.metrics import Metrics
 from app.middleware import BodySizeLimit, OneWriteResponses, RequestLog
 from app.registry import ModelRegistry, front_end_registry, load_registry
 from app.responding import Responder
-from app.routes import attention, embeddings, openai_compat, positional_encoding, service, tasks, tei, tokenize, viewer
+from app.routes import (
+    attention,
+    cohere,
+    embeddings,
+    openai_compat,
+    positional_encoding,
+    service,
+    tasks,
+    tei,
+    tokenize,
+    viewer,
+)
 from app.services.embeddings import Embeddings
 from app.services.inspection import Inspection
 from app.services.tasks import Tasks
@@ -159,8 +170,9 @@ def create_app(
             expose_headers=TIMING_HEADERS,
         )
     app.add_middleware(RequestLog, metrics=metrics)  # outermost: sees every request and its final status
-    for module in (embeddings, tokenize, attention, positional_encoding, openai_compat, tasks):
+    for module in (embeddings, tokenize, attention, positional_encoding, openai_compat, tasks, cohere):
         app.include_router(module.router, dependencies=[ApiKey])
+    app.include_router(cohere.jina_router, dependencies=[ApiKey])
     for prefix in ("/tei", "/models/{model_name}/tei"):  # text-embeddings-inference's API, for its clients
         app.include_router(tei.router, prefix=prefix, dependencies=[ApiKey])
         app.include_router(tei.health_router, prefix=prefix)

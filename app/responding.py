@@ -112,3 +112,15 @@ class Responder:
                 "X-Serialization-Time": f"{serialization_s * 1000:.2f}",
             },
         )
+
+
+async def answer_value(
+    request: Request, responder: Responder, work: Callable[[Timing], Awaitable[Any]], n_texts: int = 1
+) -> Response:
+    """As Responder.answer, for work that returns a JSON value in another API's shape (TEI's, Cohere's): the same
+    admission, deadline and timing."""
+
+    async def reply(timing: Timing) -> Reply:
+        return Reply(await work(timing))
+
+    return await responder.answer(request, reply, n_texts)

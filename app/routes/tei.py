@@ -8,7 +8,6 @@ work unchanged with the URL http://host:port/tei.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Request
@@ -19,11 +18,11 @@ from app import __version__
 from app.dependencies import EmbeddingsDep, InspectionDep, Registry, ResponderDep, TasksDep, get_registry
 from app.errors import ApiError, InvalidRequest
 from app.registry import ModelRegistry, ServedModel
+from app.responding import answer_value as answer
 from app.schemas import (
     ClassifyRequest,
     EncodeRequest,
     OpenAIEmbeddingsRequest,
-    Reply,
     RerankRequest,
     SimilarityRequest,
     SparseEncodeRequest,
@@ -225,17 +224,6 @@ def strings(inputs: Input, param: str = "inputs") -> list[str]:
     if any(text == "" for text in texts):
         raise Empty("Input validation error: `inputs` cannot be empty")
     return texts
-
-
-async def answer(
-    request: Request, responder: Any, work: Callable[[Timing], Awaitable[Any]], n_texts: int = 1
-) -> Response:
-    """The native responder's admission, deadline and timing, around work that returns TEI's JSON value."""
-
-    async def reply(timing: Timing) -> Reply:
-        return Reply(await work(timing))
-
-    return await responder.answer(request, reply, n_texts)
 
 
 # ---- the routes ----
