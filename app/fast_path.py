@@ -1,4 +1,5 @@
-"""The hot routes' short way in: POST /encode and /v1/embeddings without FastAPI's layers, answering the same.
+"""The hot routes' short way in: POST /encode, /v1/embeddings, /tei/embed and /v2/embed without FastAPI's layers,
+answering the same.
 
 Under many small requests the framework costs more than the work: its middleware chain, routing, dependency
 solving and body parsing took about a quarter of the service's CPU on two cores, as much as the pass and
@@ -23,9 +24,16 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.dependencies import get_registry, require_api_key
-from app.errors import ApiError, api_error_response, internal_error_response, is_json
+from app.errors import (
+    ApiError,
+    InvalidRequest,
+    api_error_response,
+    internal_error_response,
+    is_json,
+    validation_message,
+)
 from app.middleware import RequestLog, replay
-from app.routes import embeddings, openai_compat
+from app.routes import cohere, embeddings, openai_compat, tei
 from app.schemas import EncodeRequest, OpenAIEmbeddingsRequest
 
 
@@ -45,6 +53,8 @@ HOT_ROUTES = {
     for route in (
         HotRoute("/encode", EncodeRequest, embeddings.encode),
         HotRoute("/v1/embeddings", OpenAIEmbeddingsRequest, openai_compat.embeddings),
+        HotRoute("/tei/embed", tei.EmbedRequest, tei.embed_default),
+        HotRoute("/v2/embed", cohere.CohereEmbedRequest, cohere.embed),
     )
 }
 
@@ -104,7 +114,10 @@ class FastPath:
                 body=body, request=request, registry=registry, embeddings=state.embeddings, responder=state.responder
             )
         except ApiError as error:
-            response = api_error_response(error)
+            response = api_error_response(error, scope["path"])
+        except ValidationError as error:  # the body translated into a native request that refused it (TEI's, Cohere's)
+            message, _ = validation_message(error.errors()[0])  # type: ignore[arg-type]
+            response = api_error_response(InvalidRequest(None, message), scope["path"])
         except Exception:  # as the framework answers one: the 500 envelope, the traceback logged
             response = internal_error_response(scope["method"], scope["path"])
         await response(scope, receive, send)

@@ -269,6 +269,13 @@ async def embed(
     return await answer(request, responder, work, len(texts))
 
 
+async def embed_default(
+    body: EmbedRequest, request: Request, registry: ModelRegistry, embeddings: Any, responder: Any
+) -> Response:
+    """/tei/embed for the default model: the short way in (app/fast_path.py) calls it."""
+    return await embed(body, request, registry.get(None), embeddings, responder)
+
+
 @router.post("/embed_all", response_model=list[list[list[float]]], summary="TEI: every token's vector, [[[float]]]")
 async def embed_all(
     body: EmbedAllRequest, request: Request, served: Model, embeddings: EmbeddingsDep, responder: ResponderDep
