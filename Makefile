@@ -22,6 +22,8 @@ NGINX ?= /usr/sbin/nginx
 KUBECTL ?= $(or $(shell command -v kubectl 2>/dev/null),/usr/bin/kubectl)
 # The manifest checkers have dependencies of their own that conflict with the service's: their own venv.
 DEPLOY_VENV ?= .venv-deploy
+# So have TEI's clients (LangChain, LlamaIndex, Haystack), which the drop-in tests drive: their own venv too.
+CLIENTS_VENV ?= .venv-clients
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -67,8 +69,15 @@ $(KUBECTL):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends kubectl
 
-test: install-dev $(CHROMIUM) $(NGINX) $(KUBECTL)
-	CHROMIUM=$(CHROMIUM) NGINX=$(NGINX) KUBECTL=$(KUBECTL) $(BIN)/python -m pytest
+test: install-dev $(CHROMIUM) $(NGINX) $(KUBECTL) $(CLIENTS_VENV)/.installed
+	CHROMIUM=$(CHROMIUM) NGINX=$(NGINX) KUBECTL=$(KUBECTL) CLIENTS_PYTHON=$(CLIENTS_VENV)/bin/python \
+		$(BIN)/python -m pytest
+
+$(CLIENTS_VENV)/.installed: tests/clients/requirements.txt
+	$(PYTHON) -m venv $(CLIENTS_VENV)
+	$(CLIENTS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CLIENTS_VENV)/bin/python -m pip install --quiet -r tests/clients/requirements.txt
+	touch $@
 
 test-fast: install-dev
 	$(BIN)/python -m pytest -m "not slow and not browser"
@@ -116,4 +125,4 @@ screenshots: install-dev $(CHROMIUM)
 	CHROMIUM=$(CHROMIUM) $(BIN)/python docs/make_screenshots.py
 
 clean:
-	rm -rf $(VENV) $(PEERS) $(DEPLOY_VENV) build/manifests .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS) $(DEPLOY_VENV) $(CLIENTS_VENV) build/manifests .pytest_cache .mypy_cache .ruff_cache
