@@ -19,6 +19,7 @@ from app.errors import NotReady, Timeout
 from app.metrics import Metrics
 from app.schemas import Reply
 from app.serialization import NPZ_MEDIA_TYPE, dumps, npz
+from app.tokenization import NATIVE_READING, READING, Reading
 from app.work_queue import QueueClosed, Timing
 
 logger = logging.getLogger(__name__)
@@ -115,12 +116,20 @@ class Responder:
 
 
 async def answer_value(
-    request: Request, responder: Responder, work: Callable[[Timing], Awaitable[Any]], n_texts: int = 1
+    request: Request,
+    responder: Responder,
+    work: Callable[[Timing], Awaitable[Any]],
+    n_texts: int = 1,
+    reading: Reading = NATIVE_READING,
 ) -> Response:
     """As Responder.answer, for work that returns a JSON value in another API's shape (TEI's, Cohere's): the same
-    admission, deadline and timing."""
+    admission, deadline and timing; the work's texts read as ``reading`` says (app/tokenization.py)."""
 
     async def reply(timing: Timing) -> Reply:
-        return Reply(await work(timing))
+        token = READING.set(reading)
+        try:
+            return Reply(await work(timing))
+        finally:
+            READING.reset(token)
 
     return await responder.answer(request, reply, n_texts)

@@ -421,6 +421,9 @@ class SimilarityRequest(Request):
     explain: bool = Field(
         False, description="add each score's source tokens × text tokens contributions, which sum to the score"
     )
+    prompt_name: str | None = Field(
+        None, description=PROMPT_NAME + " (a multi-vector model: its query and document prompts, always)"
+    )
     truncate: bool = Field(True, description="cut texts longer than the maximum; with false such a text is a 422")
 
     model_config = ConfigDict(

@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from concurrent.futures import Executor
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from tokenizers import Encoding
@@ -28,6 +29,22 @@ logger = logging.getLogger(__name__)
 INLINE_CHARACTERS = 4096
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How another API's request reads its texts (TEI's), set for the request's work by ``reading``: cut at the
+    start rather than the end (``truncation_direction: Left``), and without the post-processor's special tokens
+    (token ids given, decoded, read again as TEI reads them)."""
+
+    left: bool = False
+    plain: bool = False
+
+
+# The reading of the request whose work is running: the native routes' (the default) unless a translating route
+# set another for its work (app/responding.py, answer_value).
+NATIVE_READING = Reading()
+READING: ContextVar[Reading | None] = ContextVar("reading", default=None)
+
+
 @dataclass(eq=False)
 class _Request:
     texts: Sequence[str]
@@ -38,6 +55,7 @@ class _Request:
     future: asyncio.Future[list[Encoding]] = field(repr=False)
     special_tokens: bool = True  # the post-processor's special tokens added (not for a template that writes its own)
     whole: bool = False  # not truncated, and a text longer than the maximum is no error (it is cut into windows)
+    left: bool = False  # truncated at the start (Reading.left)
 
     def name(self, index: int) -> str:
         """The request field that a text is: ``texts[3]``, or ``text``."""
@@ -74,8 +92,18 @@ class Tokenization:
         (``truncate`` is then not read).
         """
         loop = asyncio.get_running_loop()
+        reading = READING.get() or NATIVE_READING
+        special_tokens = special_tokens and not reading.plain
         request = _Request(
-            texts, pairs, truncate and not whole, param, indexed, loop.create_future(), special_tokens, whole
+            texts,
+            pairs,
+            truncate and not whole,
+            param,
+            indexed,
+            loop.create_future(),
+            special_tokens,
+            whole,
+            reading.left,
         )
         if not self._waiting:
             loop.call_soon(self._flush, loop)
@@ -112,29 +140,34 @@ class Tokenization:
         try:
             for truncate in (True, False):
                 for special in (True, False):
-                    group = [r for r in requests if r.truncate is truncate and r.special_tokens is special]
-                    if group:
-                        outcomes.extend(self._tokenize_group(group, truncate, special))
+                    for left in (False, True):
+                        group = [
+                            r
+                            for r in requests
+                            if r.truncate is truncate and r.special_tokens is special and r.left is left
+                        ]
+                        if group:
+                            outcomes.extend(self._tokenize_group(group, truncate, special, left))
         except BaseException as error:  # a bug here must not leave requests waiting for ever
             logger.exception("tokenising %d requests failed", len(requests))
             outcomes = [(r, error if isinstance(error, Exception) else RuntimeError(str(error))) for r in requests]
         return outcomes
 
     def _tokenize_group(
-        self, group: list[_Request], truncate: bool, special: bool = True
+        self, group: list[_Request], truncate: bool, special: bool = True, left: bool = False
     ) -> list[tuple[_Request, list[Encoding] | BaseException]]:
         texts = [text for r in group for text in r.texts]
         paired = any(r.pairs is not None for r in group)
         pairs = [pair for r in group for pair in (r.pairs or [None] * len(r.texts))] if paired else None
         try:
-            encodings = self.tokenizer.encode_unchecked(texts, pairs, truncate, special)
+            encodings = self.tokenizer.encode_unchecked(texts, pairs, truncate, special, left)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException:  # an Exception, or a panic of the Rust library (pyo3's PanicException)
             if len(group) == 1:
                 return [(group[0], self._failure(group[0]))]
             # One request's text broke the merged call: each request alone, so only that one fails.
-            return [outcome for r in group for outcome in self._tokenize_group([r], truncate, special)]
+            return [outcome for r in group for outcome in self._tokenize_group([r], truncate, special, left)]
         outcomes: list[tuple[_Request, list[Encoding] | BaseException]] = []
         start = 0
         for r in group:
@@ -160,7 +193,7 @@ class Tokenization:
             pair = None if request.pairs is None else request.pairs[index]
             try:
                 pairs = None if pair is None else [pair]
-                self.tokenizer.encode_unchecked([text], pairs, request.truncate, request.special_tokens)
+                self.tokenizer.encode_unchecked([text], pairs, request.truncate, request.special_tokens, request.left)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException as error:  # see _tokenize_group

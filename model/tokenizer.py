@@ -90,6 +90,9 @@ class TextTokenizer:
         self._truncating = Tokenizer.from_str(tokenizer.to_str())
         self._truncating.no_padding()
         self._truncating.enable_truncation(max_tokens)
+        self._left = Tokenizer.from_str(tokenizer.to_str())  # cutting at the start (TEI's truncation_direction Left)
+        self._left.no_padding()
+        self._left.enable_truncation(max_tokens, direction="left")
         self._complete = Tokenizer.from_str(tokenizer.to_str())
         self._complete.no_padding()
         self._complete.no_truncation()
@@ -164,9 +167,11 @@ class TextTokenizer:
         pairs: Sequence[str | None] | None = None,
         truncate: bool = True,
         special_tokens: bool = True,
+        left: bool = False,
     ) -> list[Encoding]:
-        """As ``encode``, but a too-long text (``truncate`` false) is returned whole: see ``check_lengths``."""
-        tokenizer = self._truncating if truncate else self._complete
+        """As ``encode``, but a too-long text (``truncate`` false) is returned whole: see ``check_lengths``. With
+        ``left`` a text is cut at its start rather than its end."""
+        tokenizer = (self._left if left else self._truncating) if truncate else self._complete
         if pairs is None:
             return tokenizer.encode_batch(list(texts), add_special_tokens=special_tokens)
         if len(pairs) != len(texts):

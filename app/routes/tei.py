@@ -28,6 +28,7 @@ from app.schemas import (
     SparseEncodeRequest,
 )
 from app.serialization import json_response
+from app.tokenization import Reading
 from app.work_queue import Timing
 
 TAG = "text-embeddings-inference"
@@ -205,25 +206,39 @@ def need_embedding(served: ServedModel) -> None:
 
 
 def truncates(body: Truncating) -> bool:
-    """TEI's truncate (null: the server's auto-truncate, true by default); a 422 for left truncation."""
-    if body.truncation_direction.lower() == "left":
-        raise InvalidRequest("truncation_direction", "only Right is served: texts are cut at their end")
+    """TEI's truncate (null: the server's auto-truncate, true by default)."""
     return True if body.truncate is None else body.truncate
 
 
-def strings(inputs: Input, param: str = "inputs") -> list[str]:
-    """TEI's inputs as texts: one string or a list of them (token ids are not taken by this route's service)."""
+def reading(body: Truncating, plain: bool = False) -> Reading:
+    """How the route's texts are read: cut at their start for truncation_direction Left; ``plain``: without the
+    post-processor's special tokens (decoded token ids)."""
+    return Reading(left=body.truncation_direction.lower() == "left", plain=plain)
+
+
+def strings(inputs: Input, served: ServedModel | None = None) -> tuple[list[str], bool]:
+    """TEI's inputs as texts, and whether they are decoded token ids: one string or a list of them, or (with
+    ``served``) token ids, which TEI decodes, special tokens kept, and reads again without adding any."""
     if isinstance(inputs, str):
         texts = [inputs]
     elif inputs and all(isinstance(item, str) for item in inputs):
         texts = [item for item in inputs if isinstance(item, str)]
     elif not inputs:
         raise Empty("Input validation error: `inputs` cannot be empty")
+    elif served is not None and all(not isinstance(item, str) for item in inputs):
+        rows: list[list[int]] = [inputs] if isinstance(inputs[0], int) else inputs  # type: ignore[assignment]
+        tokenizer = served.card.tokenizer
+        for index, row in enumerate(rows):
+            if not row:
+                raise Empty("Input validation error: `inputs` cannot be empty")
+            if any(not 0 <= i < tokenizer.vocab_size for i in row):
+                raise InvalidRequest(f"inputs[{index}]", f"token ids run from 0 to {tokenizer.vocab_size - 1}")
+        return [tokenizer.decode(row, skip_special_tokens=False) for row in rows], True
     else:
-        raise InvalidRequest(param, "token ids are taken by /tei/embed alone; send texts")
+        raise InvalidRequest("inputs", "texts or token ids, not both in one batch")
     if any(text == "" for text in texts):
         raise Empty("Input validation error: `inputs` cannot be empty")
-    return texts
+    return texts, False
 
 
 # ---- the routes ----
@@ -253,7 +268,7 @@ async def embed(
             return [item.embedding for item in reply.body.data]
 
         return await answer(request, responder, from_ids, len(rows))
-    texts = strings(inputs)
+    texts, _ = strings(inputs)
     native = EncodeRequest(
         texts=texts,
         normalize=body.normalize,
@@ -266,7 +281,7 @@ async def embed(
         reply = await embeddings.encode(served, native, timing)
         return [item.embedding for item in reply.body.data]
 
-    return await answer(request, responder, work, len(texts))
+    return await answer(request, responder, work, len(texts), reading(body))
 
 
 async def embed_default(
@@ -283,7 +298,9 @@ async def embed_all(
     need_embedding(served)
     if splade(served):
         raise Backend("`embed_all` is not available for SPLADE models")
-    texts = strings(body.inputs)
+    texts, ids = strings(body.inputs, served)
+    if ids and body.prompt_name is not None:
+        raise InvalidRequest("prompt_name", "not with token ids")
     native = EncodeRequest(
         texts=texts,
         normalize=False,
@@ -296,7 +313,7 @@ async def embed_all(
         reply = await embeddings.encode(served, native, timing)
         return [item.token_embeddings for item in reply.body.data]
 
-    return await answer(request, responder, work, len(texts))
+    return await answer(request, responder, work, len(texts), reading(body, ids))
 
 
 @router.post(
@@ -309,7 +326,7 @@ async def embed_sparse(
         raise Backend("Model is not an embedding model with SPLADE pooling")
     if body.prompt_name is not None:
         raise InvalidRequest("prompt_name", "sparse embeddings take no prompt")
-    texts = strings(body.inputs)
+    texts, ids = strings(body.inputs, served)
     native = SparseEncodeRequest(texts=texts, truncate=truncates(body))
 
     async def work(timing: Timing) -> Any:
@@ -319,7 +336,7 @@ async def embed_sparse(
             for item in reply.body.data
         ]
 
-    return await answer(request, responder, work, len(texts))
+    return await answer(request, responder, work, len(texts), reading(body, ids))
 
 
 @router.post(
@@ -356,7 +373,7 @@ async def predict(
         ranked = [[{"score": label.score, "label": label.label} for label in item.labels] for item in reply.body.data]
         return ranked[0] if one else ranked
 
-    return await answer(request, responder, work, len(texts))
+    return await answer(request, responder, work, len(texts), reading(body))
 
 
 @router.post("/rerank", response_model=list[Rank], summary="TEI: the texts' relevance to the query, best first")
@@ -384,7 +401,7 @@ async def rerank(
             ranks.append(rank)
         return ranks
 
-    return await answer(request, responder, work, len(body.texts))
+    return await answer(request, responder, work, len(body.texts), reading(body))
 
 
 @router.post(
@@ -397,17 +414,18 @@ async def similarity(
     if not body.inputs.sentences:
         raise Empty("`inputs.sentences` cannot be empty")
     parameters = body.parameters or SimilarityParameters()
-    if parameters.prompt_name is not None:
-        raise InvalidRequest("parameters.prompt_name", "the model's default prompt is the one taken here")
     native = SimilarityRequest(
-        source=body.inputs.source_sentence, texts=body.inputs.sentences, truncate=truncates(parameters)
+        source=body.inputs.source_sentence,
+        texts=body.inputs.sentences,
+        truncate=truncates(parameters),
+        prompt_name=parameters.prompt_name,
     )
 
     async def work(timing: Timing) -> Any:
         reply = await inspection.similarity(served, native, timing)
         return [item.score for item in reply.body.data]
 
-    return await answer(request, responder, work, len(body.inputs.sentences) + 1)
+    return await answer(request, responder, work, len(body.inputs.sentences) + 1, reading(parameters))
 
 
 @router.post("/tokenize", response_model=list[list[SimpleToken]], summary="TEI: tokens with byte offsets")

@@ -232,6 +232,10 @@ class Inspection:
         self.embeddings.check_batch(len(request.texts))
         model = served.card
         if model.multi_vector is not None:
+            if request.prompt_name is not None:
+                raise InvalidRequest(
+                    "prompt_name", "a multi-vector model reads the source and texts with its own prompts"
+                )
             return await self.late_similarity(served, request, timing)
         # Dense modules after pooling go through a weighted sum whose weights sum to 1 only where they are affine
         # (no activation), and not through a max or a sum scaled by √n
@@ -243,7 +247,7 @@ class Inspection:
                 f"{' with an activation' if not model.pooling.affine else ''}: its cosine does not split into token "
                 "pairs exactly; send explain false",
             )
-        texts, skip = self.embeddings.prompted(served, [request.source, *request.texts], None)
+        texts, skip = self.embeddings.prompted(served, [request.source, *request.texts], request.prompt_name)
         (source_encoding,) = await served.tokens.encode(
             texts[:1], truncate=request.truncate, param="source", indexed=False
         )

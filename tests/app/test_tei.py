@@ -159,8 +159,10 @@ def test_errors_take_teis_body_and_statuses(server: str) -> None:
     tei_error(httpx.post(f"{server}/tei/embed_sparse", json={"inputs": "x"}), 424, "Backend", "SPLADE")
     tei_error(httpx.post(f"{server}/models/splade/tei/embed", json={"inputs": "x"}), 424, "Backend", "normalize")
     tei_error(httpx.post(f"{server}/tei/embed", json={"inputs": 5}), 422, "Validation")
-    left = {"inputs": "x", "truncation_direction": "Left"}
-    tei_error(httpx.post(f"{server}/tei/embed", json=left), 422, "Validation", "only Right")
+    left = {"inputs": "x", "truncation_direction": "Up"}
+    tei_error(httpx.post(f"{server}/tei/embed", json=left), 422, "Validation", "truncation_direction")
+    prompt = {"inputs": {"source_sentence": "a", "sentences": ["b"]}, "parameters": {"prompt_name": "query"}}
+    tei_error(httpx.post(f"{server}/tei/similarity", json=prompt), 422, "Validation", "has no prompt 'query'")
     malformed = httpx.post(f"{server}/tei/embed", content=b"{bad", headers={"content-type": "application/json"})
     tei_error(malformed, 422, "Validation", "malformed JSON")
     tei_error(httpx.post(f"{server}/models/nobody/tei/embed", json={"inputs": "x"}), 404, "Validation", "nobody")
@@ -200,3 +202,33 @@ def test_the_openapi_document_lists_the_tei_routes_under_their_tag(server: str) 
         "/models/{model_name}/tei/embed",
     ):
         assert path in tagged, sorted(tagged)
+
+
+@pytest.mark.parametrize("direction", ["Left", "left"])
+def test_left_truncation_keeps_the_end_as_tokenizers_cuts_it(server: str, direction: str) -> None:
+    """truncation_direction Left: the text's last tokens kept, the special tokens around them, as the tokenizers
+    library truncates on the left; the same ids sent to /v1/embeddings give the same vector."""
+    from tokenizers import Tokenizer
+
+    text = " ".join(f"word{i}" for i in range(400))
+    tokenizer = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(256, direction="left")
+    ids = tokenizer.encode(text).ids
+    assert len(ids) == 256 and ids[0] == 101 and ids[-1] == 102
+    expected = native(server, "/v1/embeddings", {"input": ids})["data"][0]["embedding"]
+    body = {"inputs": text, "truncation_direction": direction}
+    np.testing.assert_allclose(httpx.post(f"{server}/tei/embed", json=body).json()[0], expected, atol=1e-6)
+    right = native(server, "/encode", {"texts": [text]})["data"][0]["embedding"]
+    assert not np.allclose(right, expected, atol=1e-3)  # the end, not the start
+    pair = {"query": "a fox", "texts": [text], "truncation_direction": direction, "raw_scores": True}
+    assert httpx.post(f"{server}/models/ce/tei/rerank", json=pair).status_code == 200
+
+
+def test_token_ids_are_decoded_and_read_again_as_tei_does(server: str) -> None:
+    ids = [101, 7592, 2088, 102]  # [CLS] hello world [SEP]
+    every = httpx.post(f"{server}/tei/embed_all", json={"inputs": [ids]}).json()
+    tokens = native(server, "/encode", {"texts": ["hello world"], "return_token_embeddings": True, "normalize": False})
+    np.testing.assert_allclose(every[0], tokens["data"][0]["token_embeddings"], atol=1e-6)
+    mixed = httpx.post(f"{server}/tei/embed_all", json={"inputs": ["text", [101, 102]]})
+    tei_error(mixed, 422, "Validation", "not both")

@@ -438,12 +438,12 @@ async def test_tokenization_merges_requests_of_one_turn_and_confines_failures(
 
         max_tokens = real.max_tokens
 
-        def encode_unchecked(self, texts, pairs=None, truncate=True, special_tokens=True):
+        def encode_unchecked(self, texts, pairs=None, truncate=True, special_tokens=True, left=False):
             calls.append(len(texts))
             threads.add(threading.current_thread().name)
             if any(POISON in text for text in texts):
                 raise failure("cannot take this text")
-            return real.encode_unchecked(texts, pairs, truncate, special_tokens)
+            return real.encode_unchecked(texts, pairs, truncate, special_tokens, left)
 
         def check_lengths(self, encodings):
             return real.check_lengths(encodings)
