@@ -324,9 +324,12 @@ async def embed_sparse(
 ) -> Response:
     if served.card.sparse is None:
         raise Backend("Model is not an embedding model with SPLADE pooling")
-    if body.prompt_name is not None:
-        raise InvalidRequest("prompt_name", "sparse embeddings take no prompt")
     texts, ids = strings(body.inputs, served)
+    if body.prompt_name is not None:  # the prompt's text before each, as TEI puts it
+        if ids or body.prompt_name not in served.card.prompts:
+            have = ", ".join(served.card.prompts) or "none"
+            raise InvalidRequest("prompt_name", f"no prompt {body.prompt_name!r} for texts (the model's: {have})")
+        texts = [served.card.prompts[body.prompt_name] + text for text in texts]
     native = SparseEncodeRequest(texts=texts, truncate=truncates(body))
 
     async def work(timing: Timing) -> Any:

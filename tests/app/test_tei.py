@@ -232,3 +232,10 @@ def test_token_ids_are_decoded_and_read_again_as_tei_does(server: str) -> None:
     np.testing.assert_allclose(every[0], tokens["data"][0]["token_embeddings"], atol=1e-6)
     mixed = httpx.post(f"{server}/tei/embed_all", json={"inputs": ["text", [101, 102]]})
     tei_error(mixed, 422, "Validation", "not both")
+    tokens = native(server, "/tokenize", {"texts": [TEXTS[1]], "model": "splade"})["data"][0]["tokens"]
+    sparse = native(server, "/encode/sparse", {"texts": [TEXTS[1]], "model": "splade"})["data"][0]
+    splade_ids = [token["id"] for token in tokens]
+    by_ids = httpx.post(f"{server}/models/splade/tei/embed_sparse", json={"inputs": splade_ids}).json()[0]
+    assert [entry["index"] for entry in by_ids] == sparse["indices"]
+    unknown = {"inputs": "x", "prompt_name": "nope"}
+    tei_error(httpx.post(f"{server}/models/splade/tei/embed_sparse", json=unknown), 422, "Validation", "no prompt")
