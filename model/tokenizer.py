@@ -90,9 +90,7 @@ class TextTokenizer:
         self._truncating = Tokenizer.from_str(tokenizer.to_str())
         self._truncating.no_padding()
         self._truncating.enable_truncation(max_tokens)
-        self._left = Tokenizer.from_str(tokenizer.to_str())  # cutting at the start (TEI's truncation_direction Left)
-        self._left.no_padding()
-        self._left.enable_truncation(max_tokens, direction="left")
+        self._left: Tokenizer | None = None  # cutting at the start (TEI's truncation_direction Left): ``left``
         self._complete = Tokenizer.from_str(tokenizer.to_str())
         self._complete.no_padding()
         self._complete.no_truncation()
@@ -171,7 +169,7 @@ class TextTokenizer:
     ) -> list[Encoding]:
         """As ``encode``, but a too-long text (``truncate`` false) is returned whole: see ``check_lengths``. With
         ``left`` a text is cut at its start rather than its end."""
-        tokenizer = (self._left if left else self._truncating) if truncate else self._complete
+        tokenizer = (self.left if left else self._truncating) if truncate else self._complete
         if pairs is None:
             return tokenizer.encode_batch(list(texts), add_special_tokens=special_tokens)
         if len(pairs) != len(texts):
@@ -185,21 +183,49 @@ class TextTokenizer:
             if len(encoding.ids) > self.max_tokens:
                 raise TooManyTokensError(index, len(encoding.ids), self.max_tokens)
 
-    def from_ids(self, ids: Sequence[int]) -> TokenIds:
-        """Token ids as they are, cut to ``max_tokens``; ValueError naming the first id outside the vocabulary."""
+    @property
+    def left(self) -> Tokenizer:
+        """The copy that truncates at the start, made on first use (few requests ask for it)."""
+        if self._left is None:
+            left = Tokenizer.from_str(self._complete.to_str())
+            left.enable_truncation(self.max_tokens, direction="left")
+            self._left = left
+        return self._left
+
+    def check_ids(self, ids: Sequence[int]) -> None:
+        """TokenIdOutOfRange naming the first id outside the vocabulary."""
         size = self.vocab_size
         for position, token in enumerate(ids):
             if not 0 <= token < size:
                 raise TokenIdOutOfRange(position, token, size)
+
+    def from_ids(self, ids: Sequence[int]) -> TokenIds:
+        """Token ids as they are, cut to ``max_tokens``; ValueError naming the first id outside the vocabulary."""
+        self.check_ids(ids)
         kept = list(ids[: self.max_tokens])
         return TokenIds(kept, [0] * len(kept))
+
+    @staticmethod
+    def framing(encoding: Encoding) -> tuple[int, int]:
+        """How many special tokens lead the encoding ([CLS]) and how many trail it ([SEP])."""
+        mask = encoding.special_tokens_mask
+        lead = next((i for i, special in enumerate(mask) if not special), len(mask))
+        trail = next((i for i, special in enumerate(reversed(mask)) if not special), 0)
+        return lead, trail
+
+    def cut(self, encoding: Encoding, limit: int) -> list[int]:
+        """The positions an encoding keeps when cut to ``limit`` tokens as transformers truncates: the special
+        tokens around kept, the content shortened at its end."""
+        n = len(encoding.ids)
+        if n <= limit:
+            return list(range(n))
+        lead, trail = self.framing(encoding)
+        return [*range(min(lead, limit)), *range(lead, max(limit - trail, lead)), *range(n - trail, n)][:limit]
 
     def window_content(self, encoding: Encoding) -> int:
         """How many content tokens (not special) one window of ``max_tokens`` holds with this encoding's special
         tokens around them."""
-        mask = encoding.special_tokens_mask
-        lead = next((i for i, special in enumerate(mask) if not special), len(mask))
-        trail = next((i for i, special in enumerate(reversed(mask)) if not special), 0)
+        lead, trail = self.framing(encoding)
         return max(self.max_tokens - lead - trail, 1)
 
     def windows(self, encoding: Encoding, overlap: int = 0) -> list[TokenSequence]:
@@ -208,9 +234,8 @@ class TextTokenizer:
         − ``overlap``) content tokens, the last one shorter. An encoding that fits is its own one window."""
         if len(encoding.ids) <= self.max_tokens:
             return [encoding]
-        ids, mask = encoding.ids, encoding.special_tokens_mask
-        lead = next((i for i, special in enumerate(mask) if not special), len(ids))
-        trail = next((i for i, special in enumerate(reversed(mask)) if not special), 0)
+        ids = encoding.ids
+        lead, trail = self.framing(encoding)
         prefix, content, suffix = ids[:lead], ids[lead : len(ids) - trail], ids[len(ids) - trail :]
         room = self.window_content(encoding)
         step = max(room - overlap, 1)

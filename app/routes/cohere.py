@@ -165,13 +165,12 @@ async def embed(
         truncate=body.truncate == "END",
         dimensions=body.output_dimension,
         prompt_name=input_prompt(served, body.input_type),
-        return_tokens=True,
     )
 
     async def work(timing: Timing) -> Any:
         reply = await embeddings.encode(served, native, timing)
         vectors = np.stack([item.embedding for item in reply.body.data])  # (B, D), as /encode gives them
-        tokens = sum(len(item.tokens) for item in reply.body.data)
+        tokens = reply.body.usage.prompt_tokens
         return {
             "id": str(uuid.uuid4()),
             "embeddings": {kind: vectors_as(kind, vectors) for kind in wanted},

@@ -30,6 +30,7 @@ from app.schemas import (
 from app.serialization import json_response
 from app.tokenization import Reading
 from app.work_queue import Timing
+from model.tokenizer import TokenIdOutOfRange
 
 TAG = "text-embeddings-inference"
 
@@ -231,8 +232,10 @@ def strings(inputs: Input, served: ServedModel | None = None) -> tuple[list[str]
         for index, row in enumerate(rows):
             if not row:
                 raise Empty("Input validation error: `inputs` cannot be empty")
-            if any(not 0 <= i < tokenizer.vocab_size for i in row):
-                raise InvalidRequest(f"inputs[{index}]", f"token ids run from 0 to {tokenizer.vocab_size - 1}")
+            try:
+                tokenizer.check_ids(row)
+            except TokenIdOutOfRange as error:
+                raise InvalidRequest(f"inputs[{index}][{error.position}]", str(error)) from None
         return [tokenizer.decode(row, skip_special_tokens=False) for row in rows], True
     else:
         raise InvalidRequest("inputs", "texts or token ids, not both in one batch")
@@ -474,8 +477,10 @@ async def decode(body: DecodeRequest, served: Model) -> Response:
     tokenizer = served.card.tokenizer
     texts = []
     for row in rows:
-        if any(not 0 <= i < tokenizer.vocab_size for i in row):
-            raise InvalidRequest("ids", f"token ids run from 0 to {tokenizer.vocab_size - 1}")
+        try:
+            tokenizer.check_ids(row)
+        except TokenIdOutOfRange as error:
+            raise InvalidRequest(f"ids[{error.position}]", str(error)) from None
         texts.append(tokenizer.decode(row, skip_special_tokens=body.skip_special_tokens))
     return json_response(texts)
 

@@ -439,23 +439,15 @@ class Embeddings:
         limit = late.length(query, model.max_tokens)
         sides = []
         for index, encoding in enumerate(encodings):
-            ids, n = encoding.ids, len(encoding.ids)
-            kept = list(range(n))
-            if n > limit:
-                if not truncate:
-                    where = f"{param}[{index}]" if indexed else param
-                    side = "query" if query else "document"
-                    message = f"has {n} tokens, more than the {side} maximum of {limit} (send truncate: true to cut it)"
-                    raise InvalidRequest(where, message)
-                mask = encoding.special_tokens_mask
-                lead = next((i for i, special in enumerate(mask) if not special), n)
-                trail = next((i for i, special in enumerate(reversed(mask)) if not special), 0)
-                kept = [*range(min(lead, limit)), *range(lead, max(limit - trail, lead)), *range(n - trail, n)][:limit]
-            sides.append(
-                SideTokens(
-                    [ids[p] for p in kept], [encoding.type_ids[p] for p in kept], [encoding.tokens[p] for p in kept]
-                )
-            )
+            n = len(encoding.ids)
+            if n > limit and not truncate:
+                where = f"{param}[{index}]" if indexed else param
+                side = "query" if query else "document"
+                message = f"has {n} tokens, more than the {side} maximum of {limit} (send truncate: true to cut it)"
+                raise InvalidRequest(where, message)
+            kept = model.tokenizer.cut(encoding, limit)
+            ids, types, tokens = encoding.ids, encoding.type_ids, encoding.tokens
+            sides.append(SideTokens([ids[p] for p in kept], [types[p] for p in kept], [tokens[p] for p in kept]))
         return sides
 
     async def sparse(self, served: ServedModel, request: SparseEncodeRequest, timing: Timing | None = None) -> Reply:
