@@ -43,28 +43,28 @@ EXIT_ENGINE_FAILED = 1
 STOP_TIMEOUT_S = 30.0
 
 
-def exit_with_parent() -> None:
-    """Stop this process (as SIGTERM does: what it holds is answered) once the supervisor that started it is gone,
-    killed or crashed: no engine or front end outlives it, holding the port and the models' memory."""
-    parent = os.getppid()
+def exit_with_parent(parent: int) -> None:
+    """Stop this process (as SIGTERM does: what it holds is answered) once the supervisor ``parent`` that started
+    it is gone, killed or crashed: no engine or front end outlives it, holding the port and the models' memory.
+
+    The supervisor's pid comes from the supervisor, not from ``os.getppid()`` here: a supervisor killed while this
+    process was still starting has already handed it to another parent. Should stopping take longer than
+    ``STOP_TIMEOUT_S``, SIGALRM's default action ends the process, whatever the interpreter is doing then."""
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
+        signal.alarm(int(STOP_TIMEOUT_S))
         os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(STOP_TIMEOUT_S)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(1)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def engine_main(path: str, ready: Connection) -> None:
+def engine_main(path: str, ready: Connection, parent: int) -> None:
     """The engine process: load every model, then serve the front ends on the Unix socket ``path``."""
     import asyncio
 
-    exit_with_parent()
+    exit_with_parent(parent)
     from app.admission import Admission
     from app.compute import bound_kernel_caches
     from app.engine import Engine
@@ -97,13 +97,13 @@ def engine_main(path: str, ready: Connection) -> None:
     logger.info("engine stopped")
 
 
-def front_end_main(listener: socket.socket, path: str, index: int, keep_alive_s: int = 5) -> None:
+def front_end_main(listener: socket.socket, path: str, parent: int, keep_alive_s: int = 5) -> None:
     """A front-end process: the HTTP API on the shared socket, the models' work sent to the engine."""
+    exit_with_parent(parent)
     import uvicorn
 
     from app.main import create_app, exit_process
 
-    exit_with_parent()
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings, on_load_failure=exit_process, engine=path)
@@ -127,7 +127,7 @@ class Supervisor:
     def start_engine(self) -> BaseProcess | None:
         """The engine, once it serves; None if it exits first (its log says why)."""
         ready, ready_child = self.context.Pipe(duplex=False)
-        engine = self.context.Process(target=engine_main, args=(self.path, ready_child), name="engine")
+        engine = self.context.Process(target=engine_main, args=(self.path, ready_child, os.getpid()), name="engine")
         engine.start()
         ready_child.close()
         while not self.stopping:
@@ -145,7 +145,7 @@ class Supervisor:
     def start_front_end(self, index: int) -> None:
         process = self.context.Process(
             target=front_end_main,
-            args=(self.listener, self.path, index, self.keep_alive_s),
+            args=(self.listener, self.path, os.getpid(), self.keep_alive_s),
             name=f"front-end-{index}",
         )
         process.start()

@@ -51,6 +51,18 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def started(pid: int) -> list[int]:
+    """The engine and front ends that the supervisor ``pid`` started (not multiprocessing's resource tracker)."""
+    spawned = []
+    for child in children(pid):
+        try:
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                spawned.append(child)
+        except OSError:
+            pass
+    return spawned
+
+
 def engine_pid(process: subprocess.Popen) -> int:
     match = re.search(r"one engine \(pid (\d+)\)", server_log(process))
     assert match, server_log(process)
@@ -320,7 +332,7 @@ async def test_bad_input_through_one_front_end_harms_no_request_through_another(
 
 def test_no_process_outlives_a_supervisor_that_is_killed(service: tuple[subprocess.Popen, str]) -> None:
     process, url = service
-    spawned = [pid for pid in children(process.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    spawned = started(process.pid)
     assert len(spawned) == 3  # the engine and two front ends
     process.kill()
     process.wait(30)
@@ -330,6 +342,31 @@ def test_no_process_outlives_a_supervisor_that_is_killed(service: tuple[subproce
     assert not any(Path(f"/proc/{pid}").exists() for pid in spawned), "an engine or front end outlived the supervisor"
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{url}/health", timeout=2)
+
+
+@pytest.mark.parametrize("delay", [0.4, 0.9, 1.4])
+def test_no_process_outlives_a_supervisor_killed_while_they_start(models: str, delay: float) -> None:
+    """Killed as its front ends start, before they have imported what they need, the supervisor leaves nothing
+    behind either: a child that asked for its parent's pid only then would find its new parent already. (Here a
+    front end took about a second to reach that point; the delays span it.)"""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ENCODER_DEVICE": "cpu", "ENCODER_MODELS": models}
+    env |= {"ENCODER_WORKERS": "2"}
+    command = [sys.executable, "-m", "app.serve", "--port", str(free_port())]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(spawned := started(process.pid)) < 3 and time.monotonic() < deadline:  # the engine is ready
+        time.sleep(0.001)
+    time.sleep(delay)
+    process.kill()
+    process.wait(30)
+    assert len(spawned) == 3, "the supervisor started no front ends"
+    deadline = time.monotonic() + 45
+    while any(Path(f"/proc/{pid}").exists() for pid in spawned) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [pid for pid in spawned if Path(f"/proc/{pid}").exists()]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "an engine or front end outlived a supervisor killed while they started"
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
