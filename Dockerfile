@@ -29,13 +29,13 @@ RUN pip install --no-deps . \
 FROM python:${PYTHON_VERSION}-slim AS runtime
 RUN useradd --create-home --no-log-init --uid 10001 encoder
 COPY --from=build /opt/venv /opt/venv
-# One front end by default (ENCODER_WORKERS: more are front-end processes around one engine that holds the
-# models, docs/SCALING.md). Keep-alive longer than a load balancer's idle timeout (often 60 s), so that the
+# Front ends chosen from the container's cores and its device (ENCODER_WORKERS=auto: one process below 16 cores
+# on a CPU; more are front-end processes around one engine that holds the models, docs/SCALING.md). Keep-alive longer than a load balancer's idle timeout (often 60 s), so that the
 # balancer, not the service, closes idle connections.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HF_HUB_OFFLINE=1 \
-    ENCODER_WORKERS=1 \
+    ENCODER_WORKERS=auto \
     UVICORN_HOST=0.0.0.0 \
     UVICORN_PORT=8000 \
     UVICORN_TIMEOUT_KEEP_ALIVE=75

@@ -2,14 +2,14 @@
 
     python -m app.serve [--host 127.0.0.1] [--port 8000]
 
-With ``ENCODER_WORKERS`` = N > 1 the supervisor (this process, which imports neither torch nor the models) binds
-the listening socket, starts the engine process (app/engine.py: the models, their queues, batching and passes)
-and, once it is ready, N front-end processes that share the socket, each an event loop with the whole HTTP API
-(validation, tokenisation, serialisation) and no weights; they send the models' work to the engine. One socket
-shared, not one each with SO_REUSEPORT: the connections waiting in a socket's queue are lost when its process
-dies, and a shared queue outlives any one front end (measured: a front end killed under load cost connections
-with SO_REUSEPORT, none with the shared socket). With N = 1
-it serves as ``uvicorn --factory app.main:create_app`` does, in one process.
+With ``ENCODER_WORKERS`` = N > 1 (``auto``: chosen from the cores and the device, ``front_ends``) the supervisor
+(this process, which imports neither torch nor the models) binds the listening socket, starts the engine process
+(app/engine.py: the models, their queues, batching and passes) and, once it is ready, N front-end processes that
+share the socket, each an event loop with the whole HTTP API (validation, tokenisation, serialisation) and no
+weights; they send the models' work to the engine. One socket shared, not one each with SO_REUSEPORT: the
+connections waiting in a socket's queue are lost when its process dies, and a shared queue outlives any one front
+end (measured: a front end killed under load cost connections with SO_REUSEPORT, none with the shared socket).
+With N = 1 it serves as ``uvicorn --factory app.main:create_app`` does, in one process.
 
 Faults: a front end that dies is replaced, the others serve meanwhile. When the engine dies, the requests waiting
 for it are answered 503 ``not_ready`` at once (their front ends see the engine's socket close), and the
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import multiprocessing
 import os
 import signal
@@ -41,6 +42,42 @@ logger = logging.getLogger("app.serve")
 
 EXIT_ENGINE_FAILED = 1
 STOP_TIMEOUT_S = 30.0
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+NVIDIA_CONTROL = Path("/dev/nvidiactl")
+
+
+def available_cores(cpu_max: Path = CGROUP_CPU_MAX) -> int:
+    """The cores this process may use: its CPU affinity, within its cgroup's CPU quota (a container's CPU limit,
+    which the affinity does not show: a pod limited to 2 cores of a 64-core node sees 64)."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota here
+    return cores
+
+
+def computes_on_gpu(device: str, control: Path = NVIDIA_CONTROL) -> bool:
+    """Whether the engine will compute on a GPU, told without importing torch here: ``cuda…`` says so, ``cpu``
+    says not, and ``auto`` finds CUDA where the NVIDIA driver's control device is and CUDA_VISIBLE_DEVICES does
+    not hide every GPU."""
+    if device != "auto":
+        return device.startswith("cuda")
+    return os.environ.get("CUDA_VISIBLE_DEVICES") not in ("", "-1") and control.exists()
+
+
+def front_ends(workers: int | str, cores: int, gpu: bool) -> int:
+    """ENCODER_WORKERS, ``auto`` resolved. A front end spends about 0.5 ms of one core on a one-text request
+    (BENCHMARKS.md, "Past the event loop"), one event loop's worth of about 2,000 requests a second. On a CPU the
+    model's pass costs far more (all-MiniLM-L6-v2: about 10 core-ms a text), so one front end keeps up with the
+    passes of about 16 cores: one more for every 16. On a GPU the pass costs the host next to nothing and the front
+    ends are what limits: one for every 4 cores, the rest left to the engine's loop, lanes and tokenisation. At
+    most 8; on 2 cores a second process costs more CPU a request than one process saves (measured), so 1."""
+    if workers != "auto":
+        return int(workers)
+    return max(1, min(8, cores // 4 if gpu else 1 + cores // 16))
 
 
 def exit_with_parent(parent: int) -> None:
@@ -112,8 +149,9 @@ def front_end_main(listener: socket.socket, path: str, parent: int, keep_alive_s
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, host: str, port: int, keep_alive_s: int = 5) -> None:
+    def __init__(self, settings: Settings, workers: int, host: str, port: int, keep_alive_s: int = 5) -> None:
         self.settings = settings
+        self.workers = workers
         self.keep_alive_s = keep_alive_s
         self.context = multiprocessing.get_context("spawn")
         self.listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -176,7 +214,7 @@ class Supervisor:
         # the front ends' HTTP metrics, summed over them (app/metrics.py); set after the engine started: it
         # counts its own
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="encoder-metrics-")
-        for index in range(self.settings.workers):
+        for index in range(self.workers):
             self.start_front_end(index)
         logger.info(
             "serving on %s:%d: one engine (pid %d), %d front ends",
@@ -212,6 +250,22 @@ class Supervisor:
         return status
 
 
+def settings_or_exit() -> Settings:
+    """The ENCODER_* settings, or a line for each variable that is wrong and exit status 2 (not a traceback)."""
+    from pydantic import ValidationError
+
+    try:
+        return get_settings()
+    except ValidationError as error:
+        wrong: dict[str, tuple[object, list[str]]] = {}
+        for problem in error.errors():
+            name = f"ENCODER_{str(problem['loc'][0]).upper()}" if problem["loc"] else "ENCODER_*"
+            wrong.setdefault(name, (problem["input"], []))[1].append(problem["msg"])
+        for name, (value, messages) in wrong.items():
+            print(f"{name}: {'; or '.join(messages)} (got {value!r})", file=sys.stderr)
+        sys.exit(2)
+
+
 def main() -> None:
     """``python -m app.serve``: where to listen as uvicorn's command line takes it (``--host``, ``--port``,
     ``--timeout-keep-alive``, or the UVICORN_HOST, UVICORN_PORT, UVICORN_TIMEOUT_KEEP_ALIVE variables that it
@@ -232,9 +286,19 @@ def main() -> None:
         "--no-access-log", action="store_true", help="accepted as uvicorn takes it (the service logs each request)"
     )
     args = parser.parse_args()
-    settings = get_settings()
+    settings = settings_or_exit()
     configure_logging(settings.log_level, settings.log_format)
-    if settings.workers == 1:
+    cores, gpu = available_cores(), computes_on_gpu(settings.device)
+    workers = front_ends(settings.workers, cores, gpu)
+    if settings.workers == "auto":
+        logger.info(
+            "ENCODER_WORKERS=auto: %d front end%s (%d cores, %s)",
+            workers,
+            "" if workers == 1 else "s",
+            cores,
+            "a GPU computes" if gpu else "the CPU computes",
+        )
+    if workers == 1:
         import uvicorn
 
         # uvicorn raises the SIGTERM it handled again once it has shut down, as the handler it found would take it:
@@ -250,7 +314,7 @@ def main() -> None:
             timeout_keep_alive=args.timeout_keep_alive,
         )
         return
-    sys.exit(Supervisor(settings, args.host, args.port, args.timeout_keep_alive).run())
+    sys.exit(Supervisor(settings, workers, args.host, args.port, args.timeout_keep_alive).run())
 
 
 if __name__ == "__main__":

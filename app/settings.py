@@ -110,12 +110,11 @@ class Settings(BaseSettings):
         description="forward passes computed at once, each on its share of torch's threads (one that runs alone "
         "takes them all); unset: 3 on a CPU where torch has 2 threads, 2 where it has 3, else 1",
     )
-    workers: int = Field(
-        1,
-        ge=1,
-        le=64,
+    workers: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = Field(
+        "auto",
         description="front-end processes (HTTP, validation, tokenisation, serialisation) around one engine process "
-        "that holds the models, under `python -m app.serve`; 1: one process does everything",
+        "that holds the models, under `python -m app.serve`; 1: one process does everything; auto: one a 4 cores "
+        "where a GPU computes (at most 8), one plus one a 16 cores on a CPU (at most 8): 1 below 16 cores",
     )
     batch_wait_ms: float = Field(
         0.0,

@@ -33,12 +33,12 @@ def test_hadolint_does_fail_on_a_bad_dockerfile(tmp_path: Path) -> None:
     assert result.returncode != 0 and "DL3007" in result.stdout
 
 
-def test_dockerfile_is_multi_stage_non_root_with_one_worker_and_a_healthcheck() -> None:
+def test_dockerfile_is_multi_stage_non_root_with_auto_workers_and_a_healthcheck() -> None:
     assert len(re.findall(r"^FROM ", DOCKERFILE, re.M)) >= 2
     assert re.search(r"^USER 10001", DOCKERFILE, re.M)
     assert re.search(r"^HEALTHCHECK .*\n?.*127\.0\.0\.1:8000/health", DOCKERFILE, re.M)
     assert 'CMD ["python", "-m", "app.serve"]' in DOCKERFILE
-    assert "ENCODER_WORKERS=1" in DOCKERFILE and "UVICORN_HOST=0.0.0.0" in DOCKERFILE
+    assert "ENCODER_WORKERS=auto" in DOCKERFILE and "UVICORN_HOST=0.0.0.0" in DOCKERFILE
     assert "UVICORN_TIMEOUT_KEEP_ALIVE=75" in DOCKERFILE
 
 
