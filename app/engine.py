@@ -2,9 +2,9 @@
 
 Front-end processes (HTTP, validation, tokenisation, serialisation; no weights) send it tasks (app/messages.py)
 over a Unix socket and await the answers; the engine runs each through the served model's queue exactly as a
-single process does. Framing: a 4-byte little-endian length, then a pickle (protocol 5) of the message: a
-stream costs half the CPU a round trip of the best zmq variant measured (BENCHMARKS.md, "How a task crosses
-between processes").
+single process does. Each message is one frame of app/wire.py: a pickle whose arrays travel beside it, a large
+answer read straight into its own memory. A Unix stream costs half the CPU a round trip of the best zmq variant
+measured (BENCHMARKS.md, "How a task crosses between processes").
 
 Messages, front end to engine: ``("task", id, model, task, seconds left)``, ``("cancel", id)`` (its client left or
 its deadline passed: the engine drops its texts unseen), ``("describe", id)`` (each model's facts). Engine to
@@ -17,10 +17,7 @@ answered 503 ``not_ready`` at once, and /health says so.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import pickle
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,24 +27,11 @@ from app.admission import Admission
 from app.errors import ApiError, InferenceFailed, NotReady, Timeout
 from app.messages import Task
 from app.metrics import Metrics
+from app.wire import FrameReader
 from app.work_queue import QueueClosed, Timing
 from model.tokenizer import TokenIds
 
 logger = logging.getLogger(__name__)
-
-HEADER = struct.Struct("<I")
-STREAM_LIMIT = 2**20  # asyncio's read buffer for the socket
-
-
-async def read_message(reader: asyncio.StreamReader) -> Any:
-    """One framed message; IncompleteReadError once the other end has gone."""
-    (n,) = HEADER.unpack(await reader.readexactly(HEADER.size))
-    return pickle.loads(await reader.readexactly(n))
-
-
-def write_message(writer: asyncio.StreamWriter, message: Any) -> None:
-    body = pickle.dumps(message, protocol=5)
-    writer.write(HEADER.pack(len(body)) + body)
 
 
 @dataclass(frozen=True)
@@ -85,8 +69,38 @@ def raise_error(kind: str, message: str, param: str | None, headers: dict[str, s
 # ---- the engine's side ----
 
 
-def forget(running: dict[int, asyncio.Task[None]], request_id: int, _: object) -> None:
-    running.pop(request_id, None)
+class Connection:
+    """One front end's connection to the engine: its tasks running, by id."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.running: dict[int, asyncio.Task[None]] = {}
+        self.wire = FrameReader(self.received, self.lost)
+
+    def received(self, message: tuple[Any, ...]) -> None:
+        kind, request_id = message[0], message[1]
+        if kind == "task":
+            work = asyncio.ensure_future(self.engine.run(self, *message[1:]))
+            self.running[request_id] = work
+            work.add_done_callback(lambda _: self.running.pop(request_id, None))
+        elif kind == "cancel":
+            cancelled = self.running.pop(request_id, None)
+            if cancelled is not None:
+                cancelled.cancel()
+        elif kind == "describe":
+            self.reply((request_id, "ok", self.engine.describe(), (0.0, 0.0)))
+        elif kind == "metrics":
+            self.reply((request_id, "ok", self.engine.metrics.exposition(), (0.0, 0.0)))
+
+    def reply(self, message: tuple[Any, ...]) -> None:
+        try:
+            self.wire.send(message)
+        except ConnectionError:
+            pass  # the front end has gone: nobody waits for it
+
+    def lost(self, _: Exception | None) -> None:
+        for work in list(self.running.values()):
+            work.cancel()
 
 
 class Engine:
@@ -97,42 +111,14 @@ class Engine:
         self.registry = registry  # app.registry.ModelRegistry
         self.admission = admission
         self.metrics = metrics  # the models', their queues' and passes' (the front ends count HTTP)
-        self.connections: set[asyncio.StreamWriter] = set()
 
     async def serve(self, path: str) -> asyncio.AbstractServer:
-        return await asyncio.start_unix_server(self.connection, path, limit=STREAM_LIMIT)
-
-    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        running: dict[int, asyncio.Task[None]] = {}
-        self.connections.add(writer)
-        try:
-            while True:
-                message = await read_message(reader)
-                kind, request_id = message[0], message[1]
-                if kind == "task":
-                    work = asyncio.ensure_future(self.run(writer, *message[1:]))
-                    running[request_id] = work
-                    work.add_done_callback(functools.partial(forget, running, request_id))
-                elif kind == "cancel":
-                    work_cancelled = running.pop(request_id, None)
-                    if work_cancelled is not None:
-                        work_cancelled.cancel()
-                elif kind == "describe":
-                    write_message(writer, (request_id, "ok", self.describe(), (0.0, 0.0)))
-                elif kind == "metrics":
-                    write_message(writer, (request_id, "ok", self.metrics.exposition(), (0.0, 0.0)))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the front end has gone
-        finally:
-            for work in list(running.values()):
-                work.cancel()
-            self.connections.discard(writer)
-            writer.close()
+        return await asyncio.get_running_loop().create_unix_server(lambda: Connection(self).wire, path)
 
     def describe(self) -> dict[str, ModelFacts]:
         return {served.name: served.facts for served in self.registry}
 
-    async def run(self, writer: asyncio.StreamWriter, request_id: int, model: str, task: Task, left_s: float) -> None:
+    async def run(self, connection: Connection, request_id: int, model: str, task: Task, left_s: float) -> None:
         timing = Timing()
         try:
             served = self.registry.get(model)
@@ -156,8 +142,7 @@ class Engine:
             reply = (request_id, "error", error_of(InferenceFailed("the model failed to compute this request")))
         else:
             reply = (request_id, "ok", result, (timing.queue_s, timing.inference_s))
-        if not writer.is_closing():
-            write_message(writer, reply)
+        connection.reply(reply)
 
 
 # ---- the front end's side ----
@@ -171,61 +156,59 @@ class EngineClient:
         self.connected = False
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._next = 0
-        self._writer: asyncio.StreamWriter | None = None
-        self._reading: asyncio.Task[None] | None = None
+        self._wire = FrameReader(self._received, self._lost)
 
     async def start(self) -> None:
-        reader, self._writer = await asyncio.open_unix_connection(self.path, limit=STREAM_LIMIT)
+        await asyncio.get_running_loop().create_unix_connection(lambda: self._wire, self.path)
         self.connected = True
-        self._reading = asyncio.ensure_future(self._read(reader))
 
     async def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        if self._reading is not None:
-            self._reading.cancel()
+        self.connected = False  # closed here: not the engine's going
+        self._wire.close()
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        try:
-            while True:
-                request_id, status, *payload = await read_message(reader)
-                future = self._waiting.pop(request_id, None)
-                if future is None or future.done():
-                    continue
-                if status == "ok":
-                    future.set_result(payload)
-                else:
-                    try:
-                        raise_error(*payload[0])
-                    except ApiError as error:
-                        future.set_exception(error)
-        except (asyncio.IncompleteReadError, ConnectionError):
+    def _received(self, message: tuple[Any, ...]) -> None:
+        request_id, status, *payload = message
+        future = self._waiting.pop(request_id, None)
+        if future is None or future.done():
+            return
+        if status == "ok":
+            future.set_result(payload)
+        else:
+            try:
+                raise_error(*payload[0])
+            except ApiError as error:
+                future.set_exception(error)
+
+    def _lost(self, _: Exception | None) -> None:
+        if self.connected:
             logger.error("the engine has gone: every request waiting for it is answered 503")
-        finally:
-            self.connected = False
-            for future in self._waiting.values():
-                if not future.done():
-                    future.set_exception(NotReady("the engine stopped; the service is restarting"))
-            self._waiting.clear()
+        self.connected = False
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(NotReady("the engine stopped; the service is restarting"))
+        self._waiting.clear()
 
     async def request(self, *message: Any) -> list[Any]:
         """Send ``(kind, id, *message)`` and await its answer's payload; cancelled, it tells the engine."""
-        if not self.connected or self._writer is None or self._writer.is_closing():
+        if not self.connected:
             raise NotReady("the engine is not running; the service is restarting")
         request_id = self._next
         self._next += 1
         future = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
         try:
-            write_message(self._writer, (message[0], request_id, *message[1:]))
-        except (RuntimeError, ConnectionError):  # the socket closed before the reader saw the engine go
+            self._wire.send((message[0], request_id, *message[1:]))
+        except (RuntimeError, ConnectionError):  # the socket closed before the engine's going was seen
             self._waiting.pop(request_id, None)
             raise NotReady("the engine is not running; the service is restarting") from None
         try:
             return await future
         except asyncio.CancelledError:
-            if self.connected and not self._writer.is_closing():
-                write_message(self._writer, ("cancel", request_id))
+            if self.connected:
+                try:
+                    self._wire.send(("cancel", request_id))
+                except ConnectionError:
+                    pass
             raise
         finally:
             self._waiting.pop(request_id, None)

@@ -11,6 +11,8 @@ options), each answer one sentence vector (384 float32). Then one client sends 2
   out-of-band frames (sent without a copy);
 - zmq + msgspec: the same sockets, the message a msgspec Struct encoded as msgpack, arrays as raw frames;
 - unix stream + pickle: asyncio streams over a Unix socket, length-prefixed pickle (protocol 5);
+- unix stream + wire frames: what the engine uses (app/wire.py): a buffered protocol on both sides, the pickle's
+  arrays beside it, a large answer received straight into memory of its own;
 - multiprocessing pipe: ``multiprocessing.Pipe`` with pickle, read by a thread on the client's side.
 
 Prints round trips a second, the CPU both processes spent a round trip (user + system, from /proc), and the
@@ -40,6 +42,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
+from app.wire import FrameReader
 from bench.run import cpu_seconds
 
 IN_FLIGHT = 32
@@ -113,6 +116,21 @@ def unix_pickle_server(path: str) -> None:
 
     async def main() -> None:
         server = await asyncio.start_unix_server(serve, path)
+        await server.serve_forever()
+
+    asyncio.run(main())
+
+
+def unix_wire_server(path: str) -> None:
+    def connection() -> FrameReader:
+        def received(task: Request) -> None:
+            wire.send((task.id, LARGE if task.large else SMALL))
+
+        wire = FrameReader(received, lambda _: None)
+        return wire
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_unix_server(connection, path)
         await server.serve_forever()
 
     asyncio.run(main())
@@ -202,6 +220,26 @@ class UnixPickle(Client):
         return await future
 
 
+class UnixWire(Client):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.waiting: dict[int, asyncio.Future[np.ndarray]] = {}
+        self.wire = FrameReader(self.received, lambda _: None)
+
+    def received(self, message: tuple[int, np.ndarray]) -> None:
+        id_, result = message
+        self.waiting.pop(id_).set_result(result)
+
+    async def start(self) -> None:
+        await asyncio.get_running_loop().create_unix_connection(lambda: self.wire, self.path)
+
+    async def call(self, task: Request) -> np.ndarray:
+        future = asyncio.get_running_loop().create_future()
+        self.waiting[task.id] = future
+        self.wire.send(task)
+        return await future
+
+
 class Pipe(Client):
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
@@ -267,13 +305,14 @@ def run_one(name: str, seconds: float) -> tuple[float, float, float]:
         process = context.Process(target=pipe_server, args=(theirs,), daemon=True)
         process.start()
         client = Pipe(ours)
-    elif name == "unix stream + pickle":
+    elif name.startswith("unix stream"):
         path = f"{directory}/socket"
-        process = context.Process(target=unix_pickle_server, args=(path,), daemon=True)
+        wire = name == "unix stream + wire frames"
+        process = context.Process(target=unix_wire_server if wire else unix_pickle_server, args=(path,), daemon=True)
         process.start()
         while not Path(path).exists():
             time.sleep(0.01)
-        client = UnixPickle(path)
+        client = UnixWire(path) if wire else UnixPickle(path)
     else:
         address = f"ipc://{directory}/socket"
         target: Callable[[str], None] = zmq_pickle_server if name == "zmq + pickle" else zmq_msgspec_server
@@ -292,7 +331,13 @@ def run_one(name: str, seconds: float) -> tuple[float, float, float]:
         process.join()
 
 
-TRANSPORTS = ("zmq + pickle", "zmq + msgspec", "unix stream + pickle", "multiprocessing pipe")
+TRANSPORTS = (
+    "zmq + pickle",
+    "zmq + msgspec",
+    "unix stream + pickle",
+    "unix stream + wire frames",
+    "multiprocessing pipe",
+)
 
 
 def main() -> None:

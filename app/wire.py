@@ -1,0 +1,145 @@
+"""Messages between a front end and the engine: framed pickles whose arrays travel beside them, read into their
+own memory.
+
+A frame is an 8-byte little-endian length, then the frame: the pickle's length and the number of its arrays
+(4 bytes each), each array's length (8 bytes each), the pickle (protocol 5, the arrays left out of it), then
+the arrays' bytes. Written, an array's bytes are handed to the socket as they are (no copy into the pickle);
+read, a frame larger than ``SCRATCH_BYTES`` / 4 is received straight into a buffer of its own size, which its
+arrays then use as their memory: a large answer (an /attention of every layer, a multi-vector document) is
+copied once, by the kernel. Smaller frames are read many at a time through one scratch buffer, their arrays
+copied out of it. Measured against asyncio's streams with in-band pickles (``python -m bench.transport``,
+BENCHMARKS.md "How a task crosses between processes").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import struct
+from collections.abc import Callable
+from typing import Any
+
+LENGTH = struct.Struct("<Q")
+COUNTS = struct.Struct("<II")
+ALIGN = 64  # each array starts at a multiple of this within its frame (numpy and orjson read aligned memory fastest)
+SCRATCH_BYTES = 1 << 20
+LARGE_FRAME_BYTES = SCRATCH_BYTES // 4
+ONE_WRITE_BYTES = 1 << 16  # below this a frame's parts are joined into one write
+
+
+def padding(offset: int) -> int:
+    return -offset % ALIGN
+
+
+def frame(message: Any) -> list[bytes | memoryview]:
+    """The message as the parts of one frame, to be written in order."""
+    buffers: list[pickle.PickleBuffer] = []
+    body = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+    arrays = [buffer.raw() for buffer in buffers]
+    counts = COUNTS.pack(len(body), len(arrays)) + struct.pack(f"<{len(arrays)}Q", *(a.nbytes for a in arrays))
+    parts: list[bytes | memoryview] = [b"", counts, body]
+    offset = len(counts) + len(body)
+    for array in arrays:
+        if pad := padding(offset):
+            parts.append(bytes(pad))
+            offset += pad
+        parts.append(array)
+        offset += array.nbytes
+    parts[0] = LENGTH.pack(offset)
+    return parts
+
+
+def write(transport: asyncio.WriteTransport, message: Any) -> None:
+    parts = frame(message)
+    if len(parts) == 3 or sum(len(part) for part in parts) < ONE_WRITE_BYTES:
+        transport.write(b"".join(parts))
+    else:
+        for part in parts:  # a large array goes to the socket without being joined to the rest first
+            transport.write(part)
+
+
+def unframe(view: memoryview, own: bool) -> Any:
+    """The message of one frame (without its length). ``own``: the memory is the frame's alone, and aligned, so
+    its arrays may keep it; otherwise they are copied out of it."""
+    size, count = COUNTS.unpack_from(view)
+    lengths = struct.unpack_from(f"<{count}Q", view, COUNTS.size)
+    start = COUNTS.size + 8 * count
+    body = view[start : start + size]
+    start += size
+    arrays: list[Any] = []
+    for length in lengths:
+        start += padding(start)
+        array = view[start : start + length]
+        arrays.append(array if own else bytearray(array))
+        start += length
+    return pickle.loads(body, buffers=arrays)
+
+
+class FrameReader(asyncio.BufferedProtocol):
+    """A connection's protocol: each message read is handed to ``received``; ``lost`` is called once the
+    connection ends (with its error, or None). Writing goes through ``send``."""
+
+    def __init__(self, received: Callable[[Any], None], lost: Callable[[Exception | None], None]) -> None:
+        self.received = received
+        self.lost = lost
+        self.transport: asyncio.WriteTransport | None = None
+        self.scratch = bytearray(SCRATCH_BYTES)
+        self.view = memoryview(self.scratch)
+        self.start = 0  # the scratch's unread bytes are [start, end)
+        self.end = 0
+        self.large: bytearray | None = None  # a large frame being read into its own memory
+        self.filled = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, error: Exception | None) -> None:
+        self.transport = None
+        self.lost(error)
+
+    def send(self, message: Any) -> None:
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionError("the connection has closed")
+        write(self.transport, message)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.large is not None:
+            return memoryview(self.large)[self.filled :]
+        if len(self.scratch) - self.end < LARGE_FRAME_BYTES and self.start > 0:  # the unread tail to the front
+            tail = self.end - self.start
+            self.view[:tail] = self.view[self.start : self.end]
+            self.start, self.end = 0, tail
+        return self.view[self.end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.large is not None:
+            self.filled += nbytes
+            if self.filled == len(self.large):
+                large, self.large = self.large, None
+                self.received(unframe(memoryview(large), own=True))
+            return
+        self.end += nbytes
+        while self.end - self.start >= LENGTH.size:
+            (total,) = LENGTH.unpack_from(self.view, self.start)
+            begin = self.start + LENGTH.size
+            have = self.end - begin
+            if total >= LARGE_FRAME_BYTES:  # into memory of its own
+                if have >= total:  # all of it here already
+                    self.start = begin + total
+                    self.received(unframe(memoryview(bytearray(self.view[begin : self.start])), own=True))
+                    continue
+                self.large = bytearray(total)  # what has arrived of it, then the rest straight from the socket
+                self.large[:have] = self.view[begin : self.end]
+                self.filled = have
+                self.start = self.end = 0
+                return
+            if have < total:
+                break  # the rest of this frame is still to come
+            self.start = begin + total
+            self.received(unframe(self.view[begin : self.start], own=False))
+        if self.start == self.end:
+            self.start = self.end = 0

@@ -1,0 +1,105 @@
+"""The frames between a front end and the engine (app/wire.py): messages with arrays arrive whole and equal,
+however the stream is cut, large ones into memory of their own."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from app.wire import LARGE_FRAME_BYTES, FrameReader, frame
+
+
+def messages() -> list[Any]:
+    rng = np.random.default_rng(0)
+    return [
+        ("task", 0, "tiny", {"ids": [[101, 7592, 102]]}, 30.0),
+        (1, "ok", [rng.standard_normal(384).astype(np.float32) for _ in range(3)], (0.001, 0.002)),
+        (2, "ok", {"attention": rng.standard_normal((6, 12, 128, 128)).astype(np.float32)}, (0.0, 0.1)),  # 4.7 MB
+        (3, "error", ("Overloaded", "too many texts", None, {"Retry-After": "1"})),
+        (4, "ok", [np.zeros(0, dtype=np.float32), np.arange(7, dtype=np.int64)[::2]], (0.0, 0.0)),  # empty, strided
+        (5, "ok", [rng.standard_normal((70, 128)).astype(np.float16)], (0.0, 0.0)),
+    ]
+
+
+def same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_messages_arrive_whole_and_equal_however_the_stream_is_cut(seed: int) -> None:
+    sent = messages() * 3
+    random.Random(seed).shuffle(sent)
+    stream = b"".join(b"".join(frame(message)) for message in sent)
+    received: list[Any] = []
+    reader = FrameReader(received.append, lambda _: None)
+    cuts = random.Random(seed)
+    position = 0
+    while position < len(stream):  # as a socket fills the buffers it is given: any amount up to their size
+        buffer = reader.get_buffer(-1)
+        n = min(len(buffer), len(stream) - position, cuts.choice([1, 7, 100, 4096, 65536, 1 << 22]))
+        buffer[:n] = stream[position : position + n]
+        reader.buffer_updated(n)
+        position += n
+    assert len(received) == len(sent)
+    assert all(same(a, b) for a, b in zip(sent, received, strict=True))
+
+
+def test_a_large_answers_arrays_use_the_memory_it_was_read_into_aligned() -> None:
+    (_, _, result, _) = messages()[2]
+    received: list[Any] = []
+    reader = FrameReader(received.append, lambda _: None)
+    stream = b"".join(frame((2, "ok", result, (0.0, 0.0))))
+    assert len(stream) > LARGE_FRAME_BYTES
+    position = 0
+    while position < len(stream):
+        buffer = reader.get_buffer(-1)
+        n = min(len(buffer), len(stream) - position)
+        buffer[:n] = stream[position : position + n]
+        reader.buffer_updated(n)
+        position += n
+    array = received[0][2]["attention"]
+    assert np.array_equal(array, result["attention"])
+    assert array.flags.aligned and array.flags.c_contiguous and array.flags.writeable
+    assert not np.shares_memory(array, np.frombuffer(reader.scratch, dtype=np.uint8))
+
+
+async def test_over_a_unix_socket_each_side_gets_what_the_other_sent(tmp_path: Path) -> None:
+    loop = asyncio.get_running_loop()
+    path = str(tmp_path / "socket")
+    at_server: list[Any] = []
+    replies: list[Any] = []
+    closed = asyncio.Event()
+
+    def server_side() -> FrameReader:
+        def received(message: Any) -> None:
+            at_server.append(message)
+            wire.send(message)  # echoed
+
+        wire = FrameReader(received, lambda _: None)
+        return wire
+
+    server = await loop.create_unix_server(server_side, path)
+    client = FrameReader(replies.append, lambda _: closed.set())
+    await loop.create_unix_connection(lambda: client, path)
+    for message in messages():
+        client.send(message)
+    while len(replies) < len(messages()):
+        await asyncio.sleep(0.01)
+    assert all(same(a, b) for a, b in zip(messages(), at_server, strict=True))
+    assert all(same(a, b) for a, b in zip(messages(), replies, strict=True))
+    server.close()
+    client.close()
+    await asyncio.wait_for(closed.wait(), 5)
+    with pytest.raises(ConnectionError):
+        client.send(messages()[0])
