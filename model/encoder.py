@@ -471,17 +471,21 @@ class MultiHeadAttention(nn.Module):
         return AttentionResult(self.out(values), attention, norms)  # (B, T, D) or (N, D)
 
 
+# Every non-linearity the models run, by the name the configs use here (model/config.py's HF_ACTIVATIONS reads
+# Hugging Face's names into these; model/pooling.py's DENSE_ACTIVATIONS, sentence-transformers' class paths).
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "gelu": nn.GELU,
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
     "relu": nn.ReLU,
     "silu": nn.SiLU,
     "tanh": nn.Tanh,
+    "sigmoid": nn.Sigmoid,
+    "identity": nn.Identity,
 }
 
 
 def activation_module(name: str) -> nn.Module:
-    """The activation of that name (the config's, or a head's)."""
+    """The activation of that name (the config's, a head's or a Dense module's)."""
     if name not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {name!r}")
     return ACTIVATIONS[name]()

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from torch import Tensor, nn
 
+from model.encoder import activation_module
+
 logger = logging.getLogger(__name__)
 
 Pooling = Literal["mean", "cls", "max", "lasttoken", "mean_sqrt_len_tokens", "weightedmean"]
@@ -30,14 +32,15 @@ ST_POOLING_FLAGS: dict[str, Pooling] = {
     "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
     "pooling_mode_weightedmean_tokens": "weightedmean",
 }
-# Dense modules' activation_function values (torch classes, as sentence-transformers saves them) we run.
-DENSE_ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "torch.nn.modules.linear.Identity": nn.Identity,
-    "torch.nn.modules.activation.Tanh": nn.Tanh,
-    "torch.nn.modules.activation.ReLU": nn.ReLU,
-    "torch.nn.modules.activation.GELU": nn.GELU,
-    "torch.nn.modules.activation.SiLU": nn.SiLU,
-    "torch.nn.modules.activation.Sigmoid": nn.Sigmoid,
+# Dense modules' activation_function values (torch classes, as sentence-transformers saves them) we run, and the
+# activation (model/encoder.py's ACTIVATIONS) each one is.
+DENSE_ACTIVATIONS: dict[str, str] = {
+    "torch.nn.modules.linear.Identity": "identity",
+    "torch.nn.modules.activation.Tanh": "tanh",
+    "torch.nn.modules.activation.ReLU": "relu",
+    "torch.nn.modules.activation.GELU": "gelu",
+    "torch.nn.modules.activation.SiLU": "silu",
+    "torch.nn.modules.activation.Sigmoid": "sigmoid",
 }
 # modules.json's kinds; any other is refused. MLMTransformer and SpladePooling make a SPLADE model (sparse_spec).
 # MultiVectorMask makes a ColBERT model (model/late_interaction.py).
@@ -102,7 +105,7 @@ class DenseSpec:
     @property
     def affine(self) -> bool:
         """Without an activation: the module maps a mean of vectors to the mean of their images."""
-        return DENSE_ACTIVATIONS[self.activation] is nn.Identity
+        return DENSE_ACTIVATIONS[self.activation] == "identity"
 
     @classmethod
     def read(cls, directory: Path, tokens: bool = False) -> DenseSpec:
@@ -132,7 +135,7 @@ class Dense(nn.Module):
         super().__init__()
         self.linear = nn.Linear(in_features, out_features, bias=bias)
         self.activation_name = activation
-        self.activation = DENSE_ACTIVATIONS[activation]()
+        self.activation = activation_module(DENSE_ACTIVATIONS[activation])
 
     def forward(self, x: Tensor) -> Tensor:
         return self.activation(self.linear(x))  # (…, out_features)

@@ -107,3 +107,22 @@ def test_embed_with_each_pooling_equals_pooling_the_hidden_states(bundled_model:
         expected = {"mean": tokens.mean(0), "cls": tokens[0], "max": tokens.max(0).values}[mode]
         got = bundled_model.embed([text], pooling=mode, normalize_embeddings=False)[0]
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "activation", [torch.nn.Identity, torch.nn.Tanh, torch.nn.ReLU, torch.nn.GELU, torch.nn.SiLU, torch.nn.Sigmoid]
+)
+def test_a_dense_module_computes_what_sentence_transformers_saved(tmp_path: Path, activation: type) -> None:
+    """Each activation_function a Dense module may name runs as sentence-transformers runs it."""
+    from sentence_transformers.sentence_transformer.modules import Dense as STDense
+
+    from model.pooling import Dense, DenseSpec
+
+    torch.manual_seed(0)
+    reference = STDense(8, 5, bias=True, activation_function=activation())
+    reference.save(str(tmp_path))
+    spec = DenseSpec.read(tmp_path)
+    assert spec.affine == (activation is torch.nn.Identity)
+    x = torch.randn(4, 8) * 3
+    expected = reference({"sentence_embedding": x})["sentence_embedding"]
+    torch.testing.assert_close(Dense.load(spec)(x), expected)
