@@ -24,8 +24,7 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,7 +159,6 @@ class WorkQueue:
         self._entries: deque[Entry] = deque()
         self._condition = threading.Condition()
         self._closed = False
-        self._paused = False
         self._computing = 0  # entries taken for passes that have not finished
 
     # ---- the event loop's side ----
@@ -216,20 +214,7 @@ class WorkQueue:
         """Take no more entries; the worker finishes what is queued, then stops."""
         with self._condition:
             self._closed = True
-            self._paused = False
             self._condition.notify_all()
-
-    @contextmanager
-    def paused(self) -> Iterator[None]:
-        """Hold every entry in the queue for the duration of the block (the pass already running finishes)."""
-        with self._condition:
-            self._paused = True
-        try:
-            yield
-        finally:
-            with self._condition:
-                self._paused = False
-                self._condition.notify_all()
 
     # ---- the inference thread's side ----
 
@@ -243,7 +228,7 @@ class WorkQueue:
         with self._condition:
             deadline = None if timeout is None else time.monotonic() + timeout
             while True:
-                while (self._paused or not self._entries) and not self._closed:
+                while not self._entries and not self._closed:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         return []
@@ -252,12 +237,10 @@ class WorkQueue:
                     return None  # closed, nothing left
                 if self.max_wait > 0:
                     self._linger()
-                    if self._paused and not self._closed:
-                        continue  # paused while lingering: wait again
                 if self.lanes > 1:
                     self._balance()
-                    if (self._paused or not self._entries) and not self._closed:
-                        continue  # paused, or the entries were dropped, while waiting: wait again
+                    if not self._entries and not self._closed:
+                        continue  # the entries were dropped, or taken, while waiting: wait again
                 batch = self._cut(self._fair_share())
                 if batch:
                     self._computing += len(batch)
@@ -284,7 +267,7 @@ class WorkQueue:
         share, rounded down (condition held): three texts split two and one without a wait for a fourth.
         Inspection entries run alone and do not wait."""
         deadline = time.monotonic() + self.balance_wait
-        while self._computing and self._entries and not self._closed and not self._paused:
+        while self._computing and self._entries and not self._closed:
             queued = len(self._entries)
             if not self._entries[0].batched or queued >= (self._computing + queued) // self.lanes:
                 return
@@ -298,7 +281,7 @@ class WorkQueue:
         deadline = time.monotonic() + self.max_wait
         while len(self._entries) < self.max_batch_size and not self._closed:
             left = deadline - time.monotonic()
-            if left <= 0 or self._paused or not self._entries or not self._entries[0].batched:
+            if left <= 0 or not self._entries or not self._entries[0].batched:
                 return  # (another worker may have taken every entry meanwhile)
             self._condition.wait(left)
 

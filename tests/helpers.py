@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -25,6 +26,7 @@ from tokenizers.models import WordPiece
 
 from app.admission import Admission
 from app.main import create_app
+from app.messages import Task
 from app.registry import ServedModel
 from app.settings import Settings
 from app.work_queue import WorkQueue
@@ -330,6 +332,35 @@ def local_queue(served: ServedModel) -> WorkQueue:
     """The queue of a model computed in this process (not a front end's way to an engine)."""
     assert isinstance(served.queue, WorkQueue), "the model is computed in another process"
     return served.queue
+
+
+@asynccontextmanager
+async def busy(served: ServedModel) -> AsyncIterator[None]:
+    """Every inference thread of a model computed in this process busy with another task until the block ends, as
+    behind long passes under load: what is sent meanwhile waits in the queue, then is computed as it would be. The
+    other tasks are position tables (no texts, no pass in the metrics), one an inference thread, held inside the
+    model's method until the block ends."""
+    model, queue = local_model(served), local_queue(served)
+    release = threading.Event()
+    started: list[None] = []
+
+    def held(query: object) -> None:
+        started.append(None)
+        release.wait(60)
+
+    model.position_encoding = held  # type: ignore[method-assign,assignment]
+    others = [asyncio.ensure_future(queue.run(Task("positions", [], None))) for _ in range(queue.lanes)]
+    try:
+        # each inference thread took one and cannot take anything else until it is done (held here, or waiting for
+        # a compute lane that one holds)
+        await wait_until(lambda: bool(started) and queue.pending() == 0)
+        yield
+    finally:
+        release.set()
+        try:
+            await asyncio.gather(*others)  # one may still be waiting for a lane: it too runs the held method
+        finally:
+            del model.position_encoding
 
 
 def local_worker(served: ServedModel) -> Worker:

@@ -9,7 +9,7 @@ import pytest
 
 from app.settings import Settings
 from model import TextEncoder
-from tests.helpers import assert_error, local_queue, serve, serving, wait_until
+from tests.helpers import assert_error, busy, serve, serving, wait_until
 
 KEYS = "first-key, second-key"
 
@@ -64,7 +64,7 @@ async def test_health_and_docs_stay_open(guarded: httpx.AsyncClient) -> None:
 async def test_full_queue_answers_429_with_retry_after_then_recovers(bundled_model: TextEncoder) -> None:
     async with serving(Settings(max_queue_texts=2), bundled_model) as service:
         client = service.client
-        with local_queue(service.model).paused():
+        async with busy(service.model):
             blockers = [asyncio.ensure_future(client.post("/encode", json={"texts": t})) for t in "ab"]  # fill it
             await wait_until(lambda: service.admission.admitted == 2)
             response = await client.post("/encode", json={"texts": "x"})

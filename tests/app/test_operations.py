@@ -16,7 +16,7 @@ from starlette.types import Message
 from app.logs import JsonFormatter, RequestIdFilter, request_id
 from app.settings import Settings
 from model import TextEncoder
-from tests.helpers import assert_error, local_model, local_queue, metric, serve, serving, until_metric, wait_until
+from tests.helpers import assert_error, busy, local_model, metric, serve, serving, until_metric, wait_until
 
 
 async def test_metrics_count_requests_and_split_latency_by_phase(client: httpx.AsyncClient) -> None:
@@ -144,7 +144,7 @@ async def test_cors_is_closed_by_default_and_opens_for_configured_origins(bundle
 async def test_a_request_past_its_deadline_is_dropped_and_answered_503(bundled_model: TextEncoder) -> None:
     async with serving(Settings(request_timeout_s=0.3), bundled_model) as service:
         client = service.client
-        with local_queue(service.model).paused():
+        async with busy(service.model):
             response = await client.post("/encode", json={"texts": ["late one", "late two"]})
             error = assert_error(response, 503, "timeout", None, "not answered within 0.3 s")
             assert int(response.headers["retry-after"]) >= 1 and "overloaded" in error["message"]
@@ -157,7 +157,7 @@ async def test_a_request_past_its_deadline_is_dropped_and_answered_503(bundled_m
 async def test_the_queue_is_bounded_in_texts(bundled_model: TextEncoder) -> None:
     async with serving(Settings(max_queue_texts=4), bundled_model) as service:
         client = service.client
-        with local_queue(service.model).paused():
+        async with busy(service.model):
             waiting = asyncio.ensure_future(client.post("/encode", json={"texts": ["a", "b", "c"]}))
             fits = asyncio.ensure_future(client.post("/encode", json={"texts": ["f"]}))  # 3 + 1 ≤ 4: admitted
             await wait_until(lambda: service.admission.admitted == 4)
@@ -211,7 +211,7 @@ async def test_a_client_that_leaves_has_its_texts_dropped_and_the_service_goes_o
         metrics = (await service.client.get("/metrics")).text
         dropped = metric(metrics, "encoder_dropped_texts_total", 0)
         counted = metric(metrics, "encoder_requests_total", 0, route="/encode", method="POST", status="499")
-        with local_queue(service.model).paused():
+        async with busy(service.model):
             request = asyncio.ensure_future(service.app(scope, receive, send))
             await wait_until(lambda: service.admission.admitted == 3)
             leave.set()

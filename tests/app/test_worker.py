@@ -89,12 +89,11 @@ async def test_passes_keep_to_their_size_and_token_limits(
         shapes.append((len(encodings), max(len(e.ids) for e in encodings)))
         return tiny_model.embed_encodings(encodings, specs)
 
-    worker = Worker(queue, SimpleNamespace(embed_encodings=recorded))  # type: ignore[arg-type]
+    texts = [" ".join(["the quick brown fox"] * n) for n in (1, 5, 2, 8, 1, 3, 3, 1, 6, 2, 4, 1)]
+    requests = [asyncio.ensure_future(embed(queue, encode(tiny_model, [t]))) for t in texts]
+    await wait_until(lambda: queue.pending() == len(texts))
+    worker = Worker(queue, SimpleNamespace(embed_encodings=recorded))  # type: ignore[arg-type]  # to a full queue
     try:
-        texts = [" ".join(["the quick brown fox"] * n) for n in (1, 5, 2, 8, 1, 3, 3, 1, 6, 2, 4, 1)]
-        with queue.paused():
-            requests = [asyncio.ensure_future(embed(queue, encode(tiny_model, [t]))) for t in texts]
-            await wait_until(lambda: queue.pending() == len(texts))
         results = await asyncio.gather(*requests)
         lengths = [len(e.ids) for e in encode(tiny_model, texts)]
         assert sum(rows for rows, _ in shapes) == len(texts)
@@ -224,14 +223,13 @@ async def test_a_free_lane_waits_for_its_share_no_longer_than_the_balance_wait(t
 async def test_a_failing_pass_fails_only_the_request_that_breaks_it(tiny_model: TextEncoder) -> None:
     failing = FailingModel(tiny_model)
     queue = WorkQueue()
-    worker = Worker(queue, failing)  # type: ignore[arg-type]
+    good = [["the quick brown fox"], ["a lazy dog", "the cat sat"], ["hello world"]]
+    bad = ["the mat", f"a {POISON} text"]
+    requests = [asyncio.ensure_future(embed(queue, encode(tiny_model, t))) for t in good]
+    poisoned = asyncio.ensure_future(embed(queue, encode(tiny_model, bad)))
+    await wait_until(lambda: queue.pending() == 6)
+    worker = Worker(queue, failing)  # type: ignore[arg-type]  # to a queue that holds them all
     try:
-        good = [["the quick brown fox"], ["a lazy dog", "the cat sat"], ["hello world"]]
-        bad = ["the mat", f"a {POISON} text"]
-        with queue.paused():
-            requests = [asyncio.ensure_future(embed(queue, encode(tiny_model, t))) for t in good]
-            poisoned = asyncio.ensure_future(embed(queue, encode(tiny_model, bad)))
-            await wait_until(lambda: queue.pending() == 6)
         for texts, request in zip(good, requests, strict=True):
             result = await request
             np.testing.assert_allclose(
@@ -306,13 +304,12 @@ async def test_inspection_slices_run_between_other_passes_and_a_failing_slice_fa
     computed, while the others are answered."""
     queue = WorkQueue()
     sliced = SlicedModel(tiny_model)
-    worker = Worker(queue, sliced)  # type: ignore[arg-type]
+    good = asyncio.ensure_future(queue.run_in_turn(sliced.slices("good 0", "good 1")))
+    embedded = asyncio.ensure_future(embed(queue, encode(tiny_model, ["a", "b"])))
+    bad = asyncio.ensure_future(queue.run_in_turn(sliced.slices("bad 0", "bad 1")))
+    await wait_until(lambda: queue.pending() == 4)
+    worker = Worker(queue, sliced)  # type: ignore[arg-type]  # to a queue that holds them all
     try:
-        with queue.paused():
-            good = asyncio.ensure_future(queue.run_in_turn(sliced.slices("good 0", "good 1")))
-            embedded = asyncio.ensure_future(embed(queue, encode(tiny_model, ["a", "b"])))
-            bad = asyncio.ensure_future(queue.run_in_turn(sliced.slices("bad 0", "bad 1")))
-            await wait_until(lambda: queue.pending() == 4)
         parts = await good
         assert [part.shape[1] for part in parts] == [1, 1]  # each slice's statistics, one text each
         assert len(await embedded) == 2
@@ -351,14 +348,13 @@ async def test_slices_inspected_in_turn_let_requests_that_arrive_meanwhile_go_fi
 async def test_an_attention_entry_runs_alone_between_embedding_passes(tiny_model: TextEncoder) -> None:
     queue = WorkQueue()
     passes: list[int] = []  # texts of each embedding pass, as the metrics are told
+    selection = AttentionSelection(layers=(1,), heads=(0, 1))
+    before = asyncio.ensure_future(embed(queue, encode(tiny_model, ["a", "b"])))
+    maps = asyncio.ensure_future(attention(queue, encode(tiny_model, ["the dog"])[0], selection))
+    after = asyncio.ensure_future(embed(queue, encode(tiny_model, ["c"])))
+    await wait_until(lambda: queue.pending() == 4)
     worker = Worker(queue, tiny_model, on_pass=lambda texts, tokens, seconds: passes.append(texts))
     try:
-        selection = AttentionSelection(layers=(1,), heads=(0, 1))
-        with queue.paused():
-            before = asyncio.ensure_future(embed(queue, encode(tiny_model, ["a", "b"])))
-            maps = asyncio.ensure_future(attention(queue, encode(tiny_model, ["the dog"])[0], selection))
-            after = asyncio.ensure_future(embed(queue, encode(tiny_model, ["c"])))
-            await wait_until(lambda: queue.pending() == 4)
         await asyncio.gather(before, maps, after)
         assert passes == [2, 1]  # the attention entry cut the embedding entries in two
         assert (await maps).shape == (1, 2, 4, 4)
@@ -370,14 +366,13 @@ async def test_entries_of_a_request_that_is_gone_are_never_computed(tiny_model: 
     dropped: list[int] = []
     queue = WorkQueue(on_drop=dropped.append)
     passes: list[int] = []
+    kept = asyncio.ensure_future(embed(queue, encode(tiny_model, ["kept"])))
+    gone = asyncio.ensure_future(embed(queue, encode(tiny_model, ["x", "y", "z"])))
+    await wait_until(lambda: queue.pending() == 4)
+    gone.cancel()
+    await asyncio.sleep(0)
     worker = Worker(queue, tiny_model, on_pass=lambda texts, tokens, seconds: passes.append(texts))
     try:
-        with queue.paused():
-            kept = asyncio.ensure_future(embed(queue, encode(tiny_model, ["kept"])))
-            gone = asyncio.ensure_future(embed(queue, encode(tiny_model, ["x", "y", "z"])))
-            await wait_until(lambda: queue.pending() == 4)
-            gone.cancel()
-            await asyncio.sleep(0)
         await kept
         assert passes == [1] and dropped == [3]
     finally:
@@ -386,14 +381,11 @@ async def test_entries_of_a_request_that_is_gone_are_never_computed(tiny_model: 
 
 async def test_the_worker_finishes_queued_work_when_stopped_then_refuses_more(tiny_model: TextEncoder) -> None:
     queue = WorkQueue()
+    requests = [asyncio.ensure_future(embed(queue, encode(tiny_model, ["the quick brown fox"] * 3))) for _ in range(5)]
+    await wait_until(lambda: queue.pending() == 15)
     worker = Worker(queue, tiny_model)
-    with queue.paused():
-        requests = [
-            asyncio.ensure_future(embed(queue, encode(tiny_model, ["the quick brown fox"] * 3))) for _ in range(5)
-        ]
-        await wait_until(lambda: queue.pending() == 15)
-        stopping = asyncio.ensure_future(asyncio.to_thread(worker.stop))
-        results = await asyncio.gather(*requests)  # closing the queue lifts the pause: the queue drains
+    stopping = asyncio.ensure_future(asyncio.to_thread(worker.stop))  # at once: what is queued is still computed
+    results = await asyncio.gather(*requests)
     await stopping
     assert [len(r) for r in results] == [3] * 5 and not worker.alive()
     with pytest.raises(QueueClosed):
