@@ -21,6 +21,7 @@ accepting and answer what they hold, then the engine finishes what is queued; al
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import math
 import multiprocessing
@@ -97,11 +98,20 @@ def exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def name_process(name: str) -> None:
+    """The name ps, top and /proc/PID/comm show for this process (at most 15 bytes), where Linux lets it be set."""
+    try:
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME, on the main thread
+    except (OSError, AttributeError):
+        pass
+
+
 def engine_main(path: str, ready: Connection, parent: int) -> None:
     """The engine process: load every model, then serve the front ends on the Unix socket ``path``."""
     import asyncio
 
     exit_with_parent(parent)
+    name_process("encoder-engine")
     from app.admission import Admission
     from app.compute import bound_kernel_caches
     from app.engine import Engine
@@ -137,6 +147,7 @@ def engine_main(path: str, ready: Connection, parent: int) -> None:
 def front_end_main(listener: socket.socket, path: str, parent: int, keep_alive_s: int = 5) -> None:
     """A front-end process: the HTTP API on the shared socket, the models' work sent to the engine."""
     exit_with_parent(parent)
+    name_process("encoder-front")
     import uvicorn
 
     from app.main import create_app, exit_process

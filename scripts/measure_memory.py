@@ -16,6 +16,11 @@ library only, so it runs in the serving environment as well as the development o
 instead sends the largest inspection requests the default bounds admit, one at a time, with the attention
 token limit raised to the position table (ENCODER_MAX_ATTENTION_TOKENS=512): the peak resident memory is
 reset before each (/proc/PID/clear_refs) and read after it.
+
+    ENCODER_WORKERS=2 .venv/bin/python scripts/measure_memory.py --processes
+
+serves as ``python -m app.serve`` instead and reads each of its processes (the supervisor, the engine, every front
+end, told apart by their names), each figure per process.
 """
 
 from __future__ import annotations
@@ -120,13 +125,38 @@ def measure_inspection(url: str, pid: int) -> None:
         )
 
 
+def processes(pid: int) -> dict[str, int]:
+    """The service's processes by name: the server itself, and under ``python -m app.serve`` the engine and each
+    front end it started (their /proc/PID/comm)."""
+    found = {"server": pid}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                comm = (entry / "comm").read_text().strip()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and comm.startswith("encoder-"):
+                found[f"{comm} {entry.name}"] = int(entry.name)
+    return found
+
+
+def report(label: str, pids: dict[str, int]) -> None:
+    for name, pid in pids.items():
+        figures = memory_mib(pid)
+        print(f"{label}: {name}: {figures['VmRSS']:.0f} MiB resident, peak {figures['VmHWM']:.0f} MiB")
+
+
 def main() -> int:
     inspection = "--inspection" in sys.argv[1:]
+    supervised = "--processes" in sys.argv[1:]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--port", str(port)]
+    if supervised:
+        command = [sys.executable, "-m", "app.serve", "--port", str(port)]
     env = {**os.environ, **({"ENCODER_MAX_ATTENTION_TOKENS": "512"} if inspection else {})}
     server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env)
     try:
@@ -144,6 +174,9 @@ def main() -> int:
                 sys.exit("the service did not become ready in 10 minutes")
             time.sleep(0.2)
         ready = memory_mib(server.pid)
+        pids = processes(server.pid)
+        if supervised:
+            report("ready", pids)
         if inspection:
             measure_inspection(url, server.pid)
             return 0
@@ -160,6 +193,10 @@ def main() -> int:
             list(pool.map(lambda job: post(url, *job), jobs))
         seconds = time.monotonic() - started
         after = memory_mib(server.pid)
+        if supervised:
+            report("after the load", pids)
+            print(f"load: {len(jobs)} requests in {seconds:.0f} s")
+            return 0
         with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
             metrics = response.read().decode()
         models = re.findall(r'^encoder_model_memory_bytes\{model="([^"]+)"\} (\S+)$', metrics, re.M)

@@ -330,6 +330,18 @@ async def test_bad_input_through_one_front_end_harms_no_request_through_another(
             await client.aclose()
 
 
+def test_ps_tells_the_engine_from_the_front_ends(service: tuple[subprocess.Popen, str]) -> None:
+    process, _ = service
+
+    def names() -> list[str]:
+        return sorted(Path(f"/proc/{pid}/comm").read_text().strip() for pid in started(process.pid))
+
+    deadline = time.monotonic() + 60  # each names itself first thing, the second front end maybe still starting
+    while names() != ["encoder-engine", "encoder-front", "encoder-front"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert names() == ["encoder-engine", "encoder-front", "encoder-front"]
+
+
 def test_no_process_outlives_a_supervisor_that_is_killed(service: tuple[subprocess.Popen, str]) -> None:
     process, url = service
     spawned = started(process.pid)
