@@ -38,7 +38,7 @@ from model.inspection import (
     norm_weighted,
     select_attention,
 )
-from model.pooling import BGE_M3_COLBERT, BGE_M3_SPARSE, Dense, Pooling, sentence_embeddings, splade
+from model.pooling import BGE_M3_COLBERT, BGE_M3_SPARSE, Dense, Pooling, normalize, sentence_embeddings, splade
 from model.tokenizer import Batch, TokenSequence
 from model.weights import (
     checkpoint_dtype,
@@ -601,7 +601,7 @@ class TextEncoder(ModelCard):
         assert self.colbert is not None, "not a multi-vector model"
         batch = self.tokenizer.pad(encodings)
         hidden = self.last_hidden_state(*self.to_tensors(batch)).float()  # (B, T, D)
-        vectors = F.normalize(self.colbert(hidden[:, 1:]), dim=-1)  # (B, T − 1, D')
+        vectors = normalize(self.colbert(hidden[:, 1:]))  # (B, T − 1, D')
         results = []
         for row, encoding in enumerate(encodings):
             n = len(encoding.ids)
@@ -653,7 +653,7 @@ class TextEncoder(ModelCard):
         for module in self.projections:
             vectors = module(vectors)  # (B, T, D')
         if late.normalize:
-            vectors = F.normalize(vectors, dim=-1)
+            vectors = normalize(vectors)
         skip = np.array(sorted(late.skip_ids), dtype=np.int64)
         results = []
         for row, ((_, n, extra), option) in enumerate(zip(rows, options, strict=True)):

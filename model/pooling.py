@@ -304,10 +304,13 @@ def sentence_embeddings(
     return normalize(sentences) if normalize_embeddings else sentences
 
 
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """``normalize`` for arrays: each vector along the last axis L2-normalised (a zero vector stays zero)."""
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)  # (…, 1)
+    return vectors / np.maximum(norms, 1e-12)  # F.normalize's epsilon
+
+
 def keep_dimensions(vectors: np.ndarray, dimensions: int, normalize_again: bool = True) -> np.ndarray:
     """Matryoshka: the first ``dimensions`` components of each row of (B, D), L2-normalised again if asked."""
     kept = vectors[..., :dimensions]  # (B, d)
-    if not normalize_again:
-        return kept
-    norms = np.linalg.norm(kept, axis=-1, keepdims=True)  # (B, 1)
-    return kept / np.maximum(norms, 1e-12)
+    return unit_rows(kept) if normalize_again else kept

@@ -41,7 +41,7 @@ from app.serialization import construct, vectors_as
 from app.settings import Settings
 from app.work_queue import Timing
 from model import EmbeddingSpec, MultiVectorOptions, MultiVectors, SparseOptions, TextEmbedding, TextTokenizer
-from model.pooling import keep_dimensions
+from model.pooling import keep_dimensions, unit_rows
 from model.tokenizer import TokenIdOutOfRange, TokenSequence
 
 
@@ -191,9 +191,7 @@ class Embeddings:
             sentences.append(weights @ vectors / weights.sum())
             start += len(text)
         embeddings = np.stack(sentences).astype(np.float32)  # (B, D)
-        if spec.normalize:
-            embeddings /= np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
-        return embeddings, flat
+        return (unit_rows(embeddings) if spec.normalize else embeddings), flat
 
     @staticmethod
     def prompted(
@@ -347,7 +345,7 @@ class Embeddings:
             vectors = results[window].tokens[[position + shift for position in inside]]  # (n, D)
             embedding = vectors.mean(axis=0)
             if request.normalize:
-                embedding = embedding / max(float(np.linalg.norm(embedding)), 1e-12)
+                embedding = unit_rows(embedding)
             data.append(construct(LateChunk, index=index, start=start, end=end, embedding=embedding))
         response = construct(LateChunksResponse, model=served.name, data=data, usage=usage(windows))
         return Reply(response, len(data) * model.config.d_model)
