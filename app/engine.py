@@ -29,7 +29,7 @@ from app.messages import Task
 from app.metrics import Metrics
 from app.wire import FrameReader
 from app.work_queue import QueueClosed, Timing
-from model.tokenizer import TokenIds
+from model import TokenIds
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from model import AttentionSelection, EmbeddingSpec, MultiVectorOptions, PositionQuery, SparseOptions
-from model.tokenizer import TokenSequence
+from model import AttentionSelection, EmbeddingSpec, MultiVectorOptions, PositionQuery, SparseOptions, TokenSequence
 
 TaskKind = Literal[
     "embed", "classify", "sparse", "multi_vector", "attention", "neuron", "head_statistics", "explain", "positions"

@@ -25,9 +25,7 @@ from app.settings import Settings
 from app.tokenization import Tokenization
 from app.work_queue import WorkQueue
 from app.worker import Worker
-from model import DEFAULT_MODEL_NAME, ModelCard, TextEncoder, default_model_path
-from model.graphs import GPU_PASS_TOKENS
-from model.loader import resolve_device
+from model import DEFAULT_MODEL_NAME, GPU_PASS_TOKENS, ModelCard, TextEncoder, default_model_path, resolve_device
 
 logger = logging.getLogger(__name__)
 

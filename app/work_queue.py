@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.messages import Options, Task, TaskKind
-from model.tokenizer import TokenSequence
+from model import TokenSequence
 
 # How long a free lane waits for its fair share while another pass of the same queue computes: about the time
 # the event loop takes to answer a pass of sixteen texts and to read their clients' next requests.

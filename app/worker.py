@@ -25,8 +25,7 @@ from app.compute import COMPUTE
 from app.errors import InferenceFailed
 from app.messages import TaskKind
 from app.work_queue import Entry, Ticket, WorkQueue, settle
-from model import TextEncoder
-from model.tokenizer import TokenSequence
+from model import TextEncoder, TokenSequence
 
 logger = logging.getLogger(__name__)
 

@@ -3,6 +3,7 @@
 from model.card import DEFAULT_MODEL_NAME, ModelCard, default_model_path
 from model.config import EncoderConfig
 from model.encoder import (
+    HEAD_STEP_ARRAYS,
     Encoder,
     EncoderLayer,
     EncoderOutput,
@@ -11,8 +12,17 @@ from model.encoder import (
     scaled_dot_product_attention,
     sinusoidal_positional_encoding,
 )
-from model.heads import HeadConfig, SequenceClassificationHead
-from model.inspection import AttentionSelection, IndexOutOfRange, attention_rollout, resolve_indices, select_attention
+from model.graphs import GPU_PASS_TOKENS
+from model.heads import YES_NO, HeadConfig, SequenceClassificationHead
+from model.inspection import (
+    HEAD_STATISTICS,
+    AttentionSelection,
+    IndexOutOfRange,
+    attention_rollout,
+    resolve_indices,
+    select_attention,
+)
+from model.late_interaction import maxsim
 from model.loader import (
     EmbeddingSpec,
     MultiVectorOptions,
@@ -23,9 +33,18 @@ from model.loader import (
     SparseVector,
     TextEmbedding,
     TextEncoder,
+    resolve_device,
 )
-from model.pooling import PoolingConfig, normalize, pool, sentence_embeddings
-from model.tokenizer import Batch, TextTokenizer, Token, TooManyTokensError
+from model.pooling import PoolingConfig, keep_dimensions, normalize, pool, sentence_embeddings, unit_rows
+from model.tokenizer import (
+    Batch,
+    TextTokenizer,
+    Token,
+    TokenIdOutOfRange,
+    TokenIds,
+    TokenSequence,
+    TooManyTokensError,
+)
 from model.weights import load_weights
 
 __all__ = [
@@ -65,4 +84,15 @@ __all__ = [
     "pool",
     "scaled_dot_product_attention",
     "sinusoidal_positional_encoding",
+    "GPU_PASS_TOKENS",
+    "HEAD_STATISTICS",
+    "HEAD_STEP_ARRAYS",
+    "YES_NO",
+    "TokenIdOutOfRange",
+    "TokenIds",
+    "TokenSequence",
+    "keep_dimensions",
+    "maxsim",
+    "resolve_device",
+    "unit_rows",
 ]

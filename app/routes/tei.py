@@ -30,7 +30,7 @@ from app.schemas import (
 from app.serialization import json_response
 from app.tokenization import Reading
 from app.work_queue import Timing
-from model.tokenizer import TokenIdOutOfRange
+from model import TokenIdOutOfRange
 
 TAG = "text-embeddings-inference"
 

@@ -40,9 +40,18 @@ from app.schemas import (
 from app.serialization import construct, vectors_as
 from app.settings import Settings
 from app.work_queue import Timing
-from model import EmbeddingSpec, MultiVectorOptions, MultiVectors, SparseOptions, TextEmbedding, TextTokenizer
-from model.pooling import keep_dimensions, unit_rows
-from model.tokenizer import TokenIdOutOfRange, TokenSequence
+from model import (
+    EmbeddingSpec,
+    MultiVectorOptions,
+    MultiVectors,
+    SparseOptions,
+    TextEmbedding,
+    TextTokenizer,
+    TokenIdOutOfRange,
+    TokenSequence,
+    keep_dimensions,
+    unit_rows,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,16 +37,16 @@ from app.services.embeddings import Embeddings, pair_token_infos, usage
 from app.settings import Settings
 from app.work_queue import Timing
 from model import (
+    HEAD_STATISTICS,
+    HEAD_STEP_ARRAYS,
     AttentionSelection,
     EmbeddingSpec,
     IndexOutOfRange,
     PositionQuery,
     TextTokenizer,
+    maxsim,
     resolve_indices,
 )
-from model.encoder import HEAD_STEP_ARRAYS
-from model.inspection import HEAD_STATISTICS
-from model.late_interaction import maxsim
 
 
 def statistics_slices(lengths: Sequence[int], per_token_squared: int, slice_values: int) -> list[list[int]]:

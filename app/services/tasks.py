@@ -23,10 +23,7 @@ from app.schemas import (
 from app.serialization import construct
 from app.services.embeddings import Embeddings, second_segments, usage
 from app.work_queue import Timing
-from model import EmbeddingSpec, HeadConfig, SparseOptions
-from model.heads import YES_NO
-from model.late_interaction import maxsim
-from model.tokenizer import TokenIds, TokenSequence
+from model import YES_NO, EmbeddingSpec, HeadConfig, SparseOptions, TokenIds, TokenSequence, maxsim
 
 
 def head_of(served: ServedModel, task: str, labels: int | None = None) -> HeadConfig:

@@ -1,0 +1,35 @@
+"""How the packages depend on each other: app/ reaches model/ through its package face alone, and model/ knows
+nothing of app/ or HTTP."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def imported(package: str) -> dict[str, set[str]]:
+    """The modules each file of ``package`` imports, by file."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+            elif isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+        found[str(path.relative_to(ROOT))] = names
+    return found
+
+
+def test_app_imports_model_through_its_package_face() -> None:
+    inside = {f: sorted(m for m in names if m.startswith("model.")) for f, names in imported("app").items()}
+    assert {f: modules for f, modules in inside.items() if modules} == {}
+    assert any("model" in names for names in imported("app").values())  # it does import the package
+
+
+def test_model_knows_nothing_of_the_service() -> None:
+    wrong = ("app", "fastapi", "starlette", "uvicorn", "pydantic", "httpx")
+    found = {f: sorted(m for m in names if m.split(".")[0] in wrong) for f, names in imported("model").items()}
+    assert {f: modules for f, modules in found.items() if modules} == {}
