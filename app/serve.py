@@ -21,6 +21,7 @@ accepting and answer what they hold, then the engine finishes what is queued; al
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import logging
 import math
@@ -43,27 +44,50 @@ logger = logging.getLogger("app.serve")
 
 EXIT_ENGINE_FAILED = 1
 STOP_TIMEOUT_S = 30.0
-CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+CGROUPS = Path("/sys/fs/cgroup")
 NVIDIA_CONTROL = Path("/dev/nvidiactl")
 
 
-def available_cores(cpu_max: Path = CGROUP_CPU_MAX) -> int:
+def cpu_quota(cgroups: Path = CGROUPS, membership: Path = Path("/proc/self/cgroup")) -> float | None:
+    """The CPU quota of this process's cgroup in cores (a container's CPU limit), None if it has none: the lowest
+    of cgroup v2's ``cpu.max`` on the process's own cgroup and each one above it (a limit may sit on a parent), and
+    of v1's CFS quota on its ``cpu`` controller's group."""
+    try:
+        entries = [line.split(":", 2) for line in membership.read_text().splitlines()]
+    except OSError:
+        entries = []
+    quotas = []
+    for _, controllers, path in (entry for entry in entries if len(entry) == 3):
+        if controllers == "":  # v2: one hierarchy, its limits on the group and its ancestors
+            directory = cgroups / path.lstrip("/")
+            while cgroups == directory or cgroups in directory.parents:
+                with contextlib.suppress(OSError, ValueError):
+                    quota, period = (directory / "cpu.max").read_text().split()[:2]
+                    if quota != "max":
+                        quotas.append(int(quota) / int(period))
+                directory = directory.parent
+        elif "cpu" in controllers.split(","):  # v1: the cpu controller's hierarchy
+            for mount in {cgroups / controllers, cgroups / "cpu", cgroups / "cpu,cpuacct"}:
+                with contextlib.suppress(OSError, ValueError):
+                    quota_us = int((mount / path.lstrip("/") / "cpu.cfs_quota_us").read_text())
+                    period_us = int((mount / path.lstrip("/") / "cpu.cfs_period_us").read_text())
+                    if quota_us > 0 and period_us > 0:
+                        quotas.append(quota_us / period_us)
+    return min(quotas) if quotas else None
+
+
+def available_cores(cgroups: Path = CGROUPS, membership: Path = Path("/proc/self/cgroup")) -> int:
     """The cores this process may use: its CPU affinity, within its cgroup's CPU quota (a container's CPU limit,
     which the affinity does not show: a pod limited to 2 cores of a 64-core node sees 64)."""
     cores = len(os.sched_getaffinity(0))
-    try:
-        quota, period = cpu_max.read_text().split()[:2]
-        if quota != "max":
-            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass  # no cgroup v2 quota here
-    return cores
+    quota = cpu_quota(cgroups, membership)
+    return cores if quota is None else min(cores, max(1, math.ceil(quota)))
 
 
 def computes_on_gpu(device: str, control: Path = NVIDIA_CONTROL) -> bool:
     """Whether the engine will compute on a GPU, told without importing torch here: ``cuda…`` says so, ``cpu``
     says not, and ``auto`` finds CUDA where the NVIDIA driver's control device is and CUDA_VISIBLE_DEVICES does
-    not hide every GPU."""
+    not hide every GPU (an image with a CPU-only torch on such a host should say ``ENCODER_DEVICE=cpu``)."""
     if device != "auto":
         return device.startswith("cuda")
     return os.environ.get("CUDA_VISIBLE_DEVICES") not in ("", "-1") and control.exists()
@@ -87,13 +111,18 @@ def exit_with_parent(parent: int) -> None:
 
     The supervisor's pid comes from the supervisor, not from ``os.getppid()`` here: a supervisor killed while this
     process was still starting has already handed it to another parent. Should stopping take longer than
-    ``STOP_TIMEOUT_S``, SIGALRM's default action ends the process, whatever the interpreter is doing then."""
+    ``STOP_TIMEOUT_S``, this thread writes out the logs and ends the process; and should the interpreter no longer
+    run it by then (stuck in its finalisation), SIGALRM's default action does a second later."""
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
-        signal.alarm(int(STOP_TIMEOUT_S))
+        signal.alarm(int(STOP_TIMEOUT_S) + 1)
         os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(STOP_TIMEOUT_S)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(1)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
@@ -264,9 +293,13 @@ class Supervisor:
 def settings_or_exit() -> Settings:
     """The ENCODER_* settings, or a line for each variable that is wrong and exit status 2 (not a traceback)."""
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     try:
         return get_settings()
+    except SettingsError as error:  # a value pydantic-settings could not even read (a list that is no JSON)
+        print(f"{error} ({error.__cause__})" if error.__cause__ else str(error), file=sys.stderr)
+        sys.exit(2)
     except ValidationError as error:
         wrong: dict[str, tuple[object, list[str]]] = {}
         for problem in error.errors():

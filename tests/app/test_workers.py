@@ -41,22 +41,50 @@ def test_a_number_of_workers_is_taken_as_it_is() -> None:
     assert front_ends(1, 256, False) == 1
 
 
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
 @pytest.mark.parametrize(
-    ("cpu_max", "limit"),
+    ("membership", "files", "limit"),
     [
-        ("max 100000\n", None),  # no quota
-        ("200000 100000\n", 2),
-        ("150000 100000\n", 2),  # 1.5 cores: two threads get work
-        ("50000 100000\n", 1),
-        ("garbled\n", None),
+        ("0::/\n", {"cpu.max": "max 100000\n"}, None),  # v2, in a container's namespace, no quota
+        ("0::/\n", {"cpu.max": "200000 100000\n"}, 2),
+        ("0::/\n", {"cpu.max": "50000 100000\n"}, 1),
+        ("0::/\n", {"cpu.max": "garbled\n"}, None),
+        # v2 seen from the host: the pod's limit on a parent of the container's group
+        (
+            "0::/kubepods/pod1/ctr\n",
+            {"kubepods/pod1/cpu.max": "150000 100000\n", "kubepods/pod1/ctr/cpu.max": "max"},
+            2,
+        ),
+        # v1, the cpu controller mounted with cpuacct
+        (
+            "4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n0::/\n",
+            {
+                "cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "300000\n",
+                "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n",
+            },
+            3,
+        ),
+        (
+            "3:cpu,cpuacct:/\n",
+            {"cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"},
+            None,
+        ),
     ],
 )
-def test_the_cores_are_the_affinity_within_the_cgroup_quota(tmp_path: Path, cpu_max: str, limit: int | None) -> None:
-    path = tmp_path / "cpu.max"
-    path.write_text(cpu_max)
-    affinity = len(os.sched_getaffinity(0))
-    assert available_cores(path) == (affinity if limit is None else min(affinity, limit))
-    assert available_cores(tmp_path / "absent") == affinity
+def test_the_cores_are_the_affinity_within_the_cgroup_quota(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, membership: str, files: dict[str, str], limit: int | None
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))  # a 64-core node
+    cgroups = tmp_path / "cgroup"
+    write(cgroups, files)
+    (tmp_path / "self").write_text(membership)
+    assert available_cores(cgroups, tmp_path / "self") == (64 if limit is None else limit)
+    assert available_cores(cgroups, tmp_path / "absent") == 64
 
 
 def test_a_gpu_is_told_by_the_device_setting_or_the_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
