@@ -78,6 +78,13 @@ class Connection:
         self.wire = FrameReader(self.received, self.lost)
 
     def received(self, message: tuple[Any, ...]) -> None:
+        try:
+            self.dispatch(message)
+        except Exception:  # a fault in one message costs its answer, not the front end's connection
+            logger.exception("the engine could not take a %r message", message[0])
+            self.reply((message[1], "error", error_of(InferenceFailed("the engine failed to take this request"))))
+
+    def dispatch(self, message: tuple[Any, ...]) -> None:
         kind, request_id = message[0], message[1]
         if kind == "task":
             work = asyncio.ensure_future(self.engine.run(self, *message[1:]))

@@ -21,7 +21,8 @@ from typing import Any
 
 LENGTH = struct.Struct("<Q")
 COUNTS = struct.Struct("<II")
-ALIGN = 64  # each array starts at a multiple of this within its frame (numpy and orjson read aligned memory fastest)
+ALIGN = 64  # each array starts this many bytes' multiple into its frame; a frame's own buffer starts where malloc
+# aligns it (16 bytes), so its arrays are at least that aligned, as numpy wants them
 SCRATCH_BYTES = 1 << 20
 LARGE_FRAME_BYTES = SCRATCH_BYTES // 4
 ONE_WRITE_BYTES = 1 << 16  # below this a frame's parts are joined into one write
@@ -50,6 +51,8 @@ def frame(message: Any) -> list[bytes | memoryview]:
 
 
 def write(transport: asyncio.WriteTransport, message: Any) -> None:
+    """Send a message. Its arrays must not change afterwards: a transport may send from their memory later (from
+    Python 3.12 it keeps what the socket did not take at once without copying it)."""
     parts = frame(message)
     if len(parts) == 3 or sum(len(part) for part in parts) < ONE_WRITE_BYTES:
         transport.write(b"".join(parts))
@@ -59,8 +62,8 @@ def write(transport: asyncio.WriteTransport, message: Any) -> None:
 
 
 def unframe(view: memoryview, own: bool) -> Any:
-    """The message of one frame (without its length). ``own``: the memory is the frame's alone, and aligned, so
-    its arrays may keep it; otherwise they are copied out of it."""
+    """The message of one frame (without its length). ``own``: the memory is the frame's alone, so its arrays may
+    keep it; otherwise they are copied out of it."""
     size, count = COUNTS.unpack_from(view)
     lengths = struct.unpack_from(f"<{count}Q", view, COUNTS.size)
     start = COUNTS.size + 8 * count

@@ -18,11 +18,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
+import numpy as np
 import pytest
 
 from app.admission import Admission
 from app.engine import Engine, EngineClient, wire_task
-from app.errors import Overloaded
+from app.errors import InferenceFailed, Overloaded
 from app.main import create_app
 from app.messages import Task
 from app.metrics import Metrics
@@ -232,6 +233,30 @@ class OneModel:
 
     def __iter__(self) -> Iterator[SimpleNamespace]:
         return iter([self.served])
+
+
+async def test_a_message_the_engine_cannot_take_fails_alone_and_the_connection_serves_on(
+    tmp_path: Path, tiny_model: TextEncoder
+) -> None:
+    queue = WorkQueue()
+    worker = Worker(queue, tiny_model)
+    server = await Engine(OneModel(queue), Admission(100, lambda: None, Metrics()), Metrics()).serve(
+        str(tmp_path / "engine.sock")
+    )
+    client = EngineClient(str(tmp_path / "engine.sock"))
+    try:
+        await client.start()
+        with pytest.raises(InferenceFailed):
+            await client.request("task", "tiny")  # a task message without its task: the engine cannot run it
+        spec = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
+        task = Task("embed", tiny_model.tokenizer.encode(["still served"]), spec)
+        (result, _) = await client.request("task", "tiny", wire_task(task), 30.0)
+        np.testing.assert_allclose(result[0].sentence, tiny_model.embed(["still served"]).numpy()[0], atol=1e-5)
+        assert client.connected
+    finally:
+        await client.close()
+        server.close()
+        worker.stop()
 
 
 async def test_the_engine_admits_every_front_ends_tasks_against_one_bound(
