@@ -115,6 +115,7 @@ REQUESTS = [
     ("/encode", {"texts": ["the cat sat on the mat", "a lazy dog"], "model": "tiny"}),
     ("/v1/embeddings", {"input": ["the cat sat"], "model": "tiny"}),
     ("/attention", {"text": "the cat sat", "model": "tiny", "layers": [-1]}),
+    ("/attention", {"text": LONG, "model": "tiny"}),  # every layer of a long text: an answer read into its own buffer
     ("/attention/neuron", {"text": "the cat sat", "model": "tiny", "layer": 0, "head": 1}),
     ("/attention/heads", {"texts": ["the cat sat", "a lazy dog"], "model": "tiny"}),
     ("/similarity", {"source": "a cat", "texts": ["a dog", "the mat"], "model": "tiny", "explain": True}),
