@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -23,7 +24,6 @@ from starlette.types import ASGIApp
 
 from app import __version__
 from app.admission import Admission
-from app.compute import bound_kernel_caches
 from app.dependencies import ApiKey
 from app.errors import install_error_handlers
 from app.fast_path import FastPath
@@ -48,7 +48,9 @@ from app.services.embeddings import Embeddings
 from app.services.inspection import Inspection
 from app.services.tasks import Tasks
 from app.settings import Settings, get_settings
-from model import TextEncoder
+
+if TYPE_CHECKING:
+    from model import TextEncoder
 
 logger = logging.getLogger("app")
 TIMING_HEADERS = ["X-Request-ID", "X-Queue-Time", "X-Inference-Time", "X-Serialization-Time"]
@@ -89,6 +91,8 @@ def create_app(
     card (no weights) and sends the models' work to the engine.
     """
     if settings is None:
+        from app.compute import bound_kernel_caches  # torch's: only where models are computed
+
         bound_kernel_caches()  # the server process, before any model is loaded
         settings = get_settings()
         configure_logging(settings.log_level, settings.log_format)

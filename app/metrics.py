@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import partial
+from typing import TYPE_CHECKING
 
-import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
@@ -18,6 +18,10 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 # What a front end counts itself (the rest is the engine's): families as prometheus-client names them.
+if TYPE_CHECKING:
+    import torch
+
+
 HTTP_METRICS = frozenset({"encoder_requests", "encoder_request_seconds", "encoder_timeouts"})
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -83,6 +87,8 @@ class Metrics:
 
     def watch_gpu(self, devices: list[torch.device]) -> None:
         """Expose the GPU memory torch holds on each device: allocated now, at peak, and reserved by its cache."""
+        import torch  # here: the front ends, which compute nothing, never load it
+
         for name, what, read in (
             ("allocated", "held by live tensors now", torch.cuda.memory_allocated),
             ("peak", "held by live tensors at the most, since start", torch.cuda.max_memory_allocated),

@@ -14,18 +14,19 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from app.compute import COMPUTE, TORCH_THREADS
 from app.engine import EngineClient, EngineQueue, ModelFacts
 from app.errors import ModelNotFound
 from app.metrics import Metrics
 from app.settings import Settings
 from app.tokenization import Tokenization
 from app.work_queue import WorkQueue
-from app.worker import Worker
-from model import DEFAULT_MODEL_NAME, GPU_PASS_TOKENS, ModelCard, TextEncoder, default_model_path, resolve_device
+from model import DEFAULT_MODEL_NAME, GPU_PASS_TOKENS, ModelCard, default_model_path
+
+if TYPE_CHECKING:  # what computes, imported where a model is loaded: a front end (cards only) never loads torch
+    from app.worker import Worker
+    from model import TextEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,9 @@ class ServedModel:
         cls, name: str, model: TextEncoder, settings: Settings, metrics: Metrics, executor: ThreadPoolExecutor
     ) -> ServedModel:
         """Wrap a loaded model: its tokenisation stages, its queue, and its inference threads (started)."""
+        from app.compute import COMPUTE
+        from app.worker import Worker
+
         # Inspection may look at texts longer than the embeddings are made for (all-MiniLM-L6-v2: 256 tokens for
         # sentence-transformers, 512 positions): up to the position table, when the setting asks for it.
         queue = WorkQueue(
@@ -182,6 +186,8 @@ def resident_bytes() -> int:
 
 def gpu_allocated_bytes() -> int:
     """GPU memory held by torch's live tensors on every device (0 before CUDA is first used, or without it)."""
+    import torch
+
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return 0
     return sum(torch.cuda.memory_allocated(index) for index in range(torch.cuda.device_count()))
@@ -203,6 +209,8 @@ def load_registry(
 
     Raises ModelLoadError naming the model, its directory and the problem.
     """
+    from app.compute import COMPUTE
+
     COMPUTE.configure(compute_lanes(settings))
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
     served: list[ServedModel] = []
@@ -274,12 +282,16 @@ async def front_end_registry(settings: Settings, engine: str) -> ModelRegistry:
     return ModelRegistry(served, executor, engine=client)
 
 
-def compute_lanes(settings: Settings, threads: int = TORCH_THREADS) -> int:
+def compute_lanes(settings: Settings, threads: int | None = None) -> int:
     """Passes computed at once (ENCODER_COMPUTE_LANES), unless set: 3 on a CPU that torch gives 2 threads, 2 on
     one it gives 3, else 1. A lane's share is then one thread, so only lane 0 ever holds an OpenMP team
     (app/compute.py); with more threads, several lanes would, which was not measured. On 2 threads a third lane
     computes while another waits for its share of the queue: under 32 concurrent clients the two lanes were
-    idle about a sixth of the time (BENCHMARKS.md). A GPU runs one pass at a time."""
+    idle about a sixth of the time (BENCHMARKS.md). A GPU runs one pass at a time. ``threads``: torch's, unless
+    given."""
+    from app.compute import TORCH_THREADS
+    from model import resolve_device
+
     if settings.compute_lanes is not None:
         return settings.compute_lanes
     try:
@@ -288,7 +300,7 @@ def compute_lanes(settings: Settings, threads: int = TORCH_THREADS) -> int:
         return 1
     if device.type != "cpu":
         return 1
-    return {2: 3, 3: 2}.get(threads, 1)
+    return {2: 3, 3: 2}.get(TORCH_THREADS if threads is None else threads, 1)
 
 
 CPU_PASS_ACTIVATION_BYTES = 24 * 2**20  # the largest activation of a pass on a CPU
@@ -336,6 +348,8 @@ def _sources(settings: Settings, models: Mapping[str, TextEncoder] | None) -> li
 
 def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEncoder:
     """The model loaded (unless given) and warmed up; ModelLoadError naming it and its directory if not."""
+    from model import TextEncoder
+
     directory = source.path if isinstance(source, TextEncoder) else source
     try:
         if isinstance(source, TextEncoder):

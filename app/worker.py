@@ -19,13 +19,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.compute import COMPUTE
 from app.errors import InferenceFailed
 from app.messages import TaskKind
 from app.work_queue import Entry, Ticket, WorkQueue, settle
-from model import TextEncoder, TokenSequence
+from model import TokenSequence
+
+if TYPE_CHECKING:
+    from model import TextEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +37,7 @@ IDLE_INTERVAL_S = 2.0  # the idle hook runs at most this often, and only after w
 # What a pass of each task kind runs: the model's method for it, given the pass's texts and options (for a
 # batched kind one option a text, for another kind the task's one option), returning one result a text for a
 # batched kind and a list of the task's one result otherwise.
-Pass = Callable[[TextEncoder, Sequence[TokenSequence], Any], list[Any]]
+Pass = Callable[["TextEncoder", Sequence[TokenSequence], Any], list[Any]]
 PASSES: dict[TaskKind, Pass] = {
     "embed": lambda model, texts, specs: model.embed_encodings(texts, specs),
     "classify": lambda model, texts, _: model.scores(texts),

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from app.compute import TORCH_THREADS, ComputeLanes
 from bench.run import make_sentences
 from model import TextEncoder
-from model.loader import EmbeddingSpec
+from model.outputs import EmbeddingSpec
 from model.tokenizer import TokenSequence
 
 PASS_TEXTS = 16

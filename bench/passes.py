@@ -22,7 +22,7 @@ import torch
 
 from bench.run import make_sentences, write_cross_encoder
 from model import TextEncoder
-from model.loader import EmbeddingSpec
+from model.outputs import EmbeddingSpec
 from model.tokenizer import TokenSequence
 
 BUDGETS = (16384, 8192, 4096, 2048)

@@ -14,13 +14,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import torch
 
+from model.checkpoint import (
+    BGE_M3_COLBERT,
+    MASKED_LM_FAMILIES,
+    YES_NO,
+    HeadConfig,
+    PoolingConfig,
+    SparseSpec,
+    sparse_spec,
+)
 from model.config import DECODERS, EncoderConfig
-from model.encoder import relative_embedding_rows, relative_position_buckets
-from model.heads import MASKED_LM_FAMILIES, YES_NO, HeadConfig
 from model.late_interaction import LateInteraction, read_late_interaction
-from model.pooling import BGE_M3_COLBERT, PoolingConfig, SparseSpec, sparse_spec
 from model.tokenizer import TextTokenizer
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
@@ -160,13 +165,18 @@ class ModelCard:
             return 2 * self.config.relative_buckets
         return None
 
-    @torch.inference_mode()
     def relative_positions(self, length: int) -> np.ndarray:
         """The bucket each query i and key j of a text of ``length`` tokens use: MPNet's bias row, DeBERTa's
-        relative-embedding row. (length, length) int64."""
-        cpu, config = torch.device("cpu"), self.config
+        relative-embedding row. (length, length) int64. (torch is imported here, not with the card: a process that
+        only reads cards, a front end, never loads it.)"""
+        import torch
+
+        from model.encoder import relative_embedding_rows, relative_position_buckets
+
+        config = self.config
         rows = relative_position_buckets if config.position_embedding == "relative_buckets" else relative_embedding_rows
-        return rows(length, config.relative_buckets, config.relative_max_distance, cpu).numpy()
+        with torch.inference_mode():
+            return rows(length, config.relative_buckets, config.relative_max_distance, torch.device("cpu")).numpy()
 
     def prompt(self, prompt_name: str | None = None, prompt: str | None = None) -> str | None:
         """The prompt to put before each text: ``prompt`` as given, else the named one (or the model's default),

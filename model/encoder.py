@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.config import EncoderConfig, RopeScaling
+from model.outputs import HEAD_STEP_ARRAYS, HeadSteps
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -29,19 +30,7 @@ class Attended(NamedTuple):
     attention: Tensor  # (B, H, T, T): the attention probabilities
 
 
-class HeadSteps(NamedTuple):
-    """One head of one layer on one text of T tokens, step by step (the neuron view)."""
-
-    queries: Tensor  # (T, Dh), after the per-head norm and the rotation where the model has them
-    keys: Tensor  # (T, Dh), likewise (its key/value head's, under grouped-query attention)
-    values: Tensor  # (T, Dh)
-    scale: float  # what q · k is multiplied by: 1/√Dh for BERT
-    scores: Tensor  # (T, T): scale · q kᵀ (+ the position bias), before masking and softmax
-    attention: Tensor  # (T, T): softmax of the masked scores
-    context: Tensor  # (T, Dh): attention · values
-
-
-HEAD_STEP_ARRAYS = tuple(name for name in HeadSteps._fields if name != "scale")  # the tensors among the steps
+assert tuple(name for name in HeadSteps._fields if name != "scale") == HEAD_STEP_ARRAYS  # model/outputs.py
 
 
 class AttentionResult(NamedTuple):

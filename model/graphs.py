@@ -23,10 +23,9 @@ import torch
 from torch import Tensor
 
 from model.encoder import Encoder
+from model.outputs import GPU_PASS_TOKENS
 
 logger = logging.getLogger(__name__)
-
-GPU_PASS_TOKENS = 16384  # padded tokens a pass on a GPU, unless set: the largest pass, and the largest bucket
 
 
 def bucket_sizes(limit: int, first: int) -> list[int]:

@@ -7,57 +7,12 @@ Shape key: B texts, L layers, H heads, T tokens, W words, D model width.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-Aggregate = Literal["none", "mean", "rollout"]
-Weighting = Literal["attention", "norm"]
-
-
-class IndexOutOfRange(ValueError):
-    """A layer or head index outside the model, with its position in the request's list."""
-
-    def __init__(self, position: int, value: int, count: int) -> None:
-        super().__init__(f"{value} is out of range: there are {count} ({-count} to {count - 1})")
-        self.position = position
-
-
-def resolve_indices(values: Sequence[int] | None, count: int) -> list[int]:
-    """Layer or head indices, negative ones counted from the end; all of them when None."""
-    if values is None:
-        return list(range(count))
-    resolved = []
-    for position, value in enumerate(values):
-        if not -count <= value < count:
-            raise IndexOutOfRange(position, value, count)
-        resolved.append(value % count)
-    return resolved
-
-
-@dataclass(frozen=True)
-class AttentionSelection:
-    """Which attention maps a request wants, and how they are combined."""
-
-    layers: tuple[int, ...]  # absolute layer indices, in the order asked
-    heads: tuple[int, ...]  # absolute head indices, in the order asked
-    aggregate: Aggregate = "none"
-    weighting: Weighting = "attention"  # norm: α_ij · ‖f_h(x_j)‖ (Kobayashi et al. 2020)
-    words: tuple[tuple[int, ...], ...] | None = None  # token positions of each word, to merge into (Clark et al.)
-
-    @property
-    def deepest(self) -> int:
-        """Layers that must be computed: up to the deepest one selected."""
-        return max(self.layers) + 1
-
-    def shape(self, n_tokens: int) -> tuple[int, int, int, int]:
-        """The shape of the selected maps for a text of ``n_tokens`` tokens (of its words, when merged)."""
-        head_axis = len(self.heads) if self.aggregate == "none" else 1
-        n = len(self.words) if self.words is not None else n_tokens
-        return (len(self.layers), head_axis, n, n)
+from model.outputs import AttentionSelection
 
 
 def head_mean(attention: Tensor) -> Tensor:
@@ -116,18 +71,6 @@ def merge_words(maps: Tensor, words: Sequence[Sequence[int]]) -> Tensor:
         rows[w, list(positions)] = 1.0 / len(positions)
         columns[list(positions), w] = 1.0
     return rows @ maps @ columns  # (..., W, W)
-
-
-HEAD_STATISTICS = (
-    "entropy",
-    "distance",
-    "to_cls",
-    "to_sep",
-    "to_punctuation",
-    "to_self",
-    "to_previous",
-    "to_next",
-)
 
 
 def head_statistics(attention: Tensor, lengths: Tensor, separators: Tensor, punctuation: Tensor) -> Tensor:

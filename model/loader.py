@@ -18,27 +18,26 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.card import ModelCard, read_card
-from model.config import RopeScaling
-from model.encoder import (
-    HEAD_STEP_ARRAYS,
-    Encoder,
-    EncoderOutput,
-    HeadSteps,
-    rotary_angles,
-    sinusoidal_positional_encoding,
-    windowed,
-)
-from model.graphs import GPU_PASS_TOKENS, GraphedPass
+from model.checkpoint import BGE_M3_COLBERT, BGE_M3_SPARSE, Pooling
+from model.encoder import Encoder, EncoderOutput, rotary_angles, sinusoidal_positional_encoding, windowed
+from model.graphs import GraphedPass
 from model.heads import LanguageModelHead, MaskedLanguageModelHead, SequenceClassificationHead, last_token
-from model.inspection import (
+from model.inspection import explain_similarity, head_statistics, merge_words, norm_weighted, select_attention
+from model.outputs import (
+    GPU_PASS_TOKENS,
+    HEAD_STEP_ARRAYS,
     AttentionSelection,
-    explain_similarity,
-    head_statistics,
-    merge_words,
-    norm_weighted,
-    select_attention,
+    EmbeddingSpec,
+    HeadSteps,
+    MultiVectorOptions,
+    MultiVectors,
+    PositionQuery,
+    Scores,
+    SparseOptions,
+    SparseVector,
+    TextEmbedding,
 )
-from model.pooling import BGE_M3_COLBERT, BGE_M3_SPARSE, Dense, Pooling, normalize, sentence_embeddings, splade
+from model.pooling import Dense, normalize, sentence_embeddings, splade
 from model.tokenizer import Batch, TokenSequence
 from model.weights import (
     checkpoint_dtype,
@@ -125,76 +124,6 @@ def resolve_precision(dtype: str, device: torch.device, checkpoint: torch.dtype 
     else:
         explicit = checkpoint if checkpoint in (torch.float16, torch.bfloat16) else torch.float32
     return Precision(weights, compute, explicit)
-
-
-@dataclass(frozen=True)
-class EmbeddingSpec:
-    """What one text asks of a forward pass."""
-
-    layer: int  # the hidden state, made absolute by TextEncoder.resolve_layer: 0 = embeddings, N = last layer
-    pooling: Pooling  # how its token vectors become one sentence vector
-    normalize: bool  # L2-normalise the sentence vector
-    token_vectors: bool = False  # also return the text's token vectors
-    skip: int = 0  # its first tokens left out of the pooling (a prompt, where the model excludes prompts)
-
-
-@dataclass(frozen=True)
-class TextEmbedding:
-    """One text's result: its sentence vector and, when asked for, its token vectors."""
-
-    sentence: np.ndarray  # (D',) float32
-    tokens: np.ndarray | None = None  # (T, D) float32, the text's own tokens only (no padding)
-
-
-@dataclass(frozen=True)
-class SparseVector:
-    """One text's sparse vector: vocabulary ids ascending and their weights, the non-zero ones only."""
-
-    indices: np.ndarray  # (n,) int64
-    values: np.ndarray  # (n,) float32
-
-
-@dataclass(frozen=True)
-class MultiVectors:
-    """One text's multi-vector output: the vectors of its scored tokens (n, D') float32, and their positions in
-    the pass (a position at or past the text's length is a query expansion's)."""
-
-    vectors: np.ndarray
-    positions: np.ndarray  # (n,) int64, ascending
-
-
-@dataclass(frozen=True)
-class MultiVectorOptions:
-    """A multi-vector pass's per-text option: encode it as a query (else as a document)."""
-
-    query: bool = False
-
-
-@dataclass(frozen=True)
-class SparseOptions:
-    """A sparse pass's per-text option: keep only the ``top_k`` largest weights (all when None)."""
-
-    top_k: int | None = None
-
-
-@dataclass(frozen=True)
-class Scores:
-    """What a classification pass gives one text (or pair)."""
-
-    logits: np.ndarray  # (labels,) float32
-    probabilities: np.ndarray  # (labels,): softmax, or a sigmoid per label (multi-label heads, cross-encoders)
-
-
-@dataclass(frozen=True)
-class PositionQuery:
-    """A positional encoding to compute: the seeds' sinusoid, the model's learned table, rotary angles (with a
-    scaling where the model's own are asked for), or the relative-position buckets of query i and key j."""
-
-    kind: str  # "sinusoidal", "learned", "rotary" or "relative"
-    length: int
-    d_model: int = 0  # the sinusoid's width, the rotary head width; unused for the model's own tables
-    base: float = 10000.0
-    scaling: RopeScaling | None = None
 
 
 PassGraph = Callable[[Tensor, Tensor, Tensor], Tensor]  # (input ids, mask, segments) (B, T) → last hidden state
@@ -690,10 +619,10 @@ class TextEncoder(ModelCard):
     @torch.inference_mode()
     def neuron(self, encoding: TokenSequence, layer: int, head: int) -> HeadSteps:
         """One head of one layer on one tokenised text, step by step, in float32 on the CPU (the explicit path's
-        precision): queries, keys, values, scale, scores, attention, context (see HeadSteps)."""
+        precision): queries, keys, values, scale, scores, attention, context (see HeadSteps), as numpy arrays."""
         input_ids, _, token_type_ids = self.to_tensors(self.tokenizer.pad([encoding]))
         steps = self.encoder.head_steps(input_ids, token_type_ids, layer, head, dtype=torch.float32)
-        return steps._replace(**{name: getattr(steps, name).float().cpu() for name in HEAD_STEP_ARRAYS})
+        return steps._replace(**{name: getattr(steps, name).float().cpu().numpy() for name in HEAD_STEP_ARRAYS})
 
     @torch.inference_mode()
     def head_statistics(

@@ -16,9 +16,10 @@ import torch
 from safetensors import safe_open
 from torch import Tensor, nn
 
+from model.checkpoint import MASKED_LM_TENSORS
 from model.config import DECODERS, EncoderConfig
 from model.encoder import Encoder
-from model.heads import MASKED_LM_TENSORS, LanguageModelHead, MaskedLanguageModelHead, SequenceClassificationHead
+from model.heads import LanguageModelHead, MaskedLanguageModelHead, SequenceClassificationHead
 
 logger = logging.getLogger(__name__)
 

@@ -174,7 +174,7 @@ class Inspection:
             [request.text], [request.text_pair], truncate=request.truncate, param="text", indexed=False
         )
         (steps,) = await served.queue.run(Task("neuron", [encoding], HeadChoice(layer, head)), timing)
-        arrays = {name: getattr(steps, name).numpy() for name in HEAD_STEP_ARRAYS}
+        arrays = {name: getattr(steps, name) for name in HEAD_STEP_ARRAYS}
         response = construct(
             NeuronResponse,
             model=served.name,

@@ -356,6 +356,23 @@ async def test_bad_input_through_one_front_end_harms_no_request_through_another(
             await client.aclose()
 
 
+def test_front_ends_never_load_torch(service: tuple[subprocess.Popen, str]) -> None:
+    """A front end reads cards and sends the work on: after a request to every endpoint through each, none has
+    torch's library in its memory (a front end that imported it held about 180 MiB more)."""
+    process, url = service
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for _ in range(4):  # over fresh connections: the kernel spreads them over both front ends
+            for path, body in REQUESTS:
+                client.post(path, json=body, headers={"Connection": "close"})
+            client.get("/positional-encoding?kind=learned&length=4", headers={"Connection": "close"})
+    fronts = [pid for pid in started(process.pid) if Path(f"/proc/{pid}/comm").read_text().strip() == "encoder-front"]
+    assert len(fronts) == 2
+    engine = [pid for pid in started(process.pid) if pid not in fronts]
+    assert "libtorch" in Path(f"/proc/{engine[0]}/maps").read_text()  # where it is, the check sees it
+    for pid in fronts:
+        assert "libtorch" not in Path(f"/proc/{pid}/maps").read_text(), f"front end {pid} loaded torch"
+
+
 def test_ps_tells_the_engine_from_the_front_ends(service: tuple[subprocess.Popen, str]) -> None:
     process, _ = service
 

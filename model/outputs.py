@@ -1,0 +1,180 @@
+"""What a pass is asked for and what it gives back, as plain data (numpy arrays, numbers): the messages' payloads
+between the services and the model, read and written without torch; and the arithmetic on them that the services
+do themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from model.checkpoint import Pooling
+    from model.config import RopeScaling
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """``normalize`` for arrays: each vector along the last axis L2-normalised (a zero vector stays zero)."""
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)  # (…, 1)
+    return vectors / np.maximum(norms, 1e-12)  # F.normalize's epsilon
+
+
+def keep_dimensions(vectors: np.ndarray, dimensions: int, normalize_again: bool = True) -> np.ndarray:
+    """Matryoshka: the first ``dimensions`` components of each row of (B, D), L2-normalised again if asked."""
+    kept = vectors[..., :dimensions]  # (B, d)
+    return unit_rows(kept) if normalize_again else kept
+
+
+@dataclass(frozen=True)
+class EmbeddingSpec:
+    """What one text asks of a forward pass."""
+
+    layer: int  # the hidden state, made absolute by TextEncoder.resolve_layer: 0 = embeddings, N = last layer
+    pooling: Pooling  # how its token vectors become one sentence vector
+    normalize: bool  # L2-normalise the sentence vector
+    token_vectors: bool = False  # also return the text's token vectors
+    skip: int = 0  # its first tokens left out of the pooling (a prompt, where the model excludes prompts)
+
+
+@dataclass(frozen=True)
+class TextEmbedding:
+    """One text's result: its sentence vector and, when asked for, its token vectors."""
+
+    sentence: np.ndarray  # (D',) float32
+    tokens: np.ndarray | None = None  # (T, D) float32, the text's own tokens only (no padding)
+
+
+@dataclass(frozen=True)
+class SparseVector:
+    """One text's sparse vector: vocabulary ids ascending and their weights, the non-zero ones only."""
+
+    indices: np.ndarray  # (n,) int64
+    values: np.ndarray  # (n,) float32
+
+
+@dataclass(frozen=True)
+class MultiVectors:
+    """One text's multi-vector output: the vectors of its scored tokens (n, D') float32, and their positions in
+    the pass (a position at or past the text's length is a query expansion's)."""
+
+    vectors: np.ndarray
+    positions: np.ndarray  # (n,) int64, ascending
+
+
+@dataclass(frozen=True)
+class MultiVectorOptions:
+    """A multi-vector pass's per-text option: encode it as a query (else as a document)."""
+
+    query: bool = False
+
+
+@dataclass(frozen=True)
+class SparseOptions:
+    """A sparse pass's per-text option: keep only the ``top_k`` largest weights (all when None)."""
+
+    top_k: int | None = None
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What a classification pass gives one text (or pair)."""
+
+    logits: np.ndarray  # (labels,) float32
+    probabilities: np.ndarray  # (labels,): softmax, or a sigmoid per label (multi-label heads, cross-encoders)
+
+
+@dataclass(frozen=True)
+class PositionQuery:
+    """A positional encoding to compute: the seeds' sinusoid, the model's learned table, rotary angles (with a
+    scaling where the model's own are asked for), or the relative-position buckets of query i and key j."""
+
+    kind: str  # "sinusoidal", "learned", "rotary" or "relative"
+    length: int
+    d_model: int = 0  # the sinusoid's width, the rotary head width; unused for the model's own tables
+    base: float = 10000.0
+    scaling: RopeScaling | None = None
+
+
+Aggregate = Literal["none", "mean", "rollout"]
+
+
+Weighting = Literal["attention", "norm"]
+
+
+class IndexOutOfRange(ValueError):
+    """A layer or head index outside the model, with its position in the request's list."""
+
+    def __init__(self, position: int, value: int, count: int) -> None:
+        super().__init__(f"{value} is out of range: there are {count} ({-count} to {count - 1})")
+        self.position = position
+
+
+def resolve_indices(values: Sequence[int] | None, count: int) -> list[int]:
+    """Layer or head indices, negative ones counted from the end; all of them when None."""
+    if values is None:
+        return list(range(count))
+    resolved = []
+    for position, value in enumerate(values):
+        if not -count <= value < count:
+            raise IndexOutOfRange(position, value, count)
+        resolved.append(value % count)
+    return resolved
+
+
+@dataclass(frozen=True)
+class AttentionSelection:
+    """Which attention maps a request wants, and how they are combined."""
+
+    layers: tuple[int, ...]  # absolute layer indices, in the order asked
+    heads: tuple[int, ...]  # absolute head indices, in the order asked
+    aggregate: Aggregate = "none"
+    weighting: Weighting = "attention"  # norm: α_ij · ‖f_h(x_j)‖ (Kobayashi et al. 2020)
+    words: tuple[tuple[int, ...], ...] | None = None  # token positions of each word, to merge into (Clark et al.)
+
+    @property
+    def deepest(self) -> int:
+        """Layers that must be computed: up to the deepest one selected."""
+        return max(self.layers) + 1
+
+    def shape(self, n_tokens: int) -> tuple[int, int, int, int]:
+        """The shape of the selected maps for a text of ``n_tokens`` tokens (of its words, when merged)."""
+        head_axis = len(self.heads) if self.aggregate == "none" else 1
+        n = len(self.words) if self.words is not None else n_tokens
+        return (len(self.layers), head_axis, n, n)
+
+
+HEAD_STATISTICS = (
+    "entropy",
+    "distance",
+    "to_cls",
+    "to_sep",
+    "to_punctuation",
+    "to_self",
+    "to_previous",
+    "to_next",
+)
+
+
+GPU_PASS_TOKENS = 16384  # padded tokens a pass on a GPU, unless set: the largest pass, and the largest bucket
+
+
+# The neuron view's arrays of one head's steps (model/encoder.py's HeadSteps, all but its scale).
+HEAD_STEP_ARRAYS = ("queries", "keys", "values", "scores", "attention", "context")
+
+
+class HeadSteps(NamedTuple):
+    """One head of one layer on one text of T tokens, step by step (the neuron view): tensors where the encoder
+    computes them, numpy arrays once the model hands them out (TextEncoder.neuron)."""
+
+    queries: Tensor | np.ndarray  # (T, Dh), after the per-head norm and the rotation where the model has them
+    keys: Tensor | np.ndarray  # (T, Dh), likewise (its key/value head's, under grouped-query attention)
+    values: Tensor | np.ndarray  # (T, Dh)
+    scale: float  # what q · k is multiplied by: 1/√Dh for BERT
+    scores: Tensor | np.ndarray  # (T, T): scale · q kᵀ (+ the position bias), before masking and softmax
+    attention: Tensor | np.ndarray  # (T, T): softmax of the masked scores
+    context: Tensor | np.ndarray  # (T, Dh): attention · values
