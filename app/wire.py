@@ -14,10 +14,13 @@ BENCHMARKS.md "How a task crosses between processes").
 from __future__ import annotations
 
 import asyncio
+import logging
 import pickle
 import struct
 from collections.abc import Callable
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 LENGTH = struct.Struct("<Q")
 COUNTS = struct.Struct("<II")
@@ -80,7 +83,8 @@ def unframe(view: memoryview, own: bool) -> Any:
 
 class FrameReader(asyncio.BufferedProtocol):
     """A connection's protocol: each message read is handed to ``received``; ``lost`` is called once the
-    connection ends (with its error, or None). Writing goes through ``send``."""
+    connection ends (with its error, or None). Writing goes through ``send``. A frame that cannot be read, or
+    whose handling raises, is logged and dropped: the connection serves on (its request meets its deadline)."""
 
     def __init__(self, received: Callable[[Any], None], lost: Callable[[Exception | None], None]) -> None:
         self.received = received
@@ -123,7 +127,7 @@ class FrameReader(asyncio.BufferedProtocol):
             self.filled += nbytes
             if self.filled == len(self.large):
                 large, self.large = self.large, None
-                self.received(unframe(memoryview(large), own=True))
+                self.deliver(memoryview(large), own=True)
             return
         self.end += nbytes
         while self.end - self.start >= LENGTH.size:
@@ -133,7 +137,7 @@ class FrameReader(asyncio.BufferedProtocol):
             if total >= LARGE_FRAME_BYTES:  # into memory of its own
                 if have >= total:  # all of it here already
                     self.start = begin + total
-                    self.received(unframe(memoryview(bytearray(self.view[begin : self.start])), own=True))
+                    self.deliver(memoryview(bytearray(self.view[begin : self.start])), own=True)
                     continue
                 self.large = bytearray(total)  # what has arrived of it, then the rest straight from the socket
                 self.large[:have] = self.view[begin : self.end]
@@ -143,6 +147,12 @@ class FrameReader(asyncio.BufferedProtocol):
             if have < total:
                 break  # the rest of this frame is still to come
             self.start = begin + total
-            self.received(unframe(self.view[begin : self.start], own=False))
+            self.deliver(self.view[begin : self.start], own=False)
         if self.start == self.end:
             self.start = self.end = 0
+
+    def deliver(self, frame: memoryview, own: bool) -> None:
+        try:
+            self.received(unframe(frame, own))
+        except Exception:
+            logger.exception("a message of %d bytes could not be read or handled: it is dropped", len(frame))

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from app.wire import LARGE_FRAME_BYTES, FrameReader, frame
+from app.wire import COUNTS, LARGE_FRAME_BYTES, LENGTH, FrameReader, frame
 
 
 def messages() -> list[Any]:
@@ -103,3 +104,21 @@ async def test_over_a_unix_socket_each_side_gets_what_the_other_sent(tmp_path: P
     await asyncio.wait_for(closed.wait(), 5)
     with pytest.raises(ConnectionError):
         client.send(messages()[0])
+
+
+def test_a_frame_that_cannot_be_read_is_dropped_and_the_next_one_arrives(caplog: pytest.LogCaptureFixture) -> None:
+    """A pickle naming a module this process lacks (as a result type of a module a front end never imports would):
+    that message is lost, logged, and the connection reads on."""
+    bad = frame((7, "ok", Decimal("1.5"), (0.0, 0.0)))
+    body = bytes(bad[2]).replace(b"decimal", b"nowhere")  # a pickle naming a module that does not exist
+    assert body != bytes(bad[2])
+    bad[0] = LENGTH.pack(COUNTS.size + len(body))
+    bad[2] = body
+    received: list[Any] = []
+    reader = FrameReader(received.append, lambda _: None)
+    stream = b"".join(bad) + b"".join(frame(messages()[1]))
+    buffer = reader.get_buffer(-1)
+    buffer[: len(stream)] = stream
+    reader.buffer_updated(len(stream))
+    assert len(received) == 1 and same(received[0], messages()[1])
+    assert "could not be read" in caplog.text
