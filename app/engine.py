@@ -76,6 +76,7 @@ class Connection:
         self.engine = engine
         self.running: dict[int, asyncio.Task[None]] = {}
         self.wire = FrameReader(self.received, self.lost)
+        engine.connections.add(self)
 
     def received(self, message: tuple[Any, ...]) -> None:
         try:
@@ -108,6 +109,9 @@ class Connection:
     def lost(self, _: Exception | None) -> None:
         for work in list(self.running.values()):
             work.cancel()
+        self.engine.connections.discard(self)
+        if not self.engine.connections:
+            self.engine.idle.set()
 
 
 class Engine:
@@ -118,9 +122,27 @@ class Engine:
         self.registry = registry  # app.registry.ModelRegistry
         self.admission = admission
         self.metrics = metrics  # the models', their queues' and passes' (the front ends count HTTP)
+        self.connections: set[Connection] = set()
+        self.idle = asyncio.Event()  # set whenever the last front end's connection has closed
 
     async def serve(self, path: str) -> asyncio.AbstractServer:
-        return await asyncio.get_running_loop().create_unix_server(lambda: Connection(self).wire, path)
+        return await asyncio.get_running_loop().create_unix_server(self.connected, path)
+
+    def connected(self) -> FrameReader:
+        self.idle.clear()
+        return Connection(self).wire
+
+    async def front_ends_gone(self, timeout_s: float) -> None:
+        """Until every front end's connection has closed (they close theirs once they have answered what they
+        held), or ``timeout_s`` passes."""
+        if self.connections:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self.idle.wait()
+            except TimeoutError:
+                logger.warning(
+                    "%d front ends still connected after %g s: the engine stops", len(self.connections), timeout_s
+                )
 
     def describe(self) -> dict[str, ModelFacts]:
         return {served.name: served.facts for served in self.registry}

@@ -163,10 +163,14 @@ def engine_main(path: str, ready: Connection, parent: int) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         admission = Admission(settings.max_queue_texts, registry.seconds_per_text, metrics)
-        server = await Engine(registry, admission, metrics).serve(path)
+        engine = Engine(registry, admission, metrics)
+        server = await engine.serve(path)
         ready.send(os.getpid())
         await stop.wait()
         server.close()
+        # Told to stop with the front ends (a signal to the whole process group: Ctrl-C in a terminal), the engine
+        # answers what they still send until each has drained and gone.
+        await engine.front_ends_gone(STOP_TIMEOUT_S)
 
     asyncio.run(serve())
     registry.close()  # finishes what is queued

@@ -194,17 +194,23 @@ async def test_when_the_engine_dies_waiting_requests_get_503_and_the_service_exi
     assert "the engine exited (status -9)" in server_log(process)
 
 
+@pytest.mark.parametrize("to", ["supervisor", "every process"])
 async def test_sigterm_answers_what_is_in_flight_then_every_process_exits_zero(
-    service: tuple[subprocess.Popen, str],
+    service: tuple[subprocess.Popen, str], to: str
 ) -> None:
+    """Sent to the supervisor (as Kubernetes and Docker send it) or to every process at once (as a terminal sends
+    Ctrl-C to its whole process group): the request in flight is answered either way."""
     process, url = service
     processes = children(process.pid)
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-        request = asyncio.ensure_future(client.post("/attention/heads", json={"texts": [LONG] * 16, "model": "tiny"}))
-        await asyncio.sleep(0.3)
-        process.send_signal(signal.SIGTERM)
-        response = await request
-    assert response.status_code == 200
+    body = {"texts": [LONG] * 16, "model": "tiny"}
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        requests = [asyncio.ensure_future(client.post("/attention/heads", json=body)) for _ in range(48)]
+        await asyncio.sleep(0.2)
+        assert not all(request.done() for request in requests), "nothing was in flight"
+        for pid in [process.pid, *(started(process.pid) if to == "every process" else [])]:
+            os.kill(pid, signal.SIGTERM)
+        responses = await asyncio.gather(*requests)
+    assert [response.status_code for response in responses] == [200] * 48
     assert process.wait(60) == 0
     deadline = time.monotonic() + 10
     while any(Path(f"/proc/{pid}").exists() for pid in processes) and time.monotonic() < deadline:
