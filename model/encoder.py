@@ -119,6 +119,14 @@ def attention_scores(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor
     return scores / math.sqrt(q.size(-1)) if scale is None else scores * scale
 
 
+def masked_softmax(scores: Tensor, mask: Tensor | None, dtype: torch.dtype) -> Tensor:
+    """softmax over the keys of scores where ``mask`` lets a query see a key (computed in float32, returned in
+    ``dtype``): each row sums to 1."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return F.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
+
+
 def scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None, scale: float | None = None
 ) -> Attended:
@@ -129,9 +137,7 @@ def scaled_dot_product_attention(
     scores = attention_scores(q, k, scale)  # (B, H, T, T)
     if bias is not None:
         scores = scores + bias  # (1|B, H, T, T): a position bias (MPNet, DeBERTa)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    attention = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # (B, H, T, T), rows sum to 1
+    attention = masked_softmax(scores, mask, q.dtype)  # (B, H, T, T)
     return Attended(attention @ v, attention)  # (B, H, T, Dh), (B, H, T, T)
 
 
@@ -410,8 +416,7 @@ class MultiHeadAttention(nn.Module):
         scores = attention_scores(q, k, self.scale)  # (T, T): omega, scaled (as the attention path does)
         if bias is not None:
             scores = scores + bias
-        masked = scores if mask is None else scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        attention = F.softmax(masked, dim=-1, dtype=torch.float32).to(q.dtype)  # (T, T), rows sum to 1
+        attention = masked_softmax(scores, mask, q.dtype)  # (T, T)
         scale = self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_dim)
         return HeadSteps(q, k, v, scale, scores, attention, attention @ v)
 
