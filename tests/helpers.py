@@ -373,3 +373,22 @@ def local_model(served: ServedModel) -> TextEncoder:
     """The loaded model, where this process computes it."""
     assert served.model is not None, "the model is computed in another process"
     return served.model
+
+
+def conforms(operations: list[Any], mode: Any, base_url: str, checks: list[Any], examples: int) -> None:
+    """schemathesis' generated requests (valid, or with ``mode`` NEGATIVE invalid) to each OpenAPI operation at
+    ``base_url``, every answer held to ``checks``; an operation with no input has nothing to make invalid."""
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis import GenerationMode
+
+    for operation in operations:
+        if mode is GenerationMode.NEGATIVE and not (len(operation.body) or len(operation.query)):
+            continue  # /info, /health: no input to make invalid
+
+        @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @given(case=operation.as_strategy(generation_mode=mode))
+        def check(case: Any) -> None:
+            response = case.call(base_url=base_url, timeout=60)
+            case.validate_response(response, checks=checks)
+
+        check()

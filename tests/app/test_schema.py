@@ -6,7 +6,6 @@ from collections.abc import Iterator
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -16,7 +15,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.helpers import running_server
+from tests.helpers import conforms, running_server
 
 pytestmark = pytest.mark.slow  # starts the service as its own process
 
@@ -60,14 +59,4 @@ def test_every_endpoint_conforms_to_its_schema(api_schema, server: str, mode: Ge
         "/info",
         "/health",
     }
-    for operation in operations:
-        if mode is GenerationMode.NEGATIVE and not (len(operation.body) or len(operation.query)):
-            continue  # /info, /health: no input to make invalid
-
-        @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-        @given(case=operation.as_strategy(generation_mode=mode))
-        def exercise(case) -> None:
-            response = case.call(base_url=server, timeout=60)
-            case.validate_response(response, checks=CHECKS)
-
-        exercise()
+    conforms(operations, mode, server, CHECKS, examples=60)

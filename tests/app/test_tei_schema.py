@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -18,7 +17,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.helpers import running_server
+from tests.helpers import conforms, running_server
 
 pytestmark = pytest.mark.slow  # starts the service as its own process
 
@@ -50,14 +49,4 @@ def test_teis_own_schema_holds_for_tei(server: str, mode: GenerationMode) -> Non
         "/info",
         "/health",
     }
-    for operation in operations:
-        if mode is GenerationMode.NEGATIVE and not (len(operation.body) or len(operation.query)):
-            continue  # /info, /health: no input to make invalid
-
-        @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-        @given(case=operation.as_strategy(generation_mode=mode))
-        def check(case: schemathesis.Case) -> None:
-            response = case.call(base_url=f"{server}/tei", timeout=60)
-            case.validate_response(response, checks=CHECKS)
-
-        check()
+    conforms(operations, mode, f"{server}/tei", CHECKS, examples=30)
