@@ -4,6 +4,7 @@ nothing of app/ or HTTP."""
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,3 +34,12 @@ def test_model_knows_nothing_of_the_service() -> None:
     wrong = ("app", "fastapi", "starlette", "uvicorn", "pydantic", "httpx")
     found = {f: sorted(m for m in names if m.split(".")[0] in wrong) for f, names in imported("model").items()}
     assert {f: modules for f, modules in found.items() if modules} == {}
+
+
+def test_every_name_of_the_package_face_resolves_and_is_listed() -> None:
+    """model/__init__ loads its names lazily: each one it lists is found in the module it names."""
+    import model
+
+    assert model.__all__ == list(model.WHERE)
+    for name in model.__all__:
+        assert getattr(model, name) is getattr(importlib.import_module(model.WHERE[name]), name), name
