@@ -348,14 +348,14 @@ def _sources(settings: Settings, models: Mapping[str, TextEncoder] | None) -> li
 
 def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEncoder:
     """The model loaded (unless given) and warmed up; ModelLoadError naming it and its directory if not."""
-    from model import TextEncoder
+    from model import TextEncoder, load_model
 
     directory = source.path if isinstance(source, TextEncoder) else source
     try:
         if isinstance(source, TextEncoder):
             model = source
         else:
-            model = TextEncoder.load(
+            model = load_model(
                 source,
                 device=settings.device,
                 dtype=settings.dtype,

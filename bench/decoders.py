@@ -105,9 +105,9 @@ def rate(run: Callable[[tuple[torch.Tensor, ...]], object], passes: list, texts:
 def speed(model_dir: Path, dtype: str, rounds: int) -> None:
     from transformers import AutoModel
 
-    from model import TextEncoder
+    from model import load_model
 
-    ours = TextEncoder.load(model_dir, device="cpu", dtype=dtype, name="qwen3-0.6b-shape")
+    ours = load_model(model_dir, device="cpu", dtype=dtype, name="qwen3-0.6b-shape")
     torch_dtype = getattr(torch, dtype)
     theirs = AutoModel.from_pretrained(model_dir, dtype=torch_dtype, attn_implementation="sdpa").eval()
     assert ours.dtype == torch_dtype, (ours.dtype, torch_dtype)
@@ -144,7 +144,7 @@ import model
 library, directory, dtype = sys.argv[1:4]
 before = process_memory(__import__("os").getpid())["VmRSS"]
 if library == "ours":
-    loaded = model.TextEncoder.load(directory, device="cpu", dtype=dtype)
+    loaded = model.load_model(directory, device="cpu", dtype=dtype)
     kept = {str(p.dtype) for p in loaded.encoder.parameters()}
 else:
     loaded = transformers.AutoModel.from_pretrained(directory, dtype=getattr(torch, dtype))

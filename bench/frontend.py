@@ -152,10 +152,10 @@ def floor(model_dir: Path, repeats: int = 2000) -> None:
 
     import torch
 
-    from model import EmbeddingSpec, TextEncoder
+    from model import EmbeddingSpec, load_model
 
     torch.set_num_threads(1)
-    model = TextEncoder.load(model_dir)
+    model = load_model(model_dir)
     texts = make_sentences(repeats)
     tokenizer = model.tokenizer
     for text in texts[:200]:

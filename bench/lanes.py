@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from app.compute import TORCH_THREADS, ComputeLanes
 from bench.run import make_sentences
-from model import TextEncoder
+from model import TextEncoder, load_model
 from model.outputs import EmbeddingSpec
 from model.tokenizer import TokenSequence
 
@@ -77,7 +77,7 @@ def main(rounds: int = 3) -> None:
     # As in the service, no torch work runs anywhere but on the lanes (a thread that has run an operator holds an
     # OpenMP team, and a second team slows the first): one set of lanes, which loads the model too.
     compute = ComputeLanes("bench")
-    model = compute.run(TextEncoder.load)
+    model = compute.run(load_model)
     encodings = model.tokenizer.encode(make_sentences(960))
     busy = Busy()
     results: dict[tuple[str, bool], list[float]] = {}

@@ -14,7 +14,7 @@ import time
 import torch
 
 from bench.run import make_sentences
-from model import TextEncoder
+from model import TextEncoder, load_model
 
 
 def block(model: TextEncoder, texts: list[str]) -> float:
@@ -28,7 +28,7 @@ def block(model: TextEncoder, texts: list[str]) -> float:
 
 def main(rounds: int = 5) -> None:
     texts = make_sentences(40)
-    model = TextEncoder.load()
+    model = load_model()
     model.warm_up()
     torch.set_grad_enabled(False)
     release = threading.Event()

@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 
 from bench.run import make_sentences, write_cross_encoder
-from model import TextEncoder
+from model import load_model
+from model.loader import trace
 from model.outputs import EmbeddingSpec
 from model.tokenizer import TokenSequence
 
@@ -64,14 +65,14 @@ def measure(compute: Callable[[list[TokenSequence]], object], encodings: Sequenc
 def run(report: list[str]) -> None:
     torch.set_grad_enabled(False)
     sentences = make_sentences(2000)
-    embedder = TextEncoder.load()
-    embedder.trace()
+    embedder = load_model()
+    trace(embedder)
     spec = EmbeddingSpec(embedder.config.n_layers, embedder.pooling.mode, True)
     texts = embedder.tokenizer.encode(sentences[:1280])
     cases = {"embeddings (bundled model)": measure(lambda b: embedder.embed_encodings(b, [spec] * len(b)), texts)}
     with tempfile.TemporaryDirectory() as directory:
-        cross_encoder = TextEncoder.load(write_cross_encoder(Path(directory)))
-    cross_encoder.trace()
+        cross_encoder = load_model(write_cross_encoder(Path(directory)))
+    trace(cross_encoder)
     pairs = [(sentences[i], document) for i in range(0, 2000 - 33, 33) for document in sentences[i + 1 : i + 33]]
     encoded = cross_encoder.tokenizer.encode([q for q, _ in pairs[:1280]], [d for _, d in pairs[:1280]])
     cases["cross-encoder pairs"] = measure(cross_encoder.classify, encoded)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from model import TextEncoder
+from model import TextEncoder, load_model
 from model.config import EncoderConfig
 
 # Dense (no sparsity) float16 tensor-core peaks from the vendors' datasheets, TFLOP/s, by device-name fragment.
@@ -145,7 +145,7 @@ def main() -> None:
         import tempfile
 
         path = write_bert_base(Path(tempfile.mkdtemp(prefix="bert-base-")))
-    model = TextEncoder.load(path, dtype=args.dtype, name="BERT-base shape, random weights" if args.bert_base else None)
+    model = load_model(path, dtype=args.dtype, name="BERT-base shape, random weights" if args.bert_base else None)
     device, dtype = model.device, model.dtype
     cuda = device.type == "cuda"
     rows_list = args.rows or ([128, 512, 2048] if cuda else [32, 128])

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from model.heads import SequenceClassificationHead
     from model.inspection import attention_rollout, select_attention
     from model.late_interaction import maxsim
-    from model.loader import TextEncoder, resolve_device
+    from model.loader import load_model, resolve_device
     from model.outputs import (
         GPU_PASS_TOKENS,
         HEAD_STATISTICS,
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         unit_rows,
     )
     from model.pooling import normalize, pool, sentence_embeddings
+    from model.text_encoder import TextEncoder
     from model.tokenizer import (
         Batch,
         TextTokenizer,
@@ -81,7 +82,7 @@ WHERE = {
     "SparseOptions": "model.outputs",
     "SparseVector": "model.outputs",
     "TextEmbedding": "model.outputs",
-    "TextEncoder": "model.loader",
+    "TextEncoder": "model.text_encoder",
     "TextTokenizer": "model.tokenizer",
     "Token": "model.tokenizer",
     "TokenIdOutOfRange": "model.tokenizer",
@@ -92,6 +93,7 @@ WHERE = {
     "attention_rollout": "model.inspection",
     "default_model_path": "model.card",
     "keep_dimensions": "model.outputs",
+    "load_model": "model.loader",
     "load_weights": "model.weights",
     "maxsim": "model.late_interaction",
     "normalize": "model.pooling",
@@ -141,6 +143,7 @@ __all__ = [
     "attention_rollout",
     "default_model_path",
     "keep_dimensions",
+    "load_model",
     "load_weights",
     "maxsim",
     "normalize",

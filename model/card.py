@@ -2,7 +2,8 @@
 
 Validating a request, tokenising its texts and shaping the answer need the model's config, tokenizer, limits,
 pooling, prompts and head labels, and none of its weights. A ``ModelCard`` holds exactly that; a loaded model
-(``TextEncoder``, model/loader.py) is its card plus the weights and what computes with them.
+(``TextEncoder``, model/text_encoder.py; loaded by model/loader.py) is its card plus the weights and what computes
+with them.
 """
 
 from __future__ import annotations

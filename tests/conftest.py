@@ -10,7 +10,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import pytest
 
-from model import TextEncoder, default_model_path
+from model import TextEncoder, default_model_path, load_model
 from tests.helpers import write_tiny_model
 
 
@@ -21,7 +21,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_model_dir: Path) -> TextEncoder:
-    return TextEncoder.load(tiny_model_dir, device="cpu", dtype="float32")
+    return load_model(tiny_model_dir, device="cpu", dtype="float32")
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +31,7 @@ def bundled_path() -> Path:
 
 @pytest.fixture(scope="session")
 def bundled_model() -> TextEncoder:
-    return TextEncoder.load(device="cpu", dtype="float32")
+    return load_model(device="cpu", dtype="float32")
 
 
 @pytest.fixture(scope="session")

@@ -81,10 +81,10 @@ def test_the_decoder_benchmark_times_the_same_computation_in_both_libraries(tmp_
     from transformers import AutoModel
 
     from bench.decoders import QWEN3_06B, batches, write_qwen3
-    from model import TextEncoder
+    from model import load_model
 
     directory = write_qwen3(tmp_path / "qwen3", layers=1)
-    ours = TextEncoder.load(directory, device="cpu", dtype="float32")
+    ours = load_model(directory, device="cpu", dtype="float32")
     assert (ours.config.d_model, ours.config.kv_heads, ours.config.head_dim) == (1024, 8, 128)
     assert ours.config.vocab_size == QWEN3_06B["vocab_size"] and ours.config.causal
     theirs = AutoModel.from_pretrained(directory, dtype=torch.float32, attn_implementation="sdpa").eval()

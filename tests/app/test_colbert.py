@@ -19,7 +19,7 @@ from sentence_transformers.util.quantization import quantize_embeddings
 
 from app.main import create_app
 from app.settings import Settings
-from model import TextEncoder
+from model import TextEncoder, load_model
 from tests.families import write_family_model
 from tests.helpers import Service, assert_error, wait_until_ready
 from tests.retrieval import COLBERT_WIDTH as WIDTH
@@ -99,9 +99,7 @@ def directories(tmp_path_factory: pytest.TempPathFactory, bundled_path: Path) ->
 
 @pytest.fixture(scope="module")
 async def service(directories: dict[str, Path], bundled_model: TextEncoder) -> AsyncIterator[Service]:
-    models = {
-        name: TextEncoder.load(path, name=name, device="cpu", dtype="float32") for name, path in directories.items()
-    }
+    models = {name: load_model(path, name=name, device="cpu", dtype="float32") for name, path in directories.items()}
     app = create_app(Settings(), {**models, "minilm": bundled_model})
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -204,12 +202,12 @@ def test_unserved_layouts_are_refused_at_load(directories: dict[str, Path], tmp_
     mask = images / "2_MultiVectorMask" / "config.json"
     mask.write_text(json.dumps({**json.loads(mask.read_text()), "keep_only_token_ids": [5]}))
     with pytest.raises(ValueError, match="keep_only_token_ids"):
-        TextEncoder.load(images, device="cpu")
+        load_model(images, device="cpu")
     residual = shutil.copytree(directories["fixed"], tmp_path / "residual")
     dense = residual / "1_Dense" / "config.json"
     dense.write_text(json.dumps({**json.loads(dense.read_text()), "use_residual": True}))
     with pytest.raises(ValueError, match="each token vector"):
-        TextEncoder.load(residual, device="cpu")
+        load_model(residual, device="cpu")
 
 
 @pytest.mark.parametrize("name", ["fixed", "min"])
@@ -246,7 +244,7 @@ async def test_similarity_explains_maxsim_by_each_source_vectors_best_match(
 async def test_vectors_a_request_may_return_are_bounded_and_info_says_how_many(
     directories: dict[str, Path],
 ) -> None:
-    model = TextEncoder.load(directories["fixed"], name="fixed", device="cpu", dtype="float32")
+    model = load_model(directories["fixed"], name="fixed", device="cpu", dtype="float32")
     app = create_app(Settings(max_vectors_per_request=30), {"fixed": model})
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

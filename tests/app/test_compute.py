@@ -17,7 +17,7 @@ import torch
 from app.compute import COMPUTE, ComputeLanes
 from app.registry import compute_lanes
 from app.settings import Settings
-from model import TextEncoder
+from model import load_model
 from tests.helpers import serving, write_tiny_model
 
 
@@ -34,7 +34,7 @@ async def test_loading_passes_inspection_and_tables_run_on_the_compute_lanes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A classifier, so that /classify runs too; it embeds and attends like any encoder.
-    model = TextEncoder.load(
+    model = load_model(
         write_tiny_model(tmp_path / "cls", head="sequence-classification", num_labels=3), device="cpu", name="cls"
     )
     threads: list[tuple[str, bool]] = []

@@ -17,7 +17,7 @@ from app.main import create_app
 from app.metrics import Metrics
 from app.registry import ModelLoadError, load_registry
 from app.settings import Settings
-from model import TextEncoder
+from model import TextEncoder, load_model
 from model.checkpoint import YES_NO
 from tests.families import write_family_model
 from tests.helpers import Service, assert_error, wait_until_ready
@@ -44,7 +44,7 @@ async def decoders(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Se
             ),
         }
     )
-    loaded = {name: TextEncoder.load(path, device="cpu", dtype="float32", name=name) for name, path in DIRS.items()}
+    loaded = {name: load_model(path, device="cpu", dtype="float32", name=name) for name, path in DIRS.items()}
     app = create_app(Settings(), loaded)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -226,7 +226,7 @@ async def test_a_pooling_that_excludes_prompts_leaves_their_tokens_out(tmp_path:
     directory = write_family_model(tmp_path / "instructed", "xlm-roberta", seed=4)
     pooling = json.loads((directory / "1_Pooling" / "config.json").read_text())
     (directory / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "include_prompt": False}))
-    model = TextEncoder.load(directory, device="cpu", dtype="float32")
+    model = load_model(directory, device="cpu", dtype="float32")
     assert not model.pooling.include_prompt
     reference = SentenceTransformer(str(directory), device="cpu")
     prompt = "Represent the question for retrieval: "
@@ -357,7 +357,7 @@ async def test_an_explanation_that_would_not_be_exact_is_refused_naming_explain(
 
     for pooling in ("mean_sqrt_len_tokens", "max"):
         directory = write_family_model(tmp_path / pooling, "embeddinggemma", pooling=pooling)
-        model = TextEncoder.load(directory, device="cpu", dtype="float32")
+        model = load_model(directory, device="cpu", dtype="float32")
         assert model.pooling.dense and model.pooling.mode == pooling
         async with serving(Settings(), model) as service:
             body = {"source": QUERY, "texts": DOCUMENTS[:2], "explain": True}

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from app.settings import Settings
-from model import TextEncoder
+from model import load_model
 from model.config import DECODERS as DECODER_TYPES
 from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, hf_model, write_family_model
 from tests.helpers import assert_error, serving
@@ -30,7 +30,7 @@ def family_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
 async def test_encode_attention_and_info_over_http(family_dir: Path) -> None:
     from sentence_transformers import SentenceTransformer
 
-    model = TextEncoder.load(family_dir, device="cpu", dtype="float32")
+    model = load_model(family_dir, device="cpu", dtype="float32")
     config = model.config
     async with serving(Settings(), model) as service:
         client = service.client
@@ -71,7 +71,7 @@ async def test_positional_encodings_of_each_kind(family_dir: Path) -> None:
     from transformers.models.deberta_v2.modeling_deberta_v2 import build_relative_position
     from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
-    model = TextEncoder.load(family_dir, device="cpu", dtype="float32")
+    model = load_model(family_dir, device="cpu", dtype="float32")
     config = model.config
     async with serving(Settings(), model) as service:
         client = service.client

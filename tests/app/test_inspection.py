@@ -18,7 +18,7 @@ import torch
 
 from app.main import create_app
 from app.settings import Settings
-from model import TextEncoder
+from model import TextEncoder, load_model
 from tests.families import hf_model, write_family_model
 from tests.helpers import assert_error, wait_until_ready
 
@@ -176,7 +176,7 @@ async def start(settings: Settings, models: dict[str, TextEncoder]) -> AsyncIter
 @pytest.fixture(scope="module")
 def loaded(model_dirs: dict[str, Path], bundled_model: TextEncoder) -> dict[str, TextEncoder]:
     return {"minilm": bundled_model} | {
-        name: TextEncoder.load(path, device="cpu", dtype="float32", name=name)
+        name: load_model(path, device="cpu", dtype="float32", name=name)
         for name, path in model_dirs.items()
         if name != "minilm"
     }

@@ -15,7 +15,7 @@ from sentence_transformers.util.quantization import quantize_embeddings
 
 from app.main import create_app
 from app.settings import Settings
-from model import TextEncoder
+from model import TextEncoder, load_model
 from tests.families import write_family_model
 from tests.helpers import Service, assert_error, wait_until_ready
 
@@ -38,7 +38,7 @@ def bge_m3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 async def service(bge_m3_dir: Path, bundled_model: TextEncoder) -> AsyncIterator[Service]:
-    model = TextEncoder.load(bge_m3_dir, name="bge-m3", device="cpu", dtype="float32")
+    model = load_model(bge_m3_dir, name="bge-m3", device="cpu", dtype="float32")
     app = create_app(Settings(), {"bge-m3": model, "minilm": bundled_model})
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

@@ -15,7 +15,7 @@ import torch
 
 from app.main import create_app
 from app.settings import Settings
-from model import TextEncoder
+from model import TextEncoder, load_model
 from tests.families import hf_model, write_family_model
 from tests.helpers import assert_error, wait_until_ready
 
@@ -34,7 +34,7 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory, bundled_path: Path) -> 
 @pytest.fixture(scope="module")
 async def client(model_dirs: dict[str, Path], bundled_model: TextEncoder) -> AsyncIterator[httpx.AsyncClient]:
     models = {"minilm": bundled_model} | {
-        name: TextEncoder.load(path, device="cpu", dtype="float32", name=name)
+        name: load_model(path, device="cpu", dtype="float32", name=name)
         for name, path in model_dirs.items()
         if name != "minilm"
     }

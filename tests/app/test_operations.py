@@ -15,7 +15,7 @@ from starlette.types import Message
 
 from app.logs import JsonFormatter, RequestIdFilter, request_id
 from app.settings import Settings
-from model import TextEncoder
+from model import TextEncoder, load_model
 from tests.helpers import assert_error, busy, local_model, metric, serve, serving, until_metric, wait_until
 
 
@@ -56,7 +56,7 @@ async def test_metrics_count_requests_and_split_latency_by_phase(client: httpx.A
 async def test_bfloat16_products_are_reported_and_serve_close_to_float32(tiny_model_dir, tiny_model) -> None:
     """ENCODER_DTYPE=bfloat16 on the CPU (what auto picks with AMX): float32 weights,
     bfloat16 products; /info and the model metric say so, and the answers stay near float32's."""
-    model = TextEncoder.load(tiny_model_dir, device="cpu", dtype="bfloat16")
+    model = load_model(tiny_model_dir, device="cpu", dtype="bfloat16")
     async with serve(Settings(), model) as client:
         info = (await client.get("/info")).json()
         assert (info["dtype"], info["weights_dtype"]) == ("bfloat16", "float32")

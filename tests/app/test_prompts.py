@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.settings import Settings
-from model import TextEncoder
+from model import TextEncoder, load_model
 from tests.families import write_family_model
 from tests.helpers import assert_error, serving
 
@@ -33,7 +33,7 @@ async def test_prompts_equal_sentence_transformers(prompted_dir: Path) -> None:
     from sentence_transformers import SentenceTransformer
 
     reference = SentenceTransformer(str(prompted_dir), device="cpu")
-    model = TextEncoder.load(prompted_dir, device="cpu", dtype="float32")
+    model = load_model(prompted_dir, device="cpu", dtype="float32")
     assert model.prompts == PROMPTS and model.default_prompt_name == "passage"
     async with serving(Settings(), model) as service:
         client = service.client
@@ -75,7 +75,7 @@ async def test_rerank_by_cosine_encodes_as_encode_query_and_encode_document(prom
     query, documents = TEXTS[0], [TEXTS[1], "A cat sits on the mat.", "Nothing at all."]
     queries = reference.encode([query], prompt_name="query")
     theirs = reference.similarity(queries, reference.encode(documents, prompt_name="passage"))[0].numpy()
-    model = TextEncoder.load(prompted_dir, device="cpu", dtype="float32")
+    model = load_model(prompted_dir, device="cpu", dtype="float32")
     async with serving(Settings(), model) as service:
         response = await service.client.post("/rerank", json={"query": query, "documents": documents})
         assert response.status_code == 200, response.text

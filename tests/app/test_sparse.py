@@ -12,7 +12,7 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from model import TextEncoder
+from model import TextEncoder, load_model
 from tests.families import write_family_model
 from tests.helpers import Service, assert_error, wait_until_ready
 from tests.retrieval import write_splade
@@ -73,7 +73,7 @@ def splade_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 async def service(splade_dirs: dict[str, Path], bundled_model: TextEncoder) -> AsyncIterator[Service]:
-    models = {name: TextEncoder.load(path, name=name) for name, path in splade_dirs.items()}
+    models = {name: load_model(path, name=name) for name, path in splade_dirs.items()}
     app = create_app(Settings(), {**models, "minilm": bundled_model})
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -210,7 +210,7 @@ def test_a_sparse_linear_of_the_wrong_shape_or_not_a_state_dict_is_refused(tmp_p
 
 
 async def test_weights_an_answer_may_hold_are_bounded_and_top_k_narrows(splade_dirs: dict[str, Path]) -> None:
-    model = TextEncoder.load(splade_dirs["max"], name="max", device="cpu", dtype="float32")
+    model = load_model(splade_dirs["max"], name="max", device="cpu", dtype="float32")
     app = create_app(Settings(max_sparse_weights_per_request=100), {"max": model})
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

@@ -12,7 +12,7 @@ import torch
 
 from app.main import create_app
 from app.settings import Settings
-from model import TextEncoder
+from model import TextEncoder, load_model
 from tests.families import write_family_model
 from tests.helpers import Service, wait_until_ready, write_tiny_model
 
@@ -56,7 +56,7 @@ async def tasks(tmp_path_factory: pytest.TempPathFactory, tiny_model: TextEncode
         ),
     }
     loaded = {"plain": tiny_model} | {
-        name: TextEncoder.load(path, device="cpu", dtype="float32", name=name) for name, path in models.items()
+        name: load_model(path, device="cpu", dtype="float32", name=name) for name, path in models.items()
     }
     app = create_app(Settings(), loaded)
     async with app.router.lifespan_context(app):

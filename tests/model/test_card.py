@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from model import ModelCard, TextEncoder, default_model_path
+from model import ModelCard, default_model_path, load_model
 from model.card import CARD_FIELDS
 from tests.families import write_family_model
 
@@ -38,7 +38,7 @@ def test_a_card_read_without_weights_equals_the_loaded_models(
     overrides: dict[str, Any] = {"num_labels": 1} if head == "sequence-classification" else {}
     directory = write_family_model(tmp_path / "models" / family, family, head=head, **overrides)
     card = card_without_weights(directory, tmp_path / "cards")
-    loaded = TextEncoder.load(directory, device="cpu", dtype="float32")
+    loaded = load_model(directory, device="cpu", dtype="float32")
     for name in SAME:
         assert getattr(card, name) == getattr(loaded, name), name
     assert card.config == loaded.config

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model import TextEncoder
+from model import TextEncoder, load_model
 from model.config import DECODERS as DECODER_TYPES
 from model.tokenizer import Batch
 from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, hf_model, write_family_model
@@ -87,7 +87,7 @@ TARGET_IDS = [f"{device}-{dtype}" for device, dtype, *_ in TARGETS]
 @pytest.mark.parametrize("family_dir", CASES, ids=[f"{f}-{h or 'bare'}" for f, h in CASES], indirect=True)
 def test_hidden_states_and_attentions_equal_transformers(family_dir: Path, target: tuple) -> None:
     device, dtype, atol, rtol, _ = target
-    model = TextEncoder.load(family_dir, device=device, dtype=dtype)
+    model = load_model(family_dir, device=device, dtype=dtype)
     batch = batch_of(model)
     ours = model.forward(batch, return_hidden_states=True, return_attentions=True)
     assert ours.hidden_states is not None and ours.attentions is not None
@@ -136,7 +136,7 @@ def test_sentence_embeddings_equal_sentence_transformers(family_dir: Path, targe
     from sentence_transformers import SentenceTransformer
 
     device, dtype, _, _, min_cosine = target
-    model = TextEncoder.load(family_dir, device=device, dtype=dtype)
+    model = load_model(family_dir, device=device, dtype=dtype)
     reference_model = SentenceTransformer(str(family_dir), device="cpu")
     # (prompt_name, prompt): none, each named one the model has, a literal one
     prompts = [(None, None), *((name, None) for name in model.prompts if model.prompts[name]), (None, "Search: ")]
@@ -151,7 +151,7 @@ def test_sentence_embeddings_equal_sentence_transformers(family_dir: Path, targe
 
 def test_dense_modules_change_the_width_as_sentence_transformers_does(tmp_path: Path) -> None:
     directory = write_family_model(tmp_path / "gemma", "embeddinggemma", seed=1)
-    model = TextEncoder.load(directory, device="cpu", dtype="float32")
+    model = load_model(directory, device="cpu", dtype="float32")
     assert [module.linear.out_features for module in model.dense] == [32, 16] and model.dimension == 16
     assert [spec.out_features for spec in model.pooling.dense] == [32, 16]
     # the Dense modules matter: pooling alone gives another direction
@@ -167,7 +167,7 @@ def test_local_layers_put_no_weight_outside_their_window(family_dir: Path) -> No
     """Sliding windows as transformers builds them: within W // 2 each side bidirectionally (a bidirectional
     Gemma's abs(i − j) < W // 2 + 1), the W − 1 keys before the query causally; causal layers put nothing above
     the diagonal (the seeds' triangular mask), bidirectional ones do."""
-    model = TextEncoder.load(family_dir, device="cpu", dtype="float32")
+    model = load_model(family_dir, device="cpu", dtype="float32")
     config = model.config
     encoding = model.tokenizer.encode([SAMPLE_TEXTS["long"]])[0]  # type: ignore[list-item]
     T = len(encoding.ids)
@@ -216,7 +216,7 @@ def test_classification_heads_equal_transformers(tmp_path: Path, family: str, ov
         directory = write_family_model(
             tmp_path / family, family, head="sequence-classification", num_labels=3, **overrides
         )
-    model = TextEncoder.load(directory, device="cpu", dtype="float32")
+    model = load_model(directory, device="cpu", dtype="float32")
     assert model.classifier is not None and len(model.classifier.head.labels) == 3
     encodings = model.tokenizer.encode(TEXTS, PAIRS)
     ours = model.classify(encodings)
@@ -263,7 +263,7 @@ def test_yes_no_reranker_equals_transformers_and_cross_encoder(tmp_path: Path, f
     from transformers import AutoModelForCausalLM
 
     directory = write_family_model(tmp_path / family, family, head="causal-lm")
-    model = TextEncoder.load(directory, device="cpu", dtype="float32")
+    model = load_model(directory, device="cpu", dtype="float32")
     assert model.reranker is not None and model.scores_method == "yes-no"
     encodings = model.tokenizer.encode(FORMATTED, special_tokens=False)
     ours = model.probabilities(model.classify(encodings))[:, 0]
@@ -295,7 +295,7 @@ def test_a_rope_scaling_not_implemented_is_refused_at_start_naming_it(tmp_path: 
     config = json.loads((directory / "config.json").read_text())
     (directory / "config.json").write_text(json.dumps({**config, **rope}))
     with pytest.raises(ValueError, match=f"rope scaling.*{named}.*supported: linear, llama3"):
-        TextEncoder.load(directory, device="cpu", dtype="float32")
+        load_model(directory, device="cpu", dtype="float32")
 
 
 def test_a_bfloat16_checkpoint_is_kept_in_bfloat16_without_a_float32_copy(
@@ -308,7 +308,7 @@ def test_a_bfloat16_checkpoint_is_kept_in_bfloat16_without_a_float32_copy(
     weights = load_file(directory / "model.safetensors")
     save_file({name: t.to(torch.bfloat16) for name, t in weights.items()}, directory / "model.safetensors")
     with caplog.at_level(logging.INFO, logger="model.loader"):
-        model = TextEncoder.load(directory, device="cpu", dtype="bfloat16")
+        model = load_model(directory, device="cpu", dtype="bfloat16")
     assert model.pass_encoder is None and model.explicit_dtype == model.weights_dtype == torch.bfloat16
     assert {p.dtype for p in model.encoder.parameters()} == {torch.bfloat16}
     assert "the checkpoint's bfloat16 weights kept in bfloat16, products in bfloat16" in caplog.text
@@ -319,7 +319,7 @@ def test_a_bfloat16_checkpoint_is_kept_in_bfloat16_without_a_float32_copy(
     assert ours.last_hidden_state.dtype == torch.float32
     for mine, reference_state in zip(ours.hidden_states or [], theirs.hidden_states, strict=True):
         torch.testing.assert_close(mine[real], reference_state[real], atol=1e-5, rtol=1e-5)
-    wide = TextEncoder.load(directory, device="cpu", dtype="float32")
+    wide = load_model(directory, device="cpu", dtype="float32")
     assert {p.dtype for p in wide.encoder.parameters()} == {torch.float32} and wide.pass_encoder is None
     cosine = torch.nn.functional.cosine_similarity(model.embed(TEXTS), wide.embed(TEXTS), dim=1)
     assert cosine.min() >= 0.99, cosine  # the pass itself runs in bfloat16
@@ -327,7 +327,7 @@ def test_a_bfloat16_checkpoint_is_kept_in_bfloat16_without_a_float32_copy(
 
 def test_distilbert_sinusoidal_positions_are_the_seeds_sinusoid(tmp_path: Path) -> None:
     directory = write_family_model(tmp_path / "distilbert-sin", "distilbert", sinusoidal=True)
-    model = TextEncoder.load(directory, device="cpu", dtype="float32")
+    model = load_model(directory, device="cpu", dtype="float32")
     assert model.config.position_embedding == "sinusoidal" and model.encoder.embeddings.position is None
     batch = batch_of(model)
     theirs = reference(directory, model, batch)
@@ -337,7 +337,7 @@ def test_distilbert_sinusoidal_positions_are_the_seeds_sinusoid(tmp_path: Path) 
 
 
 def test_a_bare_model_has_no_classification_head(tmp_path: Path) -> None:
-    model = TextEncoder.load(write_family_model(tmp_path / "bare", "roberta"), device="cpu", dtype="float32")
+    model = load_model(write_family_model(tmp_path / "bare", "roberta"), device="cpu", dtype="float32")
     assert model.classifier is None and model.reranker is None and model.scores_method is None
     with pytest.raises(ValueError, match="has no classification head"):
         model.classify(model.tokenizer.encode(["hello"]))
@@ -353,7 +353,7 @@ def test_long_inputs_take_the_local_layers_block_by_block_as_transformers_comput
         path = directory / name
         if path.is_file():
             path.write_text(json.dumps({**json.loads(path.read_text()), key: 1024}))
-    model = TextEncoder.load(directory, device="cpu", dtype="float32")
+    model = load_model(directory, device="cpu", dtype="float32")
     texts = [" ".join(TEXTS) * 5, " ".join(TEXTS) * 3]
     encodings = model.tokenizer.encode(texts)
     lengths = [len(encoding.ids) for encoding in encodings]

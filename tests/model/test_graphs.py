@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model import TextEncoder
+from model import TextEncoder, load_model
 from model.graphs import bucket_sizes
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -25,7 +25,7 @@ def test_a_cpu_model_has_no_graphs(bundled_model: TextEncoder) -> None:
 @pytest.fixture(scope="module")
 def on_gpu() -> TextEncoder:
     """float32, so that replays and the eager pass can be held to float32's tolerance."""
-    return TextEncoder.load(device="cuda", dtype="float32")
+    return load_model(device="cuda", dtype="float32")
 
 
 def random_batch(model: TextEncoder, rows: int, length: int, seed: int) -> tuple[torch.Tensor, ...]:
@@ -68,7 +68,7 @@ def test_a_batch_larger_than_every_bucket_takes_the_traced_pass(on_gpu: TextEnco
 
 @cuda
 def test_the_buckets_stop_at_the_pass_budget() -> None:
-    model = TextEncoder.load(device="cuda", graph_tokens=1024)
+    model = load_model(device="cuda", graph_tokens=1024)
     assert model.graphs is not None
     assert max(rows * length for rows, length in model.graphs.buckets) == 1024
     assert model.graphs.output.shape[0] == 1024  # the shared output holds the largest bucket

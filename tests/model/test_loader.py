@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model import EncoderConfig, TextEncoder, loader
+from model import EncoderConfig, TextEncoder, load_model, loader
 from model.loader import resolve_device, resolve_precision
 
 
@@ -89,6 +89,6 @@ def test_layer_out_of_range_is_rejected(bundled_model: TextEncoder, layer: int) 
 
 
 def test_half_precision_model_runs_and_stays_close_to_float32(tiny_model_dir, tiny_model: TextEncoder) -> None:
-    half = TextEncoder.load(tiny_model_dir, device="cpu", dtype="bfloat16")
+    half = load_model(tiny_model_dir, device="cpu", dtype="bfloat16")
     texts = ["the quick brown fox", "hello world"]
     torch.testing.assert_close(half.embed(texts), tiny_model.embed(texts), atol=5e-2, rtol=0)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from model import AttentionSelection, EmbeddingSpec, TextEncoder
+from model import AttentionSelection, EmbeddingSpec, TextEncoder, load_model
 from tests.helpers import hf_forward
 
 TEXTS = [
@@ -52,7 +52,7 @@ def target(request, bundled_model: TextEncoder) -> tuple[TextEncoder, Target]:
     wanted: Target = request.param
     if (wanted.device, wanted.dtype) == ("cpu", "float32"):
         return bundled_model, wanted
-    return TextEncoder.load(device=wanted.device, dtype=wanted.dtype), wanted
+    return load_model(device=wanted.device, dtype=wanted.dtype), wanted
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import torch
 from app.metrics import Metrics
 from app.registry import load_registry
 from app.settings import Settings
-from model import EmbeddingSpec, TextEncoder
+from model import EmbeddingSpec, TextEncoder, load_model
 from tests.families import FAMILIES, FAMILY_SPECS, write_family_model
 from tests.helpers import local_model, write_tiny_model
 
@@ -35,8 +35,8 @@ def model_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 
 def test_the_traced_pass_equals_the_eager_pass_on_any_batch(model_dir: Path) -> None:
-    traced = TextEncoder.load(model_dir, device="cpu", dtype="float32")
-    eager = TextEncoder.load(model_dir, device="cpu", dtype="float32", traced=False)
+    traced = load_model(model_dir, device="cpu", dtype="float32")
+    eager = load_model(model_dir, device="cpu", dtype="float32", traced=False)
     assert traced.graph is not None and eager.graph is None
     rng = random.Random(0)
     spec = EmbeddingSpec(traced.config.n_layers, "mean", True, token_vectors=True)
@@ -61,9 +61,9 @@ def test_the_traced_pass_equals_the_eager_pass_on_any_batch(model_dir: Path) -> 
 
 def test_the_traced_pass_keeps_bfloat16_products(tiny_model_dir: Path) -> None:
     """Traced under autocast, the graph holds the casts: it equals the eager bfloat16 pass, not float32's."""
-    traced = TextEncoder.load(tiny_model_dir, device="cpu", dtype="bfloat16")
-    eager = TextEncoder.load(tiny_model_dir, device="cpu", dtype="bfloat16", traced=False)
-    full = TextEncoder.load(tiny_model_dir, device="cpu", dtype="float32", traced=False)
+    traced = load_model(tiny_model_dir, device="cpu", dtype="bfloat16")
+    eager = load_model(tiny_model_dir, device="cpu", dtype="bfloat16", traced=False)
+    full = load_model(tiny_model_dir, device="cpu", dtype="float32", traced=False)
     texts = random_texts(random.Random(1), 5, 20)
     ours = traced.embed(texts)
     torch.testing.assert_close(ours, eager.embed(texts), atol=1e-6, rtol=0)

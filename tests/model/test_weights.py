@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model import EncoderLayer, TextEncoder
+from model import EncoderLayer, TextEncoder, load_model
 from tests.helpers import hf_forward, write_tiny_model
 
 
@@ -62,7 +62,7 @@ def test_task_model_prefix_and_ignored_heads_load(
         tensors["cls.predictions.bias"] = torch.zeros(3)
 
     rewrite_checkpoint(directory, as_masked_lm)
-    loaded = TextEncoder.load(directory, device="cpu", dtype="float32")
+    loaded = load_model(directory, device="cpu", dtype="float32")
     for a, b in zip(loaded.encoder.parameters(), tiny_model.encoder.parameters(), strict=True):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
 
@@ -71,7 +71,7 @@ def test_missing_tensor_is_named(tiny_model_dir: Path, tmp_path: Path) -> None:
     directory = copy_model(tiny_model_dir, tmp_path / "missing")
     rewrite_checkpoint(directory, lambda t: t.pop("encoder.layer.1.attention.self.key.bias"))
     with pytest.raises(ValueError, match=r"missing tensors: encoder\.layer\.1\.attention\.self\.key\.bias"):
-        TextEncoder.load(directory, device="cpu")
+        load_model(directory, device="cpu")
 
 
 def test_wrong_shape_is_named_with_both_shapes(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -83,14 +83,14 @@ def test_wrong_shape_is_named_with_both_shapes(tiny_model_dir: Path, tmp_path: P
         ValueError,
         match=r"wrong shapes: encoder\.layer\.0\.intermediate\.dense\.weight \(31, 16\) \(expected \(32, 16\)\)",
     ):
-        TextEncoder.load(directory, device="cpu")
+        load_model(directory, device="cpu")
 
 
 def test_unexpected_tensor_is_named(tiny_model_dir: Path, tmp_path: Path) -> None:
     directory = copy_model(tiny_model_dir, tmp_path / "unexpected")
     rewrite_checkpoint(directory, lambda t: t.update({"encoder.layer.2.output.dense.weight": torch.zeros(16, 32)}))
     with pytest.raises(ValueError, match=r"unexpected tensors: encoder\.layer\.2\.output\.dense\.weight"):
-        TextEncoder.load(directory, device="cpu")
+        load_model(directory, device="cpu")
 
 
 def test_more_layers_in_config_than_checkpoint_reports_missing_layer(tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def test_more_layers_in_config_than_checkpoint_reports_missing_layer(tmp_path: P
     config = json.loads((directory / "config.json").read_text())
     (directory / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
     with pytest.raises(ValueError, match=r"missing tensors: encoder\.layer\.2\."):
-        TextEncoder.load(directory, device="cpu")
+        load_model(directory, device="cpu")
 
 
 @pytest.mark.parametrize(
@@ -120,7 +120,7 @@ def test_unsupported_config_is_named(tiny_model_dir: Path, tmp_path: Path, edit:
     config = {k: v for k, v in config.items() if v is not None}
     (directory / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=message):
-        TextEncoder.load(directory, device="cpu")
+        load_model(directory, device="cpu")
 
 
 @pytest.mark.parametrize(
@@ -135,16 +135,16 @@ def test_directory_without_a_model_is_named(tiny_model_dir: Path, tmp_path: Path
     directory = copy_model(tiny_model_dir, tmp_path / "incomplete")
     (directory / remove).unlink()
     with pytest.raises(ValueError, match=message):
-        TextEncoder.load(directory, device="cpu")
+        load_model(directory, device="cpu")
 
 
 def test_nonexistent_directory_and_damaged_files_are_named(tiny_model_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not exist"):
-        TextEncoder.load(tmp_path / "nowhere", device="cpu")
+        load_model(tmp_path / "nowhere", device="cpu")
     directory = copy_model(tiny_model_dir, tmp_path / "damaged")
     (directory / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(ValueError, match="not a readable safetensors file"):
-        TextEncoder.load(directory, device="cpu")
+        load_model(directory, device="cpu")
     (directory / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
-        TextEncoder.load(directory, device="cpu")
+        load_model(directory, device="cpu")
