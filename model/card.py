@@ -18,7 +18,6 @@ import numpy as np
 
 from model.checkpoint import (
     BGE_M3_COLBERT,
-    MASKED_LM_FAMILIES,
     YES_NO,
     HeadConfig,
     PoolingConfig,
@@ -27,6 +26,7 @@ from model.checkpoint import (
 )
 from model.config import DECODERS, EncoderConfig
 from model.late_interaction import LateInteraction, read_late_interaction
+from model.tensor_names import MASKED_LM_FAMILIES
 from model.tokenizer import TextTokenizer
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"

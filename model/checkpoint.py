@@ -289,35 +289,6 @@ def _activation(hf: dict[str, Any], field: str, default: str) -> HeadActivation:
     return HF_ACTIVATIONS[value]
 
 
-# The masked-LM head's tensors in each family that has one here (after the checkpoint's encoder prefix is left as
-# it is: these are top-level names): transform (dense D → D), norm, decoder bias; the decoder weight is the
-# family's own or, tied, the token embeddings.
-MASKED_LM_TENSORS: dict[str, dict[str, str]] = {
-    "bert": {
-        "dense": "cls.predictions.transform.dense",
-        "norm": "cls.predictions.transform.LayerNorm",
-        "decoder": "cls.predictions.decoder",
-        "bias": "cls.predictions.bias",
-    },
-    "distilbert": {
-        "dense": "vocab_transform",
-        "norm": "vocab_layer_norm",
-        "decoder": "vocab_projector",
-        "bias": "vocab_projector.bias",
-    },
-    "roberta": {
-        "dense": "lm_head.dense",
-        "norm": "lm_head.layer_norm",
-        "decoder": "lm_head.decoder",
-        "bias": "lm_head.bias",
-    },
-}
-
-
-MASKED_LM_TENSORS["xlm-roberta"] = MASKED_LM_TENSORS["camembert"] = MASKED_LM_TENSORS["roberta"]
-MASKED_LM_FAMILIES = tuple(MASKED_LM_TENSORS)
-
-
 @dataclass(frozen=True)
 class YesNoTemplate:
     """How a yes/no reranker reads a (query, document) pair: Qwen3-Reranker's model card template. Its prefix and

@@ -43,3 +43,30 @@ def test_every_name_of_the_package_face_resolves_and_is_listed() -> None:
     assert model.__all__ == list(model.WHERE)
     for name in model.__all__:
         assert getattr(model, name) is getattr(importlib.import_module(model.WHERE[name]), name), name
+
+
+def test_checkpoint_tensor_names_live_in_one_module() -> None:
+    """Every string of model/ that names a checkpoint tensor (``….weight``, ``….bias``, a layer's ``{i}``) is in
+    model/tensor_names.py; docstrings and comments aside."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "model").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        names = [
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and (node.value.endswith((".weight", ".bias")) or ".{i}." in node.value)
+        ]
+        if names:
+            found[path.name] = names
+    assert set(found) == {"tensor_names.py"}, {name: values[:3] for name, values in found.items()}
+    assert len(found["tensor_names.py"]) > 100
