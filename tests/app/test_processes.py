@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,7 +32,7 @@ from app.settings import Settings
 from app.work_queue import WorkQueue
 from app.worker import Worker
 from model import EmbeddingSpec, TextEncoder
-from tests.helpers import ROOT, free_port, server_log, start_server, write_tiny_model
+from tests.helpers import ROOT, assert_error, free_port, server_log, start_server, tiny_tokenizer, write_tiny_model
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +91,13 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture
 def service(models: str) -> Iterator[tuple[subprocess.Popen, str]]:
-    env = {"ENCODER_MODELS": models, "ENCODER_WORKERS": "2", "ENCODER_MAX_QUEUE_TEXTS": "100000"}
+    with supervised({"ENCODER_MODELS": models, "ENCODER_WORKERS": "2", "ENCODER_MAX_QUEUE_TEXTS": "100000"}) as running:
+        yield running
+
+
+@contextmanager
+def supervised(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen, str]]:
+    """``python -m app.serve`` for the block, then stopped; no process it started is left behind."""
     process, url = start_server(env, supervised=True)
     started = children(process.pid)
     try:
@@ -360,6 +367,128 @@ async def test_bad_input_through_one_front_end_harms_no_request_through_another(
     finally:
         for client in clients:
             await client.aclose()
+
+
+def faulty(models: str, **env: str) -> dict[str, str]:
+    """The service's settings with tests/hooks/sitecustomize.py on its path: in the engine, a pass holding the token
+    "?" raises and one holding "!" is slow. One compute lane, so that what queues behind the slow pass is one pass."""
+    tokenizer = tiny_tokenizer()
+    path = [str(ROOT / "tests" / "hooks"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {
+        "ENCODER_MODELS": models,
+        "ENCODER_WORKERS": "2",
+        "ENCODER_COMPUTE_LANES": "1",
+        "PYTHONPATH": os.pathsep.join(path),
+        "TEST_POISON_ID": str(tokenizer.token_to_id("?")),
+        "TEST_SLOW_ID": str(tokenizer.token_to_id("!")),
+        **env,
+    }
+
+
+def connections(pids: list[int], port: int) -> dict[int, set[int]]:
+    """The established TCP connections to ``port`` that each process holds, as socket inodes (Linux /proc)."""
+    established = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                established.add(int(fields[9]))
+    held: dict[int, set[int]] = {}
+    for pid in pids:
+        inodes = set()
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                link = os.readlink(fd)
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(int(link[len("socket:[") : -1]))
+        held[pid] = inodes & established
+    return held
+
+
+async def pinned_clients(
+    process: subprocess.Popen, url: str, each: int, opened: list[httpx.AsyncClient]
+) -> list[list[httpx.AsyncClient]]:
+    """For each front end, ``each`` clients whose one keep-alive connection it holds: opened one at a time, each
+    placed by the connection that appeared (``opened`` collects every client, for closing)."""
+    port, pids = int(url.rsplit(":", 1)[1]), front_ends(process)
+    pinned: dict[int, list[httpx.AsyncClient]] = {pid: [] for pid in pids}
+    while any(len(clients) < each for clients in pinned.values()):
+        assert len(opened) < 200, {pid: len(clients) for pid, clients in pinned.items()}
+        before = connections(pids, port)
+        client = httpx.AsyncClient(base_url=url, timeout=30, limits=httpx.Limits(max_connections=1))
+        opened.append(client)
+        assert (await client.get("/health")).status_code == 200
+        after = connections(pids, port)
+        (pid,) = [pid for pid in pids if after[pid] - before[pid]]
+        if len(pinned[pid]) < each:
+            pinned[pid].append(client)
+    return list(pinned.values())
+
+
+async def test_a_pass_that_fails_in_the_engine_fails_only_the_requests_that_broke_it(models: str) -> None:
+    """Requests through both front ends, each on a connection of its own, queue behind a slow pass, then share one
+    pass with two (one through each front end) whose text breaks it: the engine retries each request alone; those
+    two get the 503 envelope, every other its own answer."""
+    with supervised(faulty(models)) as (process, url):
+        opened: list[httpx.AsyncClient] = []
+        try:
+            first, second = await pinned_clients(process, url, 8, opened)
+            good = [f"good request number {i}" for i in range(12)]
+            expected = []
+            for text in good:
+                response = await first[0].post("/encode", json={"texts": [text], "model": "tiny"})
+                expected.append(response.json()["data"][0]["embedding"])
+            slow = asyncio.ensure_future(first[0].post("/encode", json={"texts": ["hold on !"], "model": "tiny"}))
+            await asyncio.sleep(0.5)  # computing
+            senders = [*first[1:6], *second[:7]]  # one request each: a client of one connection sends one at a time
+            bad = {"texts": ["is this poisoned ?"], "model": "tiny"}
+            responses = await asyncio.gather(
+                *(
+                    client.post("/encode", json={"texts": [text], "model": "tiny"})
+                    for client, text in zip(senders, good)
+                ),
+                first[6].post("/encode", json=bad),
+                second[7].post("/encode", json=bad),
+            )
+            assert (await slow).status_code == 200
+            log = server_log(process)
+            assert "a pass of 14 texts from 14 requests failed" in log, log  # all of them queued behind the slow one
+            for response, want in zip(responses, expected):
+                assert response.status_code == 200, response.text
+                assert response.json()["data"][0]["embedding"] == pytest.approx(want, abs=1e-5)
+            for response in responses[len(good) :]:
+                assert_error(response, 503, "inference_failed")
+            assert (await second[1].post("/encode", json={"texts": [good[0]], "model": "tiny"})).status_code == 200
+        finally:
+            for client in opened:
+                await client.aclose()
+
+
+async def test_the_overload_bound_holds_for_the_whole_service_not_for_each_front_end(models: str) -> None:
+    """A bound of 4 texts, 3 of them in a slow pass sent through one front end: of 6 one-text requests sent at
+    once, 3 through each front end, one is admitted and 5 get 429. A bound for each front end would admit 4."""
+    with supervised(faulty(models, ENCODER_MAX_QUEUE_TEXTS="4")) as (process, url):
+        opened: list[httpx.AsyncClient] = []
+        try:
+            first, second = await pinned_clients(process, url, 4, opened)
+            held = {"texts": ["hold on !", "hold on !", "hold on !"], "model": "tiny"}
+            slow = asyncio.ensure_future(first[0].post("/encode", json=held))
+            await asyncio.sleep(0.5)  # admitted, and computing
+            one = {"texts": ["one more text"], "model": "tiny"}
+            responses = await asyncio.gather(
+                *(client.post("/encode", json=one) for client in [*first[1:], *second[:3]])
+            )
+            assert (await slow).status_code == 200
+            admitted = [response for response in responses if response.status_code == 200]
+            assert len(admitted) == 1, [response.status_code for response in responses]
+            for response in responses:
+                if response.status_code != 200:
+                    assert_error(response, 429, "overloaded")
+        finally:
+            for client in opened:
+                await client.aclose()
 
 
 def test_front_ends_never_load_torch(service: tuple[subprocess.Popen, str]) -> None:
