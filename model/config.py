@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 PositionEmbedding = Literal["learned", "learned_offset", "sinusoidal", "relative_buckets", "rotary", "disentangled"]
 POSITION_EMBEDDINGS: tuple[PositionEmbedding, ...] = (
@@ -166,12 +166,10 @@ class EncoderConfig:
             raise ValueError(f"config field 'd_model' must be even for sinusoidal positions, got {self.d_model}")
         if self.position_embedding == "rotary" and self.head_dim % 2 != 0:
             raise ValueError(f"rotary positions need an even head width, got {self.head_dim}")
-        if self.activation not in ("gelu", "gelu_tanh", "relu", "silu"):
-            raise ValueError(f"config field 'activation' must be gelu, gelu_tanh, relu or silu: {self.activation!r}")
-        if self.attention not in ("bidirectional", "causal"):
-            raise ValueError(f"config field 'attention' must be bidirectional or causal, got {self.attention!r}")
-        if self.norm not in ("layernorm", "rmsnorm"):
-            raise ValueError(f"config field 'norm' must be layernorm or rmsnorm, got {self.norm!r}")
+        for name, kind in (("activation", Activation), ("attention", AttentionKind), ("norm", Norm)):
+            if getattr(self, name) not in get_args(kind):
+                known = ", ".join(get_args(kind))
+                raise ValueError(f"config field {name!r} must be one of {known}, got {getattr(self, name)!r}")
         if not (self.layer_norm_eps > 0):
             raise ValueError(f"config field 'layer_norm_eps' must be positive, got {self.layer_norm_eps!r}")
         for name in ("sinusoid_base", "rope_theta", "local_rope_theta"):

@@ -316,7 +316,7 @@ class MultiHeadAttention(nn.Module):
         self.group = n_heads // self.kv_heads  # query heads per key/value head
         self.head_dim = head_dim or d_model // n_heads
         self.widths = (n_heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim)
-        self.scale = scale  # None: 1/√Dh
+        self.scale = scale  # None: 1/√Dh (``softmax_scale``)
         self.reach: int | None = None  # a local layer's window reach (Encoder sets it): long inputs go by blocks
         self.qkv = nn.Linear(d_model, sum(self.widths), bias=bias)
         self.out = nn.Linear(self.widths[0], d_model, bias=bias if out_bias is None else out_bias)
@@ -324,6 +324,11 @@ class MultiHeadAttention(nn.Module):
         self.query_norm = qk_norm() if qk_norm is not None else None
         self.key_norm = qk_norm() if qk_norm is not None else None
         self.disentangled = disentangled  # DeBERTa's position terms, c2p and p2c
+
+    @property
+    def softmax_scale(self) -> float:
+        """What q kᵀ is multiplied by before the softmax: the model's own scale, or 1/√Dh (the paper's)."""
+        return self.scale if self.scale is not None else 1 / math.sqrt(self.head_dim)
 
     @classmethod
     def from_config(cls, config: EncoderConfig) -> MultiHeadAttention:
@@ -382,7 +387,7 @@ class MultiHeadAttention(nn.Module):
             query_r = F.linear(relative.embeddings, W_q, b_q).unflatten(-1, (H, -1)).transpose(0, 1)  # (H, 2S, Dh)
             by_key = k @ query_r.transpose(-2, -1)  # (B, H, T, 2S): key j against every relative row
             bias = bias + by_key.gather(-1, index.transpose(-2, -1)).transpose(-2, -1)  # (B, H, T, T)
-        return bias * (self.scale if self.scale is not None else 1 / math.sqrt(self.head_dim))
+        return bias * self.softmax_scale
 
     def value_norms(self, v: Tensor) -> Tensor:
         """‖f_h(x_j)‖ with f_h(x) = (x W_V^h + b_V^h) W_O^h, the vector head h adds to the output for key j
@@ -417,8 +422,7 @@ class MultiHeadAttention(nn.Module):
         if bias is not None:
             scores = scores + bias
         attention = masked_softmax(scores, mask, q.dtype)  # (T, T)
-        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_dim)
-        return HeadSteps(q, k, v, scale, scores, attention, attention @ v)
+        return HeadSteps(q, k, v, self.softmax_scale, scores, attention, attention @ v)
 
     def forward(
         self,

@@ -214,3 +214,23 @@ def test_embeddings_reject_sequences_longer_than_the_position_table() -> None:
     encoder = Encoder(TINY).eval()
     with pytest.raises(ValueError, match="33 tokens"):
         encoder(torch.ones(1, 33, dtype=torch.long))
+
+
+def test_every_activation_a_config_or_checkpoint_can_name_is_one_module_of_the_table() -> None:
+    """The configs' activations, the heads', Hugging Face's names and sentence-transformers' Dense classes are read
+    without torch (model/config.py, model/checkpoint.py); each must name a module of the one table, ACTIVATIONS."""
+    from typing import get_args
+
+    from model.checkpoint import DENSE_ACTIVATIONS, HEAD_ACTIVATIONS, HeadActivation
+    from model.config import HF_ACTIVATIONS, Activation
+    from model.encoder import ACTIVATIONS
+
+    named = {
+        *get_args(Activation),
+        *get_args(HeadActivation),
+        *HF_ACTIVATIONS.values(),
+        *HEAD_ACTIVATIONS.values(),
+        *DENSE_ACTIVATIONS.values(),
+    }
+    assert named <= set(ACTIVATIONS), named - set(ACTIVATIONS)
+    assert set(get_args(Activation)) == set(HF_ACTIVATIONS.values())  # every config activation is read from one
