@@ -181,6 +181,18 @@ def test_gpu_overlay_asks_for_one_gpu_and_runs_the_cuda_image() -> None:
     assert "ARG TORCH_INDEX=cpu" in DOCKERFILE
 
 
+def test_auto_runs_one_process_in_a_cpu_pod_and_front_ends_around_an_engine_in_a_gpu_pod() -> None:
+    """ENCODER_WORKERS=auto reads the pod's CPU limit: the CPU overlay's cores make one process, the GPU overlay's
+    several front ends; each front end has its share of the memory beside the engine's."""
+    from app.serve import front_ends
+
+    limits = {overlay: container_of(render(overlay))["resources"]["limits"] for overlay in ("cpu", "gpu")}
+    assert front_ends("auto", int(limits["cpu"]["cpu"]), gpu=False) == 1
+    gpu_front_ends = front_ends("auto", int(limits["gpu"]["cpu"]), gpu=True)
+    assert gpu_front_ends >= 2
+    assert limits["gpu"]["memory"].endswith("Gi") and int(limits["gpu"]["memory"][:-2]) >= 4 + 0.2 * gpu_front_ends
+
+
 def test_components_add_the_service_monitor_and_the_queue_metric(tmp_path: Path) -> None:
     resources = render("cpu", ("monitoring", "queue-autoscaling"), tmp_path)
     monitor = one(resources, "ServiceMonitor")
