@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from app.errors import EntryError
+from model import Pooling
 
 
 def _text(text: str) -> str:
@@ -155,7 +156,7 @@ ENCODING_FORMAT = (
 class EncodeRequest(Request):
     texts: Texts
     model: str | None = Field(None, description="a served model's name (see /v1/models); the default model when null")
-    pooling: Literal["mean", "cls", "max", "lasttoken", "mean_sqrt_len_tokens", "weightedmean"] | None = Field(
+    pooling: Pooling | None = Field(
         None,
         description="how token vectors become one sentence vector (sentence-transformers' modes); the model's own "
         "(mean for MiniLM, the last token for Qwen3-Embedding) when null",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from model.card import DEFAULT_MODEL_NAME, ModelCard, default_model_path
-    from model.checkpoint import YES_NO, HeadConfig, PoolingConfig
+    from model.checkpoint import YES_NO, HeadConfig, Pooling, PoolingConfig
     from model.config import EncoderConfig
     from model.encoder import (
         Encoder,
@@ -74,6 +74,7 @@ WHERE = {
     "MultiHeadAttention": "model.encoder",
     "MultiVectorOptions": "model.outputs",
     "MultiVectors": "model.outputs",
+    "Pooling": "model.checkpoint",
     "PoolingConfig": "model.checkpoint",
     "PositionQuery": "model.outputs",
     "PositionwiseFeedForward": "model.encoder",
@@ -124,6 +125,7 @@ __all__ = [
     "MultiHeadAttention",
     "MultiVectorOptions",
     "MultiVectors",
+    "Pooling",
     "PoolingConfig",
     "PositionQuery",
     "PositionwiseFeedForward",
