@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -32,7 +33,17 @@ from app.settings import Settings
 from app.work_queue import WorkQueue
 from app.worker import Worker
 from model import EmbeddingSpec, TextEncoder
-from tests.helpers import ROOT, assert_error, free_port, server_log, start_server, tiny_tokenizer, write_tiny_model
+from tests.helpers import (
+    ROOT,
+    assert_error,
+    free_port,
+    metric,
+    server_log,
+    start_server,
+    tiny_tokenizer,
+    wait_until,
+    write_tiny_model,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -369,20 +380,40 @@ async def test_bad_input_through_one_front_end_harms_no_request_through_another(
             await client.aclose()
 
 
-def faulty(models: str, **env: str) -> dict[str, str]:
-    """The service's settings with tests/hooks/sitecustomize.py on its path: in the engine, a pass holding the token
-    "?" raises and one holding "!" is slow. One compute lane, so that what queues behind the slow pass is one pass."""
-    tokenizer = tiny_tokenizer()
-    path = [str(ROOT / "tests" / "hooks"), *filter(None, [os.environ.get("PYTHONPATH")])]
-    return {
-        "ENCODER_MODELS": models,
-        "ENCODER_WORKERS": "2",
-        "ENCODER_COMPUTE_LANES": "1",
-        "PYTHONPATH": os.pathsep.join(path),
-        "TEST_POISON_ID": str(tokenizer.token_to_id("?")),
-        "TEST_SLOW_ID": str(tokenizer.token_to_id("!")),
-        **env,
-    }
+@dataclass
+class Faults:
+    """tests/hooks/sitecustomize.py's controls: a pass holding "!" is held until ``release``."""
+
+    held: Path  # created by the held pass once it computes
+    release: Path  # created by the test to end it
+
+    def env(self, models: str, **env: str) -> dict[str, str]:
+        """The service's settings with the hook on its path: in the engine, a pass holding the token "?" raises and
+        one holding "!" is held. One compute lane, so that what queues behind the held pass is one pass; long
+        keep-alives, so that a pinned client keeps its connection (pinned_clients)."""
+        tokenizer = tiny_tokenizer()
+        path = [str(ROOT / "tests" / "hooks"), *filter(None, [os.environ.get("PYTHONPATH")])]
+        return {
+            "ENCODER_MODELS": models,
+            "ENCODER_WORKERS": "2",
+            "ENCODER_COMPUTE_LANES": "1",
+            "UVICORN_TIMEOUT_KEEP_ALIVE": "300",
+            "PYTHONPATH": os.pathsep.join(path),
+            "TEST_POISON_ID": str(tokenizer.token_to_id("?")),
+            "TEST_SLOW_ID": str(tokenizer.token_to_id("!")),
+            "TEST_HELD": str(self.held),
+            "TEST_RELEASE": str(self.release),
+            **env,
+        }
+
+
+@pytest.fixture
+def faults(tmp_path: Path) -> Iterator[Faults]:
+    controls = Faults(tmp_path / "held", tmp_path / "release")
+    try:
+        yield controls
+    finally:
+        controls.release.touch()  # whatever happened, nothing stays held
 
 
 def connections(pids: list[int], port: int) -> dict[int, set[int]]:
@@ -407,13 +438,22 @@ def connections(pids: list[int], port: int) -> dict[int, set[int]]:
     return held
 
 
+@dataclass
+class Pinned:
+    """A client of one keep-alive connection, and the front end (pid) and socket (inode) that hold it."""
+
+    client: httpx.AsyncClient
+    pid: int
+    inode: int
+
+
 async def pinned_clients(
     process: subprocess.Popen, url: str, each: int, opened: list[httpx.AsyncClient]
-) -> list[list[httpx.AsyncClient]]:
-    """For each front end, ``each`` clients whose one keep-alive connection it holds: opened one at a time, each
-    placed by the connection that appeared (``opened`` collects every client, for closing)."""
+) -> list[list[Pinned]]:
+    """For each front end, ``each`` clients whose one connection it holds: opened one at a time, each placed by the
+    connection that appeared (``opened`` collects every client, for closing)."""
     port, pids = int(url.rsplit(":", 1)[1]), front_ends(process)
-    pinned: dict[int, list[httpx.AsyncClient]] = {pid: [] for pid in pids}
+    pinned: dict[int, list[Pinned]] = {pid: [] for pid in pids}
     while any(len(clients) < each for clients in pinned.values()):
         assert len(opened) < 200, {pid: len(clients) for pid, clients in pinned.items()}
         before = connections(pids, port)
@@ -421,66 +461,90 @@ async def pinned_clients(
         opened.append(client)
         assert (await client.get("/health")).status_code == 200
         after = connections(pids, port)
-        (pid,) = [pid for pid in pids if after[pid] - before[pid]]
+        ((pid, inode),) = [(pid, inode) for pid in pids for inode in after[pid] - before[pid]]
         if len(pinned[pid]) < each:
-            pinned[pid].append(client)
+            pinned[pid].append(Pinned(client, pid, inode))
     return list(pinned.values())
 
 
-async def test_a_pass_that_fails_in_the_engine_fails_only_the_requests_that_broke_it(models: str) -> None:
-    """Requests through both front ends, each on a connection of its own, queue behind a slow pass, then share one
+def assert_still_pinned(process: subprocess.Popen, url: str, pinned: list[Pinned]) -> None:
+    """Every one of these clients still talks to its front end over the connection it was pinned by."""
+    held = connections(front_ends(process), int(url.rsplit(":", 1)[1]))
+    assert all(p.inode in held[p.pid] for p in pinned), "a pinned client reconnected"
+
+
+async def test_a_pass_that_fails_in_the_engine_fails_only_the_requests_that_broke_it(
+    models: str, faults: Faults
+) -> None:
+    """Requests through both front ends, each on a connection of its own, queue behind a held pass, then share one
     pass with two (one through each front end) whose text breaks it: the engine retries each request alone; those
-    two get the 503 envelope, every other its own answer."""
-    with supervised(faulty(models)) as (process, url):
+    two get the 503 envelope, every other its own answer. While they wait, /metrics counts them as queued."""
+    with supervised(faults.env(models)) as (process, url):
         opened: list[httpx.AsyncClient] = []
         try:
             first, second = await pinned_clients(process, url, 8, opened)
             good = [f"good request number {i}" for i in range(12)]
             expected = []
             for text in good:
-                response = await first[0].post("/encode", json={"texts": [text], "model": "tiny"})
+                response = await first[0].client.post("/encode", json={"texts": [text], "model": "tiny"})
                 expected.append(response.json()["data"][0]["embedding"])
-            slow = asyncio.ensure_future(first[0].post("/encode", json={"texts": ["hold on !"], "model": "tiny"}))
-            await asyncio.sleep(0.5)  # computing
+            held = asyncio.ensure_future(
+                first[0].client.post("/encode", json={"texts": ["hold on !"], "model": "tiny"})
+            )
+            await wait_until(faults.held.exists)
             senders = [*first[1:6], *second[:7]]  # one request each: a client of one connection sends one at a time
             bad = {"texts": ["is this poisoned ?"], "model": "tiny"}
-            responses = await asyncio.gather(
-                *(
-                    client.post("/encode", json={"texts": [text], "model": "tiny"})
-                    for client, text in zip(senders, good)
-                ),
-                first[6].post("/encode", json=bad),
-                second[7].post("/encode", json=bad),
+            sent = asyncio.gather(
+                *(p.client.post("/encode", json={"texts": [text], "model": "tiny"}) for p, text in zip(senders, good)),
+                first[6].client.post("/encode", json=bad),
+                second[7].client.post("/encode", json=bad),
             )
-            assert (await slow).status_code == 200
+            watcher = httpx.AsyncClient(base_url=url, timeout=30)  # through either front end: one view
+            opened.append(watcher)
+            queued, deadline = 0.0, time.monotonic() + 20
+            while queued < len(good) + 2:
+                assert not sent.done() and time.monotonic() < deadline, f"{queued} texts queued"
+                queued = metric((await watcher.get("/metrics")).text, "encoder_queue_texts", 0.0)
+                await asyncio.sleep(0.02)
+            faults.release.touch()
+            responses = await sent
+            assert (await held).status_code == 200
+            assert_still_pinned(process, url, [*senders, first[6], second[7]])
             log = server_log(process)
-            assert "a pass of 14 texts from 14 requests failed" in log, log  # all of them queued behind the slow one
+            assert "a pass of 14 texts from 14 requests failed" in log, log  # all of them queued behind the held one
             for response, want in zip(responses, expected):
                 assert response.status_code == 200, response.text
                 assert response.json()["data"][0]["embedding"] == pytest.approx(want, abs=1e-5)
             for response in responses[len(good) :]:
                 assert_error(response, 503, "inference_failed")
-            assert (await second[1].post("/encode", json={"texts": [good[0]], "model": "tiny"})).status_code == 200
+            assert (
+                await second[1].client.post("/encode", json={"texts": [good[0]], "model": "tiny"})
+            ).status_code == 200
         finally:
             for client in opened:
                 await client.aclose()
 
 
-async def test_the_overload_bound_holds_for_the_whole_service_not_for_each_front_end(models: str) -> None:
-    """A bound of 4 texts, 3 of them in a slow pass sent through one front end: of 6 one-text requests sent at
-    once, 3 through each front end, one is admitted and 5 get 429. A bound for each front end would admit 4."""
-    with supervised(faulty(models, ENCODER_MAX_QUEUE_TEXTS="4")) as (process, url):
+async def test_the_overload_bound_holds_for_the_whole_service_not_for_each_front_end(
+    models: str, faults: Faults
+) -> None:
+    """A bound of 4 texts, 3 of them in a held pass sent through one front end: of 6 one-text requests sent at
+    once, 3 through each front end, 5 get 429 and one is admitted. A bound for each front end would admit 4."""
+    with supervised(faults.env(models, ENCODER_MAX_QUEUE_TEXTS="4")) as (process, url):
         opened: list[httpx.AsyncClient] = []
         try:
             first, second = await pinned_clients(process, url, 4, opened)
-            held = {"texts": ["hold on !", "hold on !", "hold on !"], "model": "tiny"}
-            slow = asyncio.ensure_future(first[0].post("/encode", json=held))
-            await asyncio.sleep(0.5)  # admitted, and computing
+            three = {"texts": ["hold on !", "hold on !", "hold on !"], "model": "tiny"}
+            held = asyncio.ensure_future(first[0].client.post("/encode", json=three))
+            await wait_until(faults.held.exists)  # admitted, and computing
             one = {"texts": ["one more text"], "model": "tiny"}
-            responses = await asyncio.gather(
-                *(client.post("/encode", json=one) for client in [*first[1:], *second[:3]])
-            )
-            assert (await slow).status_code == 200
+            senders = [*first[1:], *second[:3]]
+            sent = [asyncio.ensure_future(p.client.post("/encode", json=one)) for p in senders]
+            await wait_until(lambda: sum(send.done() for send in sent) >= 5)
+            faults.release.touch()
+            responses = await asyncio.gather(*sent)
+            assert (await held).status_code == 200
+            assert_still_pinned(process, url, senders)
             admitted = [response for response in responses if response.status_code == 200]
             assert len(admitted) == 1, [response.status_code for response in responses]
             for response in responses:

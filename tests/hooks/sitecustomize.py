@@ -2,8 +2,9 @@
 
 Python imports ``sitecustomize`` at the start of every interpreter, so this reaches the engine that the supervisor
 spawns. Where ``TEST_POISON_ID`` or ``TEST_SLOW_ID`` is set, the loaded model's embedding pass raises for a batch
-that holds the first token id, and takes ``TEST_SLOW_S`` seconds more for one that holds the second: a request
-that breaks the pass it shares, and a pass that holds the engine while others queue. Elsewhere it does nothing.
+that holds the first token id: a request that breaks the pass it shares. A batch that holds the second creates the
+file ``TEST_HELD`` and waits (30 s at most) until the file ``TEST_RELEASE`` exists: a pass that holds the engine
+while the test queues what it likes. Elsewhere it does nothing.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import sys
 import time
 from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 POISON_ID = int(os.environ.get("TEST_POISON_ID", "-1"))
 SLOW_ID = int(os.environ.get("TEST_SLOW_ID", "-1"))
-SLOW_S = float(os.environ.get("TEST_SLOW_S", "1.5"))
+HELD, RELEASE = Path(os.environ.get("TEST_HELD", "held")), Path(os.environ.get("TEST_RELEASE", "release"))
 MODULE = "model.text_encoder"
 
 
@@ -32,7 +34,10 @@ def with_faults(module: ModuleType) -> None:
         if POISON_ID in ids:
             raise RuntimeError("a poisoned text")
         if SLOW_ID in ids:
-            time.sleep(SLOW_S)
+            HELD.touch()
+            deadline = time.monotonic() + 30
+            while not RELEASE.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
         return real(self, encodings, specs)
 
     module.TextEncoder.embed_encodings = embed_encodings
