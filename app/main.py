@@ -152,12 +152,7 @@ def create_app(
         loaded = registry()
         return loaded.seconds_per_text() if loaded is not None else None
 
-    def queued() -> int:
-        loaded = registry()
-        return loaded.queued() if loaded is not None else 0
-
     admission = Admission(settings.max_queue_texts, seconds_per_text, metrics)
-    metrics.queue_texts.set_function(queued)
     app.state.responder = Responder(admission, metrics, settings.request_timeout_s)
     app.state.embeddings = Embeddings(settings)
     app.state.tasks = Tasks(app.state.embeddings)

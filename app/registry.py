@@ -260,7 +260,9 @@ def load_registry(
     if gpus:
         metrics.watch_gpu(sorted(gpus, key=str))
     settle_heap()
-    return ModelRegistry(served, executor)
+    registry = ModelRegistry(served, executor)
+    metrics.queue_texts.set_function(registry.queued)  # where the queues are: one process, or the engine
+    return registry
 
 
 async def front_end_registry(settings: Settings, engine: str) -> ModelRegistry:

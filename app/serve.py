@@ -163,7 +163,6 @@ def engine_main(path: str, ready: Connection, parent: int) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         admission = Admission(settings.max_queue_texts, registry.seconds_per_text, metrics)
-        metrics.queue_texts.set_function(registry.queued)  # the queues are here: the front ends' count none
         engine = Engine(registry, admission, metrics)
         server = await engine.serve(path)
         ready.send(os.getpid())
