@@ -8,6 +8,7 @@
 #   make bench-peers   the same, with infinity-emb (in its own environment, .venv-peers) driven alike
 #   make bench-inspection   /similarity with explain against /encode, npz attention against transformers
 #   make deploy-check   render the Kubernetes manifests and check them (kubernetes-validate, checkov)
+#   make gpu-check   on a GPU host, in about 8 minutes: the CUDA tests and the GPU figures (scripts/gpu_check.sh)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -28,7 +29,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test test-fast lint format bench bench-inspection bench-peers screenshots install install-dev deploy-check clean
+.PHONY: serve test test-fast lint format bench bench-inspection bench-peers screenshots install install-dev deploy-check \
+	gpu-check clean
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
@@ -120,6 +122,11 @@ $(DEPLOY_VENV)/.installed: deploy/requirements.txt
 # API schemas and scanned with checkov (scripts/check_manifests.py); the renderings go to build/manifests.
 deploy-check: $(DEPLOY_VENV)/.installed $(KUBECTL)
 	PATH="$(dir $(KUBECTL)):$$PATH" $(DEPLOY_VENV)/bin/python scripts/check_manifests.py --out build/manifests
+
+# The figures of a GPU host in one run, each step under a time limit, logs in build/gpu-check (see the script).
+# With its own torch there (no venv), as the script's header says: PYTHON=python3 bash scripts/gpu_check.sh
+gpu-check: install-dev
+	PYTHON=$(BIN)/python bash scripts/gpu_check.sh
 
 screenshots: install-dev $(CHROMIUM)
 	CHROMIUM=$(CHROMIUM) $(BIN)/python docs/make_screenshots.py

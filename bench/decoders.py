@@ -94,34 +94,39 @@ def batches(model_dir: Path, texts: list[str], size: int) -> list[Inputs]:
 
 
 def rate(run: Callable[[tuple[torch.Tensor, ...]], object], passes: list, texts: int) -> float:
-    """Texts a second over every pass."""
+    """Texts a second over every pass (on a GPU, until the device has finished them)."""
     started = time.perf_counter()
     with torch.inference_mode():
         for inputs in passes:
             run(inputs)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     return texts / (time.perf_counter() - started)
 
 
-def speed(model_dir: Path, dtype: str, rounds: int) -> None:
+def speed(model_dir: Path, dtype: str, rounds: int, device: str = "cpu") -> None:
     from transformers import AutoModel
 
     from model import load_model
 
-    ours = load_model(model_dir, device="cpu", dtype=dtype, name="qwen3-0.6b-shape")
+    ours = load_model(model_dir, device=device, dtype=dtype, name="qwen3-0.6b-shape")
     torch_dtype = getattr(torch, dtype)
-    theirs = AutoModel.from_pretrained(model_dir, dtype=torch_dtype, attn_implementation="sdpa").eval()
+    theirs = AutoModel.from_pretrained(model_dir, dtype=torch_dtype, attn_implementation="sdpa").eval().to(device)
     assert ours.dtype == torch_dtype, (ours.dtype, torch_dtype)
     runs: dict[str, Callable[[tuple[torch.Tensor, ...]], object]] = {
         "ours": lambda inputs: ours.last_hidden_state(*inputs),
         "transformers": lambda inputs: theirs(input_ids=inputs[0], attention_mask=inputs[1]).last_hidden_state,
     }
-    print(f"\n{dtype}: texts/s, {rounds} rounds (ours, transformers alternating, the order reversed every round)\n")
+    print(
+        f"\n{dtype} on {device}: texts/s, {rounds} rounds"
+        " (ours, transformers alternating, the order reversed every round)\n"
+    )
     print("| texts a pass | texts | who | rounds | median | ratio ours / transformers, round by round |")
     print("|---:|---:|---|---|---:|---|")
     for size in PASS_SIZES:
         n = 16 if size == 1 else 64
         texts = make_sentences(n, seed=size)
-        passes = batches(model_dir, texts, size)
+        passes = [tuple(t.to(device) for t in inputs) for inputs in batches(model_dir, texts, size)]
         for run in runs.values():  # warm up: the first passes pick their kernels
             rate(run, passes[:2], 2 * size)
         results: dict[str, list[float]] = {who: [] for who in runs}
@@ -180,8 +185,11 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=QWEN3_06B["num_hidden_layers"], help="layers (28: the 0.6B)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dtypes", nargs="*", default=["float32"], help="dtypes of the speed runs")
-    parser.add_argument("--memory-dtypes", nargs="+", default=["float32", "bfloat16"], help="dtypes of the loads")
+    parser.add_argument(
+        "--memory-dtypes", nargs="+", default=["float32", "bfloat16"], help="dtypes of the loads (none: no loads)"
+    )
     parser.add_argument("--dir", type=Path, default=None, help="where the checkpoint is kept (default: a temporary)")
+    parser.add_argument("--device", default="cpu", help="where the speed runs go (cpu, cuda)")
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="qwen3-0.6b-shape-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -190,8 +198,9 @@ def main() -> None:
     print(f"Qwen3-0.6B shape ({args.layers} layers), random bfloat16 weights, in {directory}")
     print(f"CPU {where}, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
     for dtype in args.dtypes:
-        speed(directory, dtype, args.rounds)
-    memory(directory, args.memory_dtypes)
+        speed(directory, dtype, args.rounds, args.device)
+    if args.memory_dtypes != ["none"]:
+        memory(directory, args.memory_dtypes)
 
 
 if __name__ == "__main__":

@@ -337,6 +337,7 @@ def rerank_bodies(sentences: list[str]) -> list[bytes]:
 
 
 ROUNDS = 3  # every case runs in this many rounds, each on its share of the texts; the parties take turns
+CASES = ("a", "b", "c", "idle", "d", "e")
 
 
 def share(items: list[T], round_: int) -> list[T]:
@@ -541,6 +542,7 @@ async def take_turns(
     quick: bool,
     port: int,
     peer_port: int | None,
+    cases: frozenset[str] = frozenset(),
 ) -> Rounds:
     """Every case in ROUNDS rounds; in each, the service, the references and the peer take their turns on the
     same share of the inputs, the order rotated from one round to the next, so that the machine's drift from
@@ -548,9 +550,12 @@ async def take_turns(
     limit = 60 if quick else 120
     idle_texts, attention_requests, attention_runs = (60, 6, 3) if quick else (200, 30, 9)
     loads = service_loads(sentences, attention_text, idle_texts, attention_requests)
+    if cases:  # only these (--cases)
+        loads = {case: load for case, load in loads.items() if case in cases}
     peers = peer_loads(sentences, idle_texts) if peer_port is not None else {}
     pairs = rerank_pairs(sentences)
-    await drive("warm-up", "127.0.0.1", port, "/encode", loads["a"].bodies[:64], 1, 8, limit)
+    singles = [orjson.dumps({"texts": [text]}) for text in sentences[:64]]
+    await drive("warm-up", "127.0.0.1", port, "/encode", singles, 1, 8, limit)
     if peer_port is not None:
         await drive("warm-up", "127.0.0.1", peer_port, "/embeddings", peers["e"].bodies[:64], 1, 8, limit)
 
@@ -629,18 +634,19 @@ def report(rounds: Rounds, device: str, command: str, quick: bool, served: str, 
         "| case | sentences/s | p50 ms | p95 ms | p99 ms | errors |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    named = [(run.name, run) for run in (runs["a"], runs["b"], runs["idle"], runs["e"], runs["d"])]
+    named = [(runs[case].name, runs[case]) for case in ("a", "b", "idle", "e", "d") if case in runs]
     named += [(f"infinity-emb: {peers[case].name}", peers[case]) for case in ("e", "b", "idle", "d") if case in peers]
     for name, run in named:
         rows.append(
             f"| {name} | {run.rate:.0f} | {run.percentile(50):.1f} | {run.percentile(95):.1f} | "
             f"{run.percentile(99):.1f} | {run.errors} |"
         )
-    c = runs["c"]
-    rows.append(
-        f"| {c.name} | {c.sentences / c.seconds:.2f} req/s | {c.percentile(50):.1f} | {c.percentile(95):.1f} | "
-        f"{c.percentile(99):.1f} | {c.errors} |"
-    )
+    if "c" in runs:
+        c = runs["c"]
+        rows.append(
+            f"| {c.name} | {c.sentences / c.seconds:.2f} req/s | {c.percentile(50):.1f} | {c.percentile(95):.1f} | "
+            f"{c.percentile(99):.1f} | {c.errors} |"
+        )
 
     def cells(case: str, peer_case: str) -> str:
         by_round = zip(rounds.runs["service"][case], rounds.runs["reference"][case])
@@ -651,18 +657,27 @@ def report(rounds: Rounds, device: str, command: str, quick: bool, served: str, 
         return cell
 
     st = "sentence-transformers in-process"
+    lines = {
+        "a": lambda: f"| (a) HTTP rate ÷ {st} ({ref['a'].rate:.0f}/s) |{cells('a', 'e')} ≥ 1.0 |",
+        "b": lambda: f"| (b) HTTP rate ÷ {st} ({ref['b'].rate:.0f}/s) |{cells('b', 'b')} ≥ 1.1 |",
+        "c": lambda: (
+            f"| (c) /attention p50 ÷ transformers + json.dumps in-process ({ref['c'].percentile(50):.0f} ms) |"
+            f"{cells('c', 'c')} ≤ 0.1 |"
+        ),
+        "idle": lambda: (
+            f"| idle single-text p50 ÷ {st}, one text ({ref['idle'].percentile(50):.1f} ms) |"
+            f"{cells('idle', 'idle')} ≤ 1.0 |"
+        ),
+        "d": lambda: (
+            f"| (d) /rerank pairs/s ÷ CrossEncoder.predict in-process ({ref['d'].rate:.0f} pairs/s) |"
+            f"{cells('d', 'd')} ≥ 1.0 |"
+        ),
+        "e": lambda: f"| (e) /v1/embeddings rate ÷ {st} ({ref['e'].rate:.0f}/s) |{cells('e', 'e')} ≥ 1.0 |",
+    }
     ratios = [
         "| ratio | measured | rounds | " + ("infinity-emb | " if peers else "") + "goal |",
         "|---|---:|---:|" + ("---:|" if peers else "") + "---:|",
-        f"| (a) HTTP rate ÷ {st} ({ref['a'].rate:.0f}/s) |{cells('a', 'e')} ≥ 1.0 |",
-        f"| (b) HTTP rate ÷ {st} ({ref['b'].rate:.0f}/s) |{cells('b', 'b')} ≥ 1.1 |",
-        f"| (c) /attention p50 ÷ transformers + json.dumps in-process ({ref['c'].percentile(50):.0f} ms) |"
-        f"{cells('c', 'c')} ≤ 0.1 |",
-        f"| idle single-text p50 ÷ {st}, one text ({ref['idle'].percentile(50):.1f} ms) |"
-        f"{cells('idle', 'idle')} ≤ 1.0 |",
-        f"| (d) /rerank pairs/s ÷ CrossEncoder.predict in-process ({ref['d'].rate:.0f} pairs/s) |"
-        f"{cells('d', 'd')} ≥ 1.0 |",
-        f"| (e) /v1/embeddings rate ÷ {st} ({ref['e'].rate:.0f}/s) |{cells('e', 'e')} ≥ 1.0 |",
+        *(line() for case, line in lines.items() if case in runs),
     ]
     parties = "the service, the references in this process and infinity-emb"
     if not peers:
@@ -743,8 +758,21 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer requests, for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     parser.add_argument("--peers", action="store_true", help="also drive infinity-emb (installed by make bench-peers)")
+    parser.add_argument("--cases", default="", help="comma-separated, of a, b, c, idle, d, e (default: all)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=None,
+        help="serve as `python -m app.serve` with each of these ENCODER_WORKERS in turn (default: one uvicorn)",
+    )
     args = parser.parse_args()
+    cases = frozenset(case for case in args.cases.split(",") if case)
+    if not cases <= set(CASES):
+        sys.exit(f"--cases: unknown {', '.join(sorted(cases - set(CASES)))}; known: {', '.join(CASES)}")
     command = ("make bench-peers" if args.peers else "make bench") + (" BENCH_ARGS=--quick" if args.quick else "")
+    if args.cases or args.workers:
+        command = "python -m bench.run " + shlex.join(sys.argv[1:])
     if args.peers and not INFINITY.exists():
         sys.exit(f"{INFINITY} is missing: run make bench-peers")
 
@@ -765,34 +793,44 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="bench-"))
     cross_encoder = write_cross_encoder(scratch / "cross-encoder")
     references = References(cross_encoder, sentences, attention_text)
-    port = free_port()
-    service = start_service(port, {"ENCODER_MODELS": f"minilm={default_model_path()},ce={cross_encoder}"})
-    infinity = None
-    try:
-        served = served_precision(port)
-        at_start = process_memory(service.pid)
-        peer_port = free_port() if args.peers else None
-        if peer_port is not None:
-            infinity = start_infinity(peer_port, default_model_path(), cross_encoder)
-        rounds = asyncio.run(take_turns(references, sentences, attention_text, args.quick, port, peer_port))
-        memory = memory_note(port, service.pid, at_start)
-    finally:
-        for process in (service, infinity):
-            if process is not None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(60)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+    failed: dict[str, int] = {}
+    for workers in args.workers or [None]:
+        port = free_port()
+        env = {"ENCODER_MODELS": f"minilm={default_model_path()},ce={cross_encoder}"}
+        if workers is not None:
+            env["ENCODER_WORKERS"] = str(workers)
+        service = start_service(port, env, supervised=workers is not None)
+        infinity = None
+        try:
+            served = served_precision(port)
+            if workers is not None:
+                served += f", as `python -m app.serve` with ENCODER_WORKERS={workers}"
+            at_start = process_memory(service.pid)
+            peer_port = free_port() if args.peers else None
+            if peer_port is not None:
+                infinity = start_infinity(peer_port, default_model_path(), cross_encoder)
+            rounds = asyncio.run(take_turns(references, sentences, attention_text, args.quick, port, peer_port, cases))
+            memory = memory_note(port, service.pid, at_start) if workers is None else ""
+        finally:
+            for process in (service, infinity):
+                if process is not None:
+                    process.send_signal(signal.SIGTERM)
+                    try:
+                        process.wait(60)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
 
-    device = "CUDA" if torch.cuda.is_available() else "CPU"
-    section = report(rounds, device, command, args.quick, served, memory)
-    print(section)
-    if not args.no_write:
-        write_benchmarks(section, device)
-        print(f"written to {ROOT / 'BENCHMARKS.md'}")
-    service_runs, peer_runs = rounds.pooled("service"), rounds.pooled("peer")
-    failed = {k: r.errors for k, r in [*service_runs.items(), *((f"infinity {k}", r) for k, r in peer_runs.items())]}
+        device = "CUDA" if torch.cuda.is_available() else "CPU"
+        if workers is not None:
+            device += f", ENCODER_WORKERS={workers}"
+        section = report(rounds, device, command, args.quick, served, memory)
+        print(section, flush=True)
+        if not args.no_write:
+            write_benchmarks(section, device)
+            print(f"written to {ROOT / 'BENCHMARKS.md'}")
+        service_runs, peer_runs = rounds.pooled("service"), rounds.pooled("peer")
+        for k, r in [*service_runs.items(), *((f"infinity {k}", r) for k, r in peer_runs.items())]:
+            failed[f"{k} ({workers} workers)" if workers is not None else k] = r.errors
     if any(failed.values()):
         sys.exit(f"errors: {shlex.quote(str(failed))}")
 

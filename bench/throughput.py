@@ -120,6 +120,17 @@ def ours(model: TextEncoder, inputs: tuple[torch.Tensor, torch.Tensor, torch.Ten
         return model.last_hidden_state(*inputs)
 
 
+def packed(model: TextEncoder, inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> object:
+    """The eager pass with the attention core on the packed tokens too (``Encoder.varlen``)."""
+    encoder = model.passes
+    served, encoder.varlen = encoder.varlen, True
+    try:
+        with torch.inference_mode(), model.computing():
+            return encoder(*inputs).last_hidden_state
+    finally:
+        encoder.varlen = served
+
+
 def theirs(reference: torch.nn.Module, model: TextEncoder, inputs: tuple[torch.Tensor, ...]) -> object:
     input_ids, mask, segments = inputs
     kwargs = {"input_ids": input_ids, "attention_mask": mask}
@@ -138,6 +149,10 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", help="as ENCODER_DTYPE (default: auto)")
     parser.add_argument("--bert-base", action="store_true", help="a random checkpoint of BERT-base's shape instead")
     parser.add_argument("--no-reference", action="store_true", help="skip transformers")
+    parser.add_argument(
+        "--padded", action="store_true", help="rows of 1/4 to all of --length real tokens, the rest padding"
+    )
+    parser.add_argument("--packed", action="store_true", help="also the eager pass with packed attention (varlen)")
     args = parser.parse_args()
 
     path = args.model
@@ -157,6 +172,8 @@ def main() -> None:
         f"{model.name} on {device} ({where}), {str(dtype).removeprefix('torch.')} products, torch {torch.__version__}"
     )
     print(f"{per_token / 1e6:.1f} MFLOP of matrix products a token at {length} tokens a row")
+    if args.padded:
+        print("rows of 1/4 to all of the length, right-padded: tokens/s and FLOPs count the real tokens only")
     size, dtype_name = 8192 if cuda else 2048, str(dtype).removeprefix("torch.")
     peak = matmul_rate(device, dtype, size)
     print(f"a {size}³ {dtype_name} matrix product here: {peak / 1e12:.1f} TFLOP/s")
@@ -177,13 +194,19 @@ def main() -> None:
     generator = torch.Generator().manual_seed(0)
     for rows in rows_list:
         ids = torch.randint(1000, model.config.vocab_size, (rows, length), generator=generator)
-        input_ids = ids.to(device)  # random tokens: the time does not depend on which
-        mask = torch.ones_like(input_ids)
+        mask = torch.ones_like(ids)
+        if args.padded:  # right padding, as the tokenizer pads
+            real = torch.randint(max(1, length // 4), length + 1, (rows,), generator=generator)
+            mask = (torch.arange(length)[None, :] < real[:, None]).long()
+            ids = ids.masked_fill(mask == 0, model.config.pad_token_id)
+        input_ids, mask = ids.to(device), mask.to(device)  # random tokens: the time does not depend on which
         segments = torch.zeros_like(input_ids)
-        tokens = rows * length
+        tokens = int(mask.sum())  # real tokens: what a pass is for
         repeats = max(1, min(50, (2 << 20) // tokens)) if cuda else 1
         inputs = (input_ids, mask, segments)
         passes: list[tuple[str, Callable[[], object]]] = [("ours", partial(ours, model, inputs))]
+        if args.packed:
+            passes.append(("ours, packed attention (eager)", partial(packed, model, inputs)))
         if reference is not None:
             passes.append(("transformers", partial(theirs, reference, model, inputs)))
         for who, run in passes:

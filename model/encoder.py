@@ -10,6 +10,7 @@ Masks are boolean, True where a query may attend to a key, broadcastable to (B, 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -103,6 +104,32 @@ def window_mask(length: int, reach: int, device: torch.device) -> Tensor:
     return ((position[None, :] - position[:, None]).abs() <= reach)[None, None]  # (1, 1, T, T)
 
 
+def varlen_attention(q: Tensor, k: Tensor, v: Tensor, sequences: Sequences, scale: float | None) -> Tensor:
+    """Attention within each sequence of packed tokens: q (N, H, Dh), k and v (N, Hkv, Dh) → (N, H, Dh).
+
+    On a GPU in float16 or bfloat16, flash attention's variable-length kernel (head widths that are multiples of 8,
+    up to 256): no padding computed, no mask read. Elsewhere each sequence through scaled_dot_product_attention in
+    turn (the same arithmetic, for checking).
+    """
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.size(-1) % 8 == 0 and q.size(-1) <= 256:
+        longest = sequences.longest
+        offsets = sequences.offsets
+        return torch.ops.aten._flash_attention_forward(
+            q, k, v, offsets, offsets, longest, longest, 0.0, sequences.causal, False, scale=scale
+        )[0]
+    group = q.size(1) // k.size(1)
+    bounds = sequences.offsets.tolist()
+    out = torch.empty_like(q)
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        q_, k_, v_ = (t[start:end].transpose(0, 1) for t in (q, k, v))  # (H, n, Dh), 2 × (Hkv, n, Dh)
+        if group > 1:
+            k_, v_ = k_.repeat_interleave(group, dim=0), v_.repeat_interleave(group, dim=0)
+        out[start:end] = F.scaled_dot_product_attention(q_, k_, v_, is_causal=sequences.causal, scale=scale).transpose(
+            0, 1
+        )
+    return out
+
+
 def padding_mask(attention_mask: Tensor, causal: bool = False) -> Tensor:
     """Boolean attention mask from a (B, T) 0/1 padding mask: keys that are padding get no weight."""
     mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
@@ -162,11 +189,20 @@ def rotary_frequencies(head_dim: int, base: float, scaling: RopeScaling | None =
     return torch.where(middle, blended, scaled)
 
 
+@functools.lru_cache(maxsize=64)
+def frequencies_on(
+    device: torch.device | None, head_dim: int, base: float, scaling: RopeScaling | None = None
+) -> Tensor:
+    """rotary_frequencies, computed on the CPU as transformers computes them and copied to ``device`` once: a
+    pass recorded as a CUDA graph may copy nothing from the host (its warm-up run fills this cache)."""
+    return rotary_frequencies(head_dim, base, scaling).to(device)  # (Dh/2,)
+
+
 def rotary_angles(
     length: int, head_dim: int, base: float, device: torch.device | None = None, scaling: RopeScaling | None = None
 ) -> Tensor:
     """θ[pos, i] = pos / base^(2i/Dh) (scaled where the config says): the rotation angles. (T, Dh/2), float32."""
-    frequency = rotary_frequencies(head_dim, base, scaling).to(device)  # (Dh/2,)
+    frequency = frequencies_on(None if device is None else torch.device(device), head_dim, base, scaling)
     position = torch.arange(length, device=device, dtype=torch.float32).unsqueeze(1)  # (T, 1)
     return position * frequency  # (T, Dh/2)
 
@@ -223,22 +259,43 @@ def relative_embedding_rows(length: int, span: int, max_position: int, device: t
 
 
 @dataclass(frozen=True)
+class Sequences:
+    """The rows of a packed batch as variable-length sequences, for attention over the packed tokens themselves
+    (``varlen_attention``): no padding in the attention core either."""
+
+    offsets: Tensor  # (B + 1,) int32: row b's tokens are packed[offsets[b] : offsets[b + 1]]
+    longest: int  # the longest row's real tokens
+    positions: Tensor  # (N,) each packed token's position in its row
+    causal: bool  # whether a token sees only the tokens before it
+
+
+@dataclass(frozen=True)
 class Packing:
     """Where the real tokens of a padded (B, T) batch sit, so that per-token work skips the padding.
 
     Everything in a layer but the attention core acts on each token alone, so the fast path runs it on
     the (N, D) real tokens only, N = number of real tokens, and scatters into the (B, T) layout just
-    around the attention core.
+    around the attention core — or, with ``sequences``, runs the attention core on the packed tokens too.
     """
 
     index: Tensor  # (N,) flat positions b·T + t of the real tokens
     batch: int  # B
     length: int  # T
+    sequences: Sequences | None = None
 
     @classmethod
-    def from_mask(cls, attention_mask: Tensor) -> Packing:
+    def from_mask(cls, attention_mask: Tensor, varlen: bool = False, causal: bool = False) -> Packing:
+        """``varlen``: also the rows as sequences, where every row's real tokens come first (right padding)."""
         B, T = attention_mask.shape
-        return cls(attention_mask.flatten().nonzero().squeeze(1), B, T)
+        index = attention_mask.flatten().nonzero().squeeze(1)
+        sequences = None
+        if varlen:
+            lengths = attention_mask.sum(1)  # (B,)
+            positions = torch.arange(T, device=attention_mask.device)
+            if bool(((positions[None, :] < lengths[:, None]) == attention_mask.bool()).all()):
+                offsets = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)  # (B + 1,)
+                sequences = Sequences(offsets, int(lengths.max()), index % T, causal)
+        return cls(index, B, T, sequences)
 
     def pack(self, x: Tensor) -> Tensor:
         """(B, T, ...) → (N, ...)"""
@@ -367,6 +424,22 @@ class MultiHeadAttention(nn.Module):
             q, k = rotate(q, angles), rotate(k, angles)
         return q, k, v
 
+    def packed_attention(self, qkv: Tensor, sequences: Sequences, angles: Tensor | None) -> Tensor:
+        """The attention core on packed tokens (``varlen_attention``): the fused projection's output (N, 3D) →
+        the heads' values concatenated, (N, H·Dh); q and k normed and rotated as ``heads`` does, each token by
+        its position in its row."""
+        q, k, v = qkv.split(self.widths, dim=-1)  # (N, H·Dh), 2 × (N, Hkv·Dh)
+        q = q.unflatten(-1, (self.n_heads, self.head_dim))  # (N, H, Dh)
+        k = k.unflatten(-1, (self.kv_heads, self.head_dim))  # (N, Hkv, Dh)
+        v = v.unflatten(-1, (self.kv_heads, self.head_dim))  # (N, Hkv, Dh)
+        if self.query_norm is not None and self.key_norm is not None:
+            q, k = self.query_norm(q), self.key_norm(k)
+        if angles is not None:
+            each = angles[sequences.positions].unsqueeze(1)  # (N, 1, Dh/2)
+            q, k = rotate(q, each), rotate(k, each)
+        values = varlen_attention(q.contiguous(), k.contiguous(), v.contiguous(), sequences, self.scale)
+        return values.flatten(1)  # (N, H·Dh)
+
     def shared_heads(self, x: Tensor) -> Tensor:
         """(…, Hkv, T, Dh) → (…, H, T, Dh): each key/value head repeated for the query heads of its group."""
         return x if self.group == 1 else x.repeat_interleave(self.group, dim=-3)
@@ -442,6 +515,15 @@ class MultiHeadAttention(nn.Module):
         ``value_norms`` (explicit path only).
         """
         qkv = self.project(x, separately=need_weights)  # (B, T, 3D) or (N, 3D)
+        sequences = packing.sequences if packing is not None else None
+        if (
+            sequences is not None
+            and position_bias is None
+            and relative is None
+            and self.reach is None
+            and not need_weights
+        ):
+            return AttentionResult(self.out(self.packed_attention(qkv, sequences, angles)), None, None)  # (N, D)
         if packing is not None:
             qkv = packing.unpack(qkv)  # (B, T, 3D)
         B, T = qkv.size(0), qkv.size(1)
@@ -678,6 +760,9 @@ class Encoder(nn.Module):
         self.relative_norm = norm(config) if deberta and config.relative_norm else None
         self.final_norm = norm(config) if config.pre_norm else None
         self.local_layers = [config.is_local(i) for i in range(config.n_layers)]  # which attend within a window
+        # The packed pass's attention core on the packed tokens too (Sequences, varlen_attention), where every
+        # layer can: no position bias, no relative embeddings, no windows.
+        self.varlen = False
 
     def position_bias(self, length: int, device: torch.device, dtype: torch.dtype | None = None) -> Tensor | None:
         """MPNet's bias on the scores, (1, H, T, T); None for other families."""
@@ -762,8 +847,9 @@ class Encoder(nn.Module):
 
         x = self.embeddings(input_ids, token_type_ids, computed, dtype)  # (B, T, D)
         # Fast path with padding: per-token work on the real tokens only (padded rows come back as zeros).
-        skip = pack and not return_attentions and not bool(computed.all())
-        packing = Packing.from_mask(computed) if skip else None
+        varlen = self.varlen and dtype is None and computed is attention_mask  # the pass, not the explicit paths
+        skip = pack and not return_attentions and (varlen or not bool(computed.all()))
+        packing = Packing.from_mask(computed, varlen, causal or config.causal) if skip else None
         if packing is not None:
             x = packing.pack(x)  # (N, D)
         unpack = packing.unpack if packing is not None else (lambda t: t)

@@ -238,6 +238,12 @@ def load_model(
             model.graphs = GraphedPass(model.passes, config.pad_token_id, limit, max_tokens=graph_tokens)
         except RuntimeError as error:  # a family whose pass cannot be recorded: it runs as before
             logger.warning("the embedding pass of %s could not be recorded as CUDA graphs: %s", name, error)
+    if torch_device.type == "cuda" and precision.weights in (torch.float16, torch.bfloat16):
+        # Passes the graphs do not hold run eagerly with the attention core on the packed tokens (flash attention's
+        # variable-length kernel) instead of the traced padded core: 4 to 11 % more tokens/s at 512 and 2,048 rows
+        # on an H100 (BENCHMARKS.md, "Packed attention"). The trace cannot hold it: it would fix the longest row.
+        model.passes.varlen = True
+        model.graph = None
     logger.info(
         "loaded %s (%s) from %s on %s in %.2f s: the checkpoint's %s weights kept in %s%s, products in %s%s",
         name,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -72,3 +74,22 @@ def test_the_buckets_stop_at_the_pass_budget() -> None:
     assert model.graphs is not None
     assert max(rows * length for rows, length in model.graphs.buckets) == 1024
     assert model.graphs.output.shape[0] == 1024  # the shared output holds the largest bucket
+
+
+@cuda
+def test_a_decoder_pass_is_recorded_too(tmp_path: Path) -> None:
+    """Qwen3 (rotary positions, grouped-query attention, causal): its rotation frequencies reach the GPU before the
+    capture, so the pass records (a copy from the host inside a capture failed it on an H100) and replays equal
+    the eager pass."""
+    from tests.families import write_family_model
+
+    model = load_model(write_family_model(tmp_path, "qwen3"), device="cuda", dtype="float32")
+    assert model.graphs is not None, "recorded"
+    texts = ["A cat sat on the mat.", "Hello world!", "The quick brown fox jumps over the lazy dog."]
+    batch = model.to_tensors(model.tokenizer.pad(model.tokenizer.encode(texts)))
+    with torch.inference_mode():
+        expected = model.encoder(*batch).last_hidden_state
+        replayed = model.graphs(*batch)
+    assert replayed is not None
+    real = batch[1].bool()
+    torch.testing.assert_close(replayed[real], expected[real], atol=1e-4, rtol=1e-4)
