@@ -43,6 +43,7 @@ class ModelFacts:
     weights_dtype: str  # what the embedding pass's weights are kept in
     explicit_weights_dtype: str  # what the explicit paths' weights are kept in
     max_batch_tokens: int  # the padded tokens a pass takes at most
+    runtime: str = "torch"  # what computes the embedding pass (TextEncoder.runtime)
 
 
 def wire_task(task: Task) -> Task:

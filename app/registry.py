@@ -78,6 +78,7 @@ class ServedModel:
             weights_dtype=str(model.weights_dtype or model.dtype).removeprefix("torch."),
             explicit_weights_dtype=str(model.explicit_dtype).removeprefix("torch."),
             max_batch_tokens=queue.max_batch_tokens,
+            runtime=model.runtime,
         )
         worker = Worker(queue, model, on_pass=metrics.observe_batch, name=f"inference-{name}", threads=COMPUTE.lanes)
         return cls.serving(name, model, settings, executor, queue, facts, model=model, worker=worker)
@@ -224,11 +225,12 @@ def load_registry(
             if model.device.type == "cuda":  # live tensors only: the warm-up's activations are freed by now
                 metrics.model_gpu_memory.labels(name).set(max(gpu_allocated_bytes() - gpu_before, 0))
             logger.info(
-                "ready: %s on %s (%s, passes of up to %d padded tokens, %d at once), loaded and warmed up in %.2f s, "
-                "%.0f MiB more resident memory",
+                "ready: %s on %s (%s, the pass on %s, passes of up to %d padded tokens, %d at once), loaded and "
+                "warmed up in %.2f s, %.0f MiB more resident memory",
                 name,
                 model.device,
                 str(model.dtype).removeprefix("torch."),
+                model.runtime,
                 served[-1].queue.max_batch_tokens,
                 COMPUTE.lanes,
                 time.perf_counter() - started,
@@ -246,6 +248,7 @@ def load_registry(
                 "device": facts.device,
                 "dtype": facts.dtype,
                 "weights_dtype": facts.weights_dtype,
+                "runtime": facts.runtime,
                 "layers": str(card.config.n_layers),
                 "heads": str(card.config.n_heads),
                 "hidden_size": str(card.config.d_model),
@@ -366,6 +369,7 @@ def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEnc
                 traced=settings.traced_pass,
                 cuda_graphs=settings.cuda_graphs,
                 graph_tokens=settings.max_batch_tokens or GPU_PASS_TOKENS,  # the largest pass the queue makes
+                runtime=settings.runtime,
             )
         model.warm_up()
     except Exception as error:

@@ -696,6 +696,10 @@ class InfoResponse(BaseModel):
     explicit_weights_dtype: str = Field(
         description="what the explicit paths' weights are kept in (they compute in float32 either way)"
     )
+    runtime: str = Field(
+        description="what computes the embedding pass: openvino, torch (traced), torch (CUDA graphs) or torch; the "
+        "explicit paths run on torch"
+    )
     rerank: RerankMethod | None = Field(description="how /rerank scores with this model, if it can")
     sparse: Literal["splade", "bge-m3"] | None = Field(
         None, description="what /encode/sparse computes with this model, if it can"

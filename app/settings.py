@@ -28,6 +28,12 @@ class Settings(BaseSettings):
         description="what the matrix products run in: auto = float16 on CUDA; on a CPU bfloat16 where it has native "
         "bfloat16 matrix units (AMX), float32 elsewhere (AVX512-BF16 alone measured slower than float32)",
     )
+    runtime: Literal["auto", "torch", "openvino"] = Field(
+        "auto",
+        description="what computes the embedding pass on a CPU: openvino (the pass compiled by OpenVINO), torch, or "
+        "auto: whichever of the two is the faster on this CPU, both timed at start (torch where OpenVINO cannot "
+        "compile the model); on a GPU, torch always",
+    )
     traced_pass: bool = Field(
         True,
         description="run the embedding and classification passes as a traced graph, which needs no GIL while it "

@@ -56,6 +56,8 @@ class GraphedPass:
     so they never overwrite each other's.
     """
 
+    name = "torch (CUDA graphs)"
+
     def __init__(
         self,
         encoder: Encoder,

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from model.backends import EagerPass, PassBackend, TracedPass
 from model.card import read_card
 from model.checkpoint import BGE_M3_COLBERT, BGE_M3_SPARSE
 from model.encoder import Encoder
@@ -155,14 +156,107 @@ def trace_expansion_pass(
     return graph
 
 
+def example_batch(model: TextEncoder) -> tuple[Tensor, Tensor, Tensor]:
+    """Two texts of different lengths, so that the batch holds padding: what the pass is recorded on."""
+    return model.to_tensors(model.tokenizer.pad(model.tokenizer.encode(["a graph", "of the pass, traced"])))
+
+
 def trace(model: TextEncoder) -> None:
     """Record a model's embedding pass as a graph (``trace_pass``), used from then on by its passes (embed_encodings,
     classify, ...)."""
-    example = model.to_tensors(model.tokenizer.pad(model.tokenizer.encode(["a graph", "of the pass, traced"])))
-    model.graph = trace_pass(model.passes, example, model.autocast_dtype)
+    example = example_batch(model)
+    traced = TracedPass(model.passes, trace_pass(model.passes, example, model.autocast_dtype))
+    model.backends = (*(backend for backend in model.backends if not isinstance(backend, TracedPass)), traced)
     late = model.late_interaction
     if late is not None and late.expansion is not None and not late.expansion.attend:
         model.expansion_graph = trace_expansion_pass(model.passes, example, model.autocast_dtype)
+
+
+RUNTIMES = ("auto", "torch", "openvino")
+
+# Generic English of the lengths a service meets (a short query to a long passage): what ``auto`` times the
+# candidate passes on at start.
+TIMING_TEXTS = (
+    "What is the capital of France?",
+    "The quick brown fox jumps over the lazy dog while the farmer watches from the porch.",
+    "A transformer encoder reads every token of a sentence at once, and each layer lets every token look at every "
+    "other through attention before a small feed-forward network transforms it on its own.",
+    "Rain is expected tomorrow.",
+    "Vector search finds the passages whose embeddings lie closest to the query's, measured by cosine similarity, "
+    "and a reranker then reads each pair together to order the best of them again.",
+    "She opened the window, and the sound of the market came in with the morning light.",
+    "How many layers does the model have?",
+    "Prices rose by three percent over the year, driven mostly by energy and food.",
+)
+
+
+def cpu_bfloat16() -> bool:
+    """Whether this CPU computes bfloat16 products natively: AVX512-BF16 or AMX, as torch detects them."""
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(check is not None and bool(check()) for check in checks)
+
+
+def cpu_threads() -> int:
+    """The threads a compiled CPU pass computes with: the process's intra-op threads (the cores it may use)."""
+    return torch.get_num_threads()
+
+
+def timed_pass(backend: PassBackend, batches: list[tuple[Tensor, Tensor, Tensor]], rounds: int = 3) -> float:
+    """The least seconds, over ``rounds``, that ``backend`` takes for every batch once (after one warm-up)."""
+    with torch.inference_mode():
+        for batch in batches:
+            backend(*batch)
+        best = float("inf")
+        for _ in range(rounds):
+            started = time.perf_counter()
+            for batch in batches:
+                backend(*batch)
+            best = min(best, time.perf_counter() - started)
+    return best
+
+
+def compile_openvino(model: TextEncoder, threads: int) -> PassBackend:
+    """The embedding pass compiled by OpenVINO (model/openvino_pass.py); ValueError where it cannot be."""
+    from model.openvino_pass import PRECISIONS, OpenVINOPass
+
+    if model.dtype not in PRECISIONS:
+        raise ValueError(f"OpenVINO's pass here runs float32 or bfloat16, not {_name(model.dtype)}")
+    try:
+        return OpenVINOPass(model.passes, example_batch(model), model.dtype, threads)
+    except Exception as error:  # the converter's and the compiler's errors have no common class
+        raise ValueError(f"OpenVINO could not compile it: {type(error).__name__}: {error}") from error
+
+
+def choose_runtime(model: TextEncoder, runtime: str, threads: int) -> str:
+    """Put OpenVINO's compiled pass first in the model's backends where ``runtime`` asks for it (``openvino``) or
+    where it is the faster on this CPU (``auto``: both timed on TIMING_TEXTS, one text at a time and all together);
+    return why, for the load log. A model OpenVINO cannot compile keeps the torch pass, and the reason says so."""
+    if runtime == "torch":
+        return "ENCODER_RUNTIME=torch"
+    from model.openvino_pass import available
+
+    if not available():
+        if runtime == "openvino":
+            raise ValueError("ENCODER_RUNTIME=openvino, but the openvino package is not installed")
+        return "openvino is not installed"
+    try:
+        compiled = compile_openvino(model, threads)
+    except ValueError as error:
+        logger.warning("%s: %s; the torch pass serves it", model.name, error)
+        return f"OpenVINO could not compile it ({error})"
+    if runtime == "openvino":
+        model.backends = (compiled, *model.backends)
+        return "ENCODER_RUNTIME=openvino"
+    torch_pass = model.backends[0] if model.backends else EagerPass(model.passes, model.autocast_dtype)
+    encodings = model.tokenizer.encode(list(TIMING_TEXTS))
+    batches = [model.to_tensors(model.tokenizer.pad([encoding])) for encoding in encodings[:2]]
+    batches.append(model.to_tensors(model.tokenizer.pad(encodings)))
+    theirs, ours = timed_pass(compiled, batches), timed_pass(torch_pass, batches)
+    timing = f"OpenVINO {theirs * 1000:.1f} ms, torch {ours * 1000:.1f} ms for the same passes"
+    if theirs < ours:
+        model.backends = (compiled, *model.backends)
+        return f"the faster here: {timing}"
+    return f"torch is the faster here: {timing}"
 
 
 def load_model(
@@ -174,18 +268,29 @@ def load_model(
     traced: bool = True,
     cuda_graphs: bool = True,
     graph_tokens: int = GPU_PASS_TOKENS,
+    runtime: str = "torch",
+    threads: int | None = None,
 ) -> TextEncoder:
     """Load a directory holding config.json, model.safetensors and tokenizer.json (the bundled
     all-MiniLM-L6-v2 when ``path`` is None). With ``traced`` the embedding pass runs as a traced graph
     (``trace``); without it, eagerly. On a GPU, with ``cuda_graphs``, passes of up to ``graph_tokens`` padded
-    tokens replay CUDA graphs instead (model/graphs.py), larger ones take the traced or eager pass."""
+    tokens replay CUDA graphs instead (model/graphs.py), larger ones take the traced or eager pass. On a CPU,
+    ``runtime`` says whether OpenVINO's compiled pass serves it (``choose_runtime``), computing with ``threads``
+    (the process's torch threads by default)."""
     started = time.perf_counter()
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
     card = read_card(path, name, max_tokens)
     model_dir, config, hf, name = card["path"], card["config"], card["hf"], card["name"]
     torch_device = resolve_device(device)
     weights_path = model_dir / "model.safetensors"
     stored = checkpoint_dtype(weights_path)
     precision = resolve_precision(dtype, torch_device, stored)
+    if torch_device.type == "cpu" and precision.compute == torch.bfloat16 and not cpu_bfloat16():
+        raise ValueError(
+            "bfloat16 on this CPU: it has neither AVX512-BF16 nor AMX, so its bfloat16 products would be emulated, "
+            "slower than float32; use ENCODER_DTYPE=float32 (or auto)"
+        )
 
     encoder = read_encoder(config, weights_path, precision.explicit)
     pass_encoder = None
@@ -231,21 +336,27 @@ def load_model(
         pass_encoder=pass_encoder,
     )
     limit = model.max_tokens
+    why = "on a GPU" if torch_device.type == "cuda" else "ENCODER_RUNTIME=torch"
     if traced:
         trace(model)
+    if torch_device.type == "cpu":
+        why = choose_runtime(model, runtime, threads or cpu_threads())
     if cuda_graphs and torch_device.type == "cuda":
         try:
-            model.graphs = GraphedPass(model.passes, config.pad_token_id, limit, max_tokens=graph_tokens)
+            graphs = GraphedPass(model.passes, config.pad_token_id, limit, max_tokens=graph_tokens)
+            model.backends = (graphs, *model.backends)
         except RuntimeError as error:  # a family whose pass cannot be recorded: it runs as before
             logger.warning("the embedding pass of %s could not be recorded as CUDA graphs: %s", name, error)
     if torch_device.type == "cuda" and precision.weights in (torch.float16, torch.bfloat16):
         # Passes the graphs do not hold run eagerly with the attention core on the packed tokens (flash attention's
         # variable-length kernel) instead of the traced padded core: 4 to 11 % more tokens/s at 512 and 2,048 rows
-        # on an H100 (BENCHMARKS.md, "Packed attention"). The trace cannot hold it: it would fix the longest row.
+        # on an H100 (BENCHMARKS.md, "make gpu-check on an H100"). The trace cannot hold it: it would fix the
+        # longest row's length.
         model.passes.varlen = True
-        model.graph = None
+        model.backends = tuple(backend for backend in model.backends if not isinstance(backend, TracedPass))
     logger.info(
-        "loaded %s (%s) from %s on %s in %.2f s: the checkpoint's %s weights kept in %s%s, products in %s%s",
+        "loaded %s (%s) from %s on %s in %.2f s: the checkpoint's %s weights kept in %s%s, products in %s%s; "
+        "the embedding pass runs on %s (%s)",
         name,
         config.family,
         model_dir,
@@ -256,6 +367,8 @@ def load_model(
         "" if precision.shared else f" and in {_name(precision.weights)} for the embedding pass",
         _name(precision.compute),
         f"; {model.scores_method} scores" if model.scores_method else "",
+        model.runtime,
+        why,
     )
     return model
 

@@ -13,9 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model.backends import EagerPass, PassBackend, TracedPass
 from model.card import ModelCard
 from model.checkpoint import Pooling
-from model.encoder import Encoder, EncoderOutput, rotary_angles, sinusoidal_positional_encoding, windowed
+from model.encoder import Encoder, EncoderOutput, rotary_angles, sinusoidal_positional_encoding
 from model.graphs import GraphedPass
 from model.heads import LanguageModelHead, MaskedLanguageModelHead, SequenceClassificationHead, last_token
 from model.inspection import explain_similarity, head_statistics, merge_words, norm_weighted, select_attention
@@ -58,14 +59,31 @@ class TextEncoder(ModelCard):
     projections: tuple[Dense, ...] = ()  # a ColBERT checkpoint's Dense modules on each token vector
     weights_dtype: torch.dtype | None = None  # what the embedding pass's weights are kept in; ``dtype`` when None
     explicit_dtype: torch.dtype = torch.float32  # what ``encoder``'s weights are kept in
-    graph: PassGraph | None = None  # the embedding pass as a traced graph (trace_pass), or eager when None
+    # What computes the embedding pass, asked in order (model/backends.py): on a CPU OpenVINO's compiled pass or
+    # the traced graph, on a GPU the CUDA graphs; the eager pass, last, takes what none of them takes.
+    backends: tuple[PassBackend, ...] = ()
     expansion_graph: ExpansionGraph | None = None  # ColBERT queries' pass, traced (trace_expansion_pass)
     # The embedding and classification passes' own copy of the encoder in a lower dtype (on a GPU under float16 or
     # bfloat16 for a float32 checkpoint); None where they use ``encoder`` itself (one copy: float32, the CPU's
     # autocast over float32 weights, or a checkpoint kept in its own dtype). The explicit paths (/attention, the
     # inspection endpoints) run on ``encoder`` in float32 and equal transformers.
     pass_encoder: Encoder | None = None
-    graphs: GraphedPass | None = None  # on a GPU, the embedding pass as CUDA graphs (model/graphs.py)
+
+    @property
+    def graph(self) -> PassGraph | None:
+        """The embedding pass as a traced graph (trace_pass), where it has one."""
+        traced = next((backend for backend in self.backends if isinstance(backend, TracedPass)), None)
+        return None if traced is None else traced.graph
+
+    @property
+    def graphs(self) -> GraphedPass | None:
+        """On a GPU, the embedding pass as CUDA graphs (model/graphs.py), where it has them."""
+        return next((backend for backend in self.backends if isinstance(backend, GraphedPass)), None)
+
+    @property
+    def runtime(self) -> str:
+        """What computes the embedding pass: the first backend's name (reported in /info, /metrics, the log)."""
+        return self.backends[0].name if self.backends else EagerPass.name
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
@@ -124,22 +142,21 @@ class TextEncoder(ModelCard):
         return self.pass_encoder if self.pass_encoder is not None else self.encoder
 
     def last_hidden_state(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
-        """The last layer's output (B, T, D) of a padded batch, in the embedding pass's precision: the traced
-        graph where there is one, else eagerly."""
-        if self.graphs is not None:
-            hidden = self.graphs(input_ids, attention_mask, token_type_ids)
+        """The last layer's output (B, T, D) of a padded batch, in the embedding pass's precision: from the first
+        of ``backends`` that takes the batch, else eagerly."""
+        for backend in self.backends:
+            hidden = backend(input_ids, attention_mask, token_type_ids)
             if hidden is not None:
                 return hidden
-        long = bool(self.config.local_layers) and windowed(input_ids.size(1), self.config.window_reach)
-        if self.graph is not None and not long:  # a long pass takes the local layers by blocks, eagerly
-            # The embeddings' own length check ran once, at tracing, and is not in the graph: it runs here.
-            length = input_ids.size(1)
-            if length > self.encoder.embeddings.max_length:
-                raise ValueError(f"sequence of {length} tokens is longer than the model's positions")
-            with torch.jit.optimized_execution(False):  # as recorded: no re-optimisation for each new shape
-                return self.graph(input_ids, attention_mask, token_type_ids)
-        with self.computing():
-            return self.passes(input_ids, attention_mask, token_type_ids).last_hidden_state
+        return EagerPass(self.passes, self.autocast_dtype)(input_ids, attention_mask, token_type_ids)
+
+    def hidden(self, encodings: Sequence[TokenSequence]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The pass's prologue, written once: tokenised texts padded into a batch, its tensors on the device, and
+        the last hidden state in the pass's precision. (input ids, attention mask, token type ids) (B, T), hidden
+        (B, T, D)."""
+        input_ids, attention_mask, token_type_ids = self.to_tensors(self.tokenizer.pad(encodings))
+        hidden = self.last_hidden_state(input_ids, attention_mask, token_type_ids)
+        return input_ids, attention_mask, token_type_ids, hidden
 
     def to_tensors(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
         """The batch's arrays as tensors on the model's device."""
@@ -261,9 +278,8 @@ class TextEncoder(ModelCard):
         text at a time, over its own tokens: a (T, V) block, never (B, T, V)."""
         sparse = self.sparse
         assert sparse is not None and (self.masked_lm or self.lexical) is not None, "not a sparse model"
-        batch = self.tokenizer.pad(encodings)
-        input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
-        hidden = self.last_hidden_state(input_ids, attention_mask, token_type_ids).float()  # (B, T, D)
+        input_ids, _, _, hidden = self.hidden(encodings)
+        hidden = hidden.float()  # (B, T, D)
         excluded = torch.tensor(sparse.excluded, dtype=torch.long, device=hidden.device)
         vectors = []
         for row, (encoding, option) in enumerate(zip(encodings, options, strict=True)):
@@ -294,8 +310,7 @@ class TextEncoder(ModelCard):
         if self.late_interaction is not None:
             return self.colbert_pass(encodings, options)
         assert self.colbert is not None, "not a multi-vector model"
-        batch = self.tokenizer.pad(encodings)
-        hidden = self.last_hidden_state(*self.to_tensors(batch)).float()  # (B, T, D)
+        hidden = self.hidden(encodings)[3].float()  # (B, T, D)
         vectors = normalize(self.colbert(hidden[:, 1:]))  # (B, T − 1, D')
         results = []
         for row, encoding in enumerate(encodings):
@@ -412,9 +427,7 @@ class TextEncoder(ModelCard):
         reranker one logit, logit(yes) − logit(no) at each text's last token."""
         if self.classifier is None and self.reranker is None:
             raise ValueError(f"model {self.name!r} has no classification head")
-        batch = self.tokenizer.pad(encodings)
-        input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
-        hidden = self.last_hidden_state(input_ids, attention_mask, token_type_ids)  # (B, T, D)
+        input_ids, attention_mask, _, hidden = self.hidden(encodings)  # hidden (B, T, D)
         with self.computing():
             if self.classifier is not None:
                 return self.classifier(hidden, attention_mask, input_ids).float()  # (B, labels)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import torch
 from fastapi import FastAPI
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
@@ -32,6 +33,11 @@ from app.settings import Settings
 from app.work_queue import WorkQueue
 from app.worker import Worker
 from model import TextEncoder
+from model.loader import cpu_bfloat16
+
+# bfloat16 on a CPU needs AVX512-BF16 or AMX: elsewhere the service refuses it at start (tests/model/test_openvino.py
+# tests the refusal on every CPU), so the tests that compute in it there run only where the CPU has it.
+needs_cpu_bfloat16 = pytest.mark.skipif(not cpu_bfloat16(), reason="this CPU has neither AVX512-BF16 nor AMX")
 
 # ---- tiny random-weight models ----
 

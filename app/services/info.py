@@ -52,6 +52,7 @@ def info(served: ServedModel, settings: Settings) -> InfoResponse:
         dtype=facts.dtype,
         weights_dtype=facts.weights_dtype,
         explicit_weights_dtype=facts.explicit_weights_dtype,
+        runtime=facts.runtime,
         rerank=next(iter(card.rerank_methods), None),
         sparse=card.sparse.kind if card.sparse is not None else None,
         multi_vector=card.multi_vector,

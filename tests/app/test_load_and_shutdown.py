@@ -9,11 +9,10 @@ import time
 import httpx
 import numpy as np
 import pytest
-import torch
 
 from app.compute import KERNEL_CACHES
 from model import TextEncoder
-from tests.helpers import rss_mib, server_log, start_server
+from tests.helpers import needs_cpu_bfloat16, rss_mib, server_log, start_server
 
 pytestmark = pytest.mark.slow  # starts the service as its own process
 
@@ -86,7 +85,7 @@ def many_shapes(url: str, texts: int) -> None:
             assert response.status_code == 200, response.text
 
 
-@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="oneDNN has no bfloat16 on this CPU")
+@needs_cpu_bfloat16
 @pytest.mark.parametrize(
     ("caches", "bounded"), [({}, True), (dict.fromkeys(KERNEL_CACHES, "1024"), False)], ids=["default", "unbounded"]
 )

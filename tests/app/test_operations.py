@@ -16,7 +16,17 @@ from starlette.types import Message
 from app.logs import JsonFormatter, RequestIdFilter, request_id
 from app.settings import Settings
 from model import TextEncoder, load_model
-from tests.helpers import assert_error, busy, local_model, metric, serve, serving, until_metric, wait_until
+from tests.helpers import (
+    assert_error,
+    busy,
+    local_model,
+    metric,
+    needs_cpu_bfloat16,
+    serve,
+    serving,
+    until_metric,
+    wait_until,
+)
 
 
 async def test_metrics_count_requests_and_split_latency_by_phase(client: httpx.AsyncClient) -> None:
@@ -44,6 +54,7 @@ async def test_metrics_count_requests_and_split_latency_by_phase(client: httpx.A
             device="cpu",
             dtype="float32",
             weights_dtype="float32",
+            runtime="openvino",  # the session's bundled model (tests/conftest.py, RUNTIME)
             layers="6",
             heads="12",
             hidden_size="384",
@@ -53,6 +64,7 @@ async def test_metrics_count_requests_and_split_latency_by_phase(client: httpx.A
     )
 
 
+@needs_cpu_bfloat16
 async def test_bfloat16_products_are_reported_and_serve_close_to_float32(tiny_model_dir, tiny_model) -> None:
     """ENCODER_DTYPE=bfloat16 on the CPU (what auto picks with AMX): float32 weights,
     bfloat16 products; /info and the model metric say so, and the answers stay near float32's."""

@@ -73,7 +73,7 @@ def splade_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 async def service(splade_dirs: dict[str, Path], bundled_model: TextEncoder) -> AsyncIterator[Service]:
-    models = {name: load_model(path, name=name) for name, path in splade_dirs.items()}
+    models = {name: load_model(path, name=name, dtype="float32") for name, path in splade_dirs.items()}
     app = create_app(Settings(), {**models, "minilm": bundled_model})
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

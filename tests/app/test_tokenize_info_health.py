@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
@@ -61,6 +62,7 @@ async def test_info_describes_model_device_and_limits(client: httpx.AsyncClient,
     assert (body["device"], body["dtype"]) == ("cpu", "float32")
     assert (body["weights_dtype"], body["explicit_weights_dtype"], body["rerank"]) == ("float32", "float32", "cosine")
     assert body["sparse"] is None
+    assert body["runtime"] == "openvino"  # the session's bundled model (tests/conftest.py, RUNTIME)
     assert body["limits"]["max_batch_texts"] == 256 and body["limits"]["max_tokens_per_text"] == 256
     assert body["auth"] is False
     assert body["version"]
@@ -145,3 +147,14 @@ def test_importing_the_app_module_has_no_side_effects() -> None:
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "clean", result.stderr
+
+
+@pytest.mark.parametrize(("runtime", "reported"), [("torch", "torch (traced)"), ("openvino", "openvino")])
+async def test_the_runtime_setting_picks_what_computes_the_pass(
+    tiny_model_dir: Path, runtime: str, reported: str
+) -> None:
+    """ENCODER_RUNTIME, loaded from a directory: /info and the model metric say what computes the pass."""
+    async with serve(Settings(model_dir=tiny_model_dir, dtype="float32", runtime=runtime)) as client:
+        assert (await client.get("/info")).json()["runtime"] == reported
+        assert f'runtime="{reported}"' in (await client.get("/metrics")).text
+        assert (await client.post("/encode", json={"texts": ["hello world"]})).status_code == 200

@@ -15,6 +15,7 @@ from model import TextEncoder, load_model
 from model.config import DECODERS as DECODER_TYPES
 from model.tokenizer import Batch
 from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, hf_model, write_family_model
+from tests.helpers import needs_cpu_bfloat16
 
 TEXTS = [text if isinstance(text, str) else text[0] for text in SAMPLE_TEXTS.values()]
 PAIRS = [None if isinstance(text, str) else text[1] for text in SAMPLE_TEXTS.values()]
@@ -326,6 +327,7 @@ def test_a_rope_scaling_not_implemented_is_refused_at_start_naming_it(tmp_path: 
         load_model(directory, device="cpu", dtype="float32")
 
 
+@needs_cpu_bfloat16
 def test_a_bfloat16_checkpoint_is_kept_in_bfloat16_without_a_float32_copy(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -7,6 +7,7 @@ import torch
 
 from model import EncoderConfig, TextEncoder, load_model, loader
 from model.loader import resolve_device, resolve_precision
+from tests.helpers import needs_cpu_bfloat16
 
 
 def test_bundled_config_is_read_from_config_json(bundled_model: TextEncoder) -> None:
@@ -88,6 +89,7 @@ def test_layer_out_of_range_is_rejected(bundled_model: TextEncoder, layer: int) 
         bundled_model.resolve_layer(layer)
 
 
+@needs_cpu_bfloat16
 def test_half_precision_model_runs_and_stays_close_to_float32(tiny_model_dir, tiny_model: TextEncoder) -> None:
     half = load_model(tiny_model_dir, device="cpu", dtype="bfloat16")
     texts = ["the quick brown fox", "hello world"]

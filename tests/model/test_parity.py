@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from model import AttentionSelection, EmbeddingSpec, TextEncoder, load_model
+from model.loader import cpu_bfloat16
 from tests.helpers import hf_forward
 
 TEXTS = [
@@ -41,7 +42,9 @@ class Target:
 # the CPU (autocast over float32 weights; what `auto` picks on CPUs with AMX: measured up to
 # 0.015 off transformers, 0.7 % by norm), float16 on a GPU. A lower dtype's kernels round a row differently
 # beside other rows (a layer-3 [CLS] element 0.25 % off on a CPU with AMX), hence batch_rtol.
-TARGETS = [Target("cpu", "float32", 1e-5, 0.99999, 1e-7), Target("cpu", "bfloat16", 5e-2, 0.9999, 1e-2)]
+TARGETS = [Target("cpu", "float32", 1e-5, 0.99999, 1e-7)]
+if cpu_bfloat16():  # elsewhere bfloat16 is refused on a CPU (tests/model/test_openvino.py)
+    TARGETS.append(Target("cpu", "bfloat16", 5e-2, 0.9999, 1e-2))
 if torch.cuda.is_available():  # where a GPU is present the parity tests run there too
     TARGETS += [Target("cuda", "float32", 1e-5, 0.99999, 1e-7), Target("cuda", "float16", 5e-2, 0.9999, 1e-2)]
 EXPLICIT_TOL = 1e-5

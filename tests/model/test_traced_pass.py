@@ -14,7 +14,7 @@ from app.registry import load_registry
 from app.settings import Settings
 from model import EmbeddingSpec, TextEncoder, load_model
 from tests.families import FAMILIES, FAMILY_SPECS, write_family_model
-from tests.helpers import local_model, write_tiny_model
+from tests.helpers import local_model, needs_cpu_bfloat16, write_tiny_model
 
 WORDS = "the quick brown fox jumps over a lazy dog while cats sat on mats and said hello to the world".split()
 
@@ -59,6 +59,7 @@ def test_the_traced_pass_equals_the_eager_pass_on_any_batch(model_dir: Path) -> 
     )
 
 
+@needs_cpu_bfloat16
 def test_the_traced_pass_keeps_bfloat16_products(tiny_model_dir: Path) -> None:
     """Traced under autocast, the graph holds the casts: it equals the eager bfloat16 pass, not float32's."""
     traced = load_model(tiny_model_dir, device="cpu", dtype="bfloat16")

@@ -1,0 +1,84 @@
+"""The embedding pass behind one narrow interface: the last hidden state of a padded batch.
+
+Every task that runs the pass (embeddings, classification and reranking, sparse and multi-vector vectors) asks
+a loaded model's backends for it, in order; a backend that cannot take a batch answers None and the next one is
+asked, and the eager torch pass, last, takes any. The explicit paths (/attention, the inspection endpoints)
+never come here: they need the attention probabilities, which only the explicit torch path computes.
+
+The backends:
+
+- ``EagerPass``: the encoder operation by operation (autocast where the products run lower than the weights);
+- ``TracedPass``: the same pass recorded as a TorchScript graph (``trace_pass`` in model/loader.py), which runs
+  without the GIL;
+- ``GraphedPass`` (model/graphs.py): on a GPU, the pass replayed as CUDA graphs, one per bucket of batch shape;
+- ``OpenVINOPass`` (model/openvino_pass.py): on a CPU, the pass compiled by OpenVINO.
+
+As text-embeddings-inference's ``Backend`` trait (``embed``, ``predict``), one call, whatever computes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from model.encoder import Encoder, windowed
+
+
+class PassBackend(Protocol):
+    """(input ids, attention mask, token type ids), each (B, T) on the model's device → the last hidden state
+    (B, T, D) in the pass's precision, or None where this backend cannot take the batch."""
+
+    name: str  # what /info, /metrics and the load log call it
+
+    def __call__(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor | None: ...
+
+
+def check_length(encoder: Encoder, length: int) -> None:
+    """The embeddings' own length check, for backends that recorded the pass once and left it out."""
+    if length > encoder.embeddings.max_length:
+        raise ValueError(f"sequence of {length} tokens is longer than the model's positions")
+
+
+def takes_whole(encoder: Encoder, length: int) -> bool:
+    """Whether a pass of ``length`` tokens is the recorded kind: a long input of a model with local layers takes
+    them block by block, eagerly (``windowed``)."""
+    config = encoder.config
+    return not (config.local_layers and windowed(length, config.window_reach))
+
+
+class EagerPass:
+    """The encoder, operation by operation: it takes every batch."""
+
+    name = "torch"
+
+    def __init__(self, encoder: Encoder, autocast: torch.dtype | None = None) -> None:
+        self.encoder = encoder
+        self.autocast = autocast
+
+    def __call__(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
+        device = input_ids.device.type
+        context = nullcontext() if self.autocast is None else torch.autocast(device, dtype=self.autocast)
+        with context:
+            return self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state
+
+
+class TracedPass:
+    """The pass as a TorchScript graph (``trace_pass``): every batch but a long one of a model with local layers."""
+
+    name = "torch (traced)"
+
+    def __init__(self, encoder: Encoder, graph: Callable[[Tensor, Tensor, Tensor], Tensor]) -> None:
+        self.encoder = encoder
+        self.graph = graph
+
+    def __call__(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor | None:
+        length = input_ids.size(1)
+        if not takes_whole(self.encoder, length):
+            return None
+        check_length(self.encoder, length)  # ran once, at tracing, and is not in the graph
+        with torch.jit.optimized_execution(False):  # as recorded: no re-optimisation for each new shape
+            return self.graph(input_ids, attention_mask, token_type_ids)

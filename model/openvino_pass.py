@@ -1,0 +1,91 @@
+"""The embedding pass compiled for the CPU by OpenVINO, from our own encoder.
+
+Why: the pass is more than its matrix products. For a 384-wide model the norms, the softmax, GELU, the packing
+and the many small operations around them cost as much as the products, and an inference runtime fuses them.
+OpenVINO converts the encoder module itself (``openvino.convert_model`` traces it, as trace_pass does) and
+compiles it for the CPU at hand; the pass then runs in OpenVINO's own threads, without the GIL.
+
+Precision: ``f32`` tells the runtime not to lower precision on its own (its default on a CPU with bfloat16 units
+is bfloat16), so that the pass equals torch's within float32's rounding; ``bf16`` runs its products in bfloat16.
+
+Which of OpenVINO and torch serves a model is the loader's choice (model/loader.py, ``choose_backend``): on some
+CPUs OpenVINO's pass is the faster, on others torch's (BENCHMARKS.md), so it is measured at start.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from model.backends import check_length, takes_whole
+from model.encoder import Encoder
+
+PRECISIONS = {torch.float32: "f32", torch.bfloat16: "bf16"}  # the compute dtype → OpenVINO's precision hint
+
+
+def available() -> bool:
+    """Whether OpenVINO's Python package can be imported here."""
+    try:
+        import openvino  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _LastHiddenState(nn.Module):
+    def __init__(self, encoder: Encoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
+        return self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state
+
+
+class OpenVINOPass:
+    """The pass (input ids, mask, segments) → last hidden state, compiled by OpenVINO for this CPU.
+
+    ``example`` must hold padding, so that the packed path (padding skipped) is the one converted; any batch
+    shape is taken then (both dimensions dynamic). Each thread that calls it has an infer request of its own.
+    """
+
+    name = "openvino"
+
+    def __init__(self, encoder: Encoder, example: tuple[Tensor, Tensor, Tensor], dtype: torch.dtype, threads: int):
+        import openvino as ov
+
+        if dtype not in PRECISIONS:
+            raise ValueError(f"OpenVINO's pass runs in {', '.join(map(str, PRECISIONS))}, not {dtype}")
+        assert bool((example[1] == 0).any()), "the example batch must hold padding"
+        self.encoder = encoder
+        self.precision = PRECISIONS[dtype]
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # the tracer's warnings: the checks recorded as constants, as trace_pass
+            converted = ov.convert_model(
+                _LastHiddenState(encoder).eval(),
+                example_input=example,
+                input=[ov.PartialShape([-1, -1])] * 3,
+            )
+        config: dict[str, Any] = {
+            "INFERENCE_PRECISION_HINT": self.precision,
+            "PERFORMANCE_HINT": "LATENCY",  # one stream: a pass has every thread, as a wide torch pass has
+            "INFERENCE_NUM_THREADS": max(1, threads),
+        }
+        self.compiled = ov.Core().compile_model(converted, "CPU", config)
+        self._requests = threading.local()
+
+    def __call__(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor | None:
+        length = input_ids.size(1)
+        if input_ids.device.type != "cpu" or not takes_whole(self.encoder, length):
+            return None
+        check_length(self.encoder, length)  # recorded once, at conversion
+        request = getattr(self._requests, "request", None)
+        if request is None:
+            request = self._requests.request = self.compiled.create_infer_request()
+        arrays = [np.ascontiguousarray(t.numpy()) for t in (input_ids, attention_mask, token_type_ids)]
+        output = request.infer(arrays)[0]  # (B, T, D) float32, copied out of the request's buffer
+        return torch.from_numpy(output)

@@ -1,0 +1,150 @@
+"""The embedding pass compiled by OpenVINO (model/openvino_pass.py), and how a runtime is chosen at load
+(model/loader.py, ``choose_runtime``): equal to the torch pass in float32 for every family, across shapes;
+bfloat16 within the bounds measured on the bundled model; the refusals and fall-backs, each with its message."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from model import TextEncoder, load_model, loader
+from model.backends import TracedPass
+from model.openvino_pass import OpenVINOPass
+from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, write_family_model
+from tests.helpers import needs_cpu_bfloat16
+
+TEXTS = [text if isinstance(text, str) else text[0] for text in SAMPLE_TEXTS.values()]
+PAIRS = [None if isinstance(text, str) else text[1] for text in SAMPLE_TEXTS.values()]
+
+
+def shapes(model: TextEncoder) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Batches of every kind a pass meets: padded, pairs, one row, one token short of the longest, the longest."""
+    tokenizer = model.tokenizer
+    longest = " ".join(["attention"] * (model.max_tokens * 2))  # cut to the longest the model takes
+    batches = [
+        tokenizer.encode(TEXTS),
+        tokenizer.encode(TEXTS, PAIRS),
+        tokenizer.encode(TEXTS[:1]),
+        tokenizer.encode([longest, TEXTS[0]]),
+    ]
+    return [model.to_tensors(tokenizer.pad(encodings)) for encodings in batches]
+
+
+def real_tokens(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return hidden.float()[mask.bool()]  # (N, D): padding is don't-care
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_compiled_pass_equals_the_torch_pass_in_float32(tmp_path: Path, family: str) -> None:
+    """Every family, its own kind of checkpoint (a reranker's causal LM included), within 1e-5."""
+    directory = write_family_model(tmp_path, family, head=FAMILY_SPECS[family].heads[0])
+    compiled = load_model(directory, device="cpu", dtype="float32", runtime="openvino")
+    assert compiled.runtime == "openvino" and isinstance(compiled.backends[0], OpenVINOPass)
+    reference = load_model(directory, device="cpu", dtype="float32", runtime="torch", traced=False)
+    for input_ids, mask, types in shapes(reference):
+        with torch.inference_mode():
+            ours = compiled.backends[0](input_ids, mask, types)
+            theirs = reference.last_hidden_state(input_ids, mask, types)
+        assert ours is not None, "the compiled pass takes the batch"
+        torch.testing.assert_close(real_tokens(ours, mask), real_tokens(theirs, mask), atol=1e-5, rtol=1e-5)
+
+
+def test_every_task_of_the_bundled_model_equals_the_torch_pass(bundled_model: TextEncoder) -> None:
+    """What the services call (embeddings of every layer and pooling, tokens) through the compiled pass."""
+    compiled = load_model(device="cpu", dtype="float32", runtime="openvino")
+    assert compiled.runtime == "openvino"
+    texts = ["The quick brown fox jumps over the lazy dog.", "Hi", "Attention is all you need, they said."]
+    torch.testing.assert_close(compiled.embed(texts), bundled_model.embed(texts), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        compiled.embed(texts, pooling="cls", normalize_embeddings=False),
+        bundled_model.embed(texts, pooling="cls", normalize_embeddings=False),
+        atol=1e-5,
+        rtol=0,
+    )
+
+
+@needs_cpu_bfloat16
+def test_bfloat16_stays_within_the_measured_bounds(bundled_model: TextEncoder) -> None:
+    """OpenVINO's bfloat16 pass on the bundled model against float32 torch: on an Intel Xeon with AMX the sentence
+    embeddings of 64 generated sentences kept cosine ≥ 0.9999 (BENCHMARKS.md, "Accuracy"); held to 0.9995."""
+    from bench.run import make_sentences
+
+    compiled = load_model(device="cpu", dtype="bfloat16", runtime="openvino")
+    assert compiled.runtime == "openvino" and compiled.dtype == torch.bfloat16
+    texts = make_sentences(64, seed=7)
+    ours, theirs = compiled.embed(texts).double(), bundled_model.embed(texts).double()
+    cosine = torch.nn.functional.cosine_similarity(ours, theirs, dim=-1)
+    assert cosine.min() >= 0.9995, cosine.min()
+    assert not torch.equal(ours, theirs), "bfloat16 products, not float32's"
+
+
+def test_torch_asked_for_keeps_the_traced_pass(tiny_model_dir: Path) -> None:
+    model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="torch")
+    assert model.runtime == "torch (traced)" and [type(b) for b in model.backends] == [TracedPass]
+
+
+def test_auto_times_both_and_says_which_and_why(tiny_model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="model.loader"):
+        model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto")
+    assert model.runtime in ("openvino", "torch (traced)")
+    line = next(record.getMessage() for record in caplog.records if record.getMessage().startswith("loaded"))
+    assert f"the embedding pass runs on {model.runtime} (" in line
+    assert "OpenVINO" in line and " ms, torch " in line, line  # the two timings that decided it
+
+
+def test_a_model_openvino_cannot_compile_keeps_the_torch_pass_and_says_why(
+    tiny_model_dir: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("Cannot convert operation aten::made_up")
+
+    monkeypatch.setattr(OpenVINOPass, "__init__", refuse)
+    with caplog.at_level(logging.INFO, logger="model.loader"):
+        model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="openvino", name="tiny")
+    assert model.runtime == "torch (traced)"
+    assert (
+        "tiny: OpenVINO could not compile it: RuntimeError: Cannot convert operation aten::made_up; the torch "
+        "pass serves it" in caplog.text
+    )
+    assert "the embedding pass runs on torch (traced) (OpenVINO could not compile it" in caplog.text
+    reference = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="torch")
+    np.testing.assert_array_equal(model.embed(["hello world"]).numpy(), reference.embed(["hello world"]).numpy())
+
+
+def test_openvino_asked_for_but_missing_is_refused_at_start(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("model.openvino_pass.available", lambda: False)
+    with pytest.raises(ValueError, match="ENCODER_RUNTIME=openvino, but the openvino package is not installed"):
+        load_model(tiny_model_dir, device="cpu", runtime="openvino")
+    assert load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto").runtime == "torch (traced)"
+
+
+def test_an_unknown_runtime_is_refused(tiny_model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="runtime must be one of auto, torch, openvino, got 'onnx'"):
+        load_model(tiny_model_dir, device="cpu", runtime="onnx")
+
+
+def test_bfloat16_on_a_cpu_without_it_is_refused_at_start(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a slow fallback: a CPU with neither AVX512-BF16 nor AMX would emulate its products."""
+    monkeypatch.setattr(loader, "cpu_bfloat16", lambda: False)
+    with pytest.raises(ValueError, match="bfloat16 on this CPU: it has neither AVX512-BF16 nor AMX.*float32"):
+        load_model(tiny_model_dir, device="cpu", dtype="bfloat16")
+    assert load_model(tiny_model_dir, device="cpu", dtype="float32").dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    ("avx512_bf16", "amx", "expected"), [(True, False, True), (False, True, True), (False, False, False)]
+)
+def test_cpu_bfloat16_follows_the_cpu_flags(
+    monkeypatch: pytest.MonkeyPatch, avx512_bf16: bool, amx: bool, expected: bool
+) -> None:
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert loader.cpu_bfloat16() is expected
