@@ -353,6 +353,7 @@ def _sources(settings: Settings, models: Mapping[str, TextEncoder] | None) -> li
 
 def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEncoder:
     """The model loaded (unless given) and warmed up; ModelLoadError naming it and its directory if not."""
+    from app.compute import COMPUTE
     from model import TextEncoder, load_model
 
     directory = source.path if isinstance(source, TextEncoder) else source
@@ -370,6 +371,7 @@ def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEnc
                 cuda_graphs=settings.cuda_graphs,
                 graph_tokens=settings.max_batch_tokens or GPU_PASS_TOKENS,  # the largest pass the queue makes
                 runtime=settings.runtime,
+                concurrency=COMPUTE.lanes,  # timed as the lanes run passes, side by side
             )
         model.warm_up()
     except Exception as error:

@@ -31,8 +31,8 @@ class Settings(BaseSettings):
     runtime: Literal["auto", "torch", "openvino"] = Field(
         "auto",
         description="what computes the embedding pass on a CPU: openvino (the pass compiled by OpenVINO), torch, or "
-        "auto: whichever of the two is the faster on this CPU, both timed at start (torch where OpenVINO cannot "
-        "compile the model); on a GPU, torch always",
+        "auto: whichever of the two is the faster on this CPU, both timed at start on passes of new batch shapes, "
+        "alone and side by side (torch where OpenVINO cannot compile the model); on a GPU, torch always",
     )
     traced_pass: bool = Field(
         True,

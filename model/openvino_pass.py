@@ -26,6 +26,7 @@ from model.backends import check_length, takes_whole
 from model.encoder import Encoder
 
 PRECISIONS = {torch.float32: "f32", torch.bfloat16: "bf16"}  # the compute dtype → OpenVINO's precision hint
+CACHE_SHAPES = 32  # as app/compute.py bounds oneDNN's per-shape caches
 
 
 def available() -> bool:
@@ -74,6 +75,9 @@ class OpenVINOPass:
             "INFERENCE_PRECISION_HINT": self.precision,
             "PERFORMANCE_HINT": "LATENCY",  # one stream: a pass has every thread, as a wide torch pass has
             "INFERENCE_NUM_THREADS": max(1, threads),
+            # What it prepares for each batch shape, kept for CACHE_SHAPES shapes rather than its default 5,000:
+            # a service meets a new shape in nearly every pass (BENCHMARKS.md, "Runtimes and precisions (CPU)").
+            "CPU_RUNTIME_CACHE_CAPACITY": CACHE_SHAPES,
         }
         self.compiled = ov.Core().compile_model(converted, "CPU", config)
         self._requests = threading.local()

@@ -8,7 +8,8 @@
 #   3. the CUDA tests: the model's parity tests on every device (tests/model) and the service on the GPU
 #   4. make bench's (a), (b) and (e) against sentence-transformers in float16, for ENCODER_WORKERS = 1, 2, 4, 8
 #   5. a Qwen3-0.6B-shaped decoder in bfloat16 and float16 on the GPU, ours against transformers
-#   6. the CPU with the GPU hidden: make bench's (a), (b) and idle, float32 and the `auto` dtype
+#   6. the CPU with the GPU hidden: make bench's (a), (b) and idle, float32 and the `auto` dtype (ENCODER_RUNTIME
+#      auto: OpenVINO where it is there and the faster), and where OpenVINO is installed, bench.runtimes
 #
 # Each step has a time limit, so the run ends whatever a step does; each writes its log to $OUT (default
 # build/gpu-check) and a line to the summary printed at the end: eight logs, no more (a lent machine hands back
@@ -62,8 +63,9 @@ if [ "$DEVICE" = cuda ]; then
 else
     step decoder 75 "$PY" -m bench.decoders --dtypes float32 --rounds 1 --layers "$DECODER_LAYERS" --memory-dtypes none
 fi
-step cpu 110 env CUDA_VISIBLE_DEVICES= bash -c "$PY -m bench.run --quick --no-write --cases a,b,idle && \
-    ENCODER_DTYPE=float32 $PY -m bench.run --quick --no-write --cases a,b,idle"
+step cpu 150 env CUDA_VISIBLE_DEVICES= bash -c "$PY -m bench.run --quick --no-write --cases a,b,idle && \
+    ENCODER_DTYPE=float32 $PY -m bench.run --quick --no-write --cases a,b,idle && \
+    if $PY -c 'import openvino' 2>/dev/null; then $PY -m bench.runtimes --no-write; fi"
 
 echo
 echo "== summary"
@@ -79,4 +81,4 @@ grep -E '^## |^\| \(|^\| idle' "$OUT/workers.log"
 echo "== decoder"
 grep -E '^\||on cuda|on cpu' "$OUT/decoder.log" | tail -n 12
 echo "== cpu"
-grep -E '^## |^\| \(|^\| idle|The service ran' "$OUT/cpu.log"
+grep -E '^## |^\| \(|^\| idle|The service ran|^\| (torch|OpenVINO)' "$OUT/cpu.log"

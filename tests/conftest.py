@@ -7,6 +7,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Every service the tests start, in this process or in its own, computes its embedding pass compiled by OpenVINO
+# (the runtime on, and no start-up timing to wait for); tests of the choice itself set ENCODER_RUNTIME.
+os.environ.setdefault("ENCODER_RUNTIME", "openvino")
 
 import pytest
 

@@ -87,12 +87,16 @@ def many_shapes(url: str, texts: int) -> None:
 
 @needs_cpu_bfloat16
 @pytest.mark.parametrize(
-    ("caches", "bounded"), [({}, True), (dict.fromkeys(KERNEL_CACHES, "1024"), False)], ids=["default", "unbounded"]
+    ("runtime", "caches", "bounded"),
+    [("torch", {}, True), ("torch", dict.fromkeys(KERNEL_CACHES, "1024"), False), ("openvino", {}, True)],
+    ids=["default", "unbounded", "openvino"],
 )
-def test_bfloat16_passes_of_new_shapes_keep_memory_bounded(caches: dict[str, str], bounded: bool) -> None:
+def test_bfloat16_passes_of_new_shapes_keep_memory_bounded(runtime: str, caches: dict[str, str], bounded: bool) -> None:
     """bfloat16 products go through oneDNN, which keeps a kernel and buffers for every shape it meets unless the
-    service bounds its caches (app/compute.py): with the libraries' own capacity the same load grows memory."""
-    process, url = start_server({"ENCODER_DTYPE": "bfloat16", **caches})
+    service bounds its caches (app/compute.py): with the libraries' own capacity the same load grows memory.
+    OpenVINO keeps what it prepares for each shape too, 5,000 shapes by default: it grew 254 MiB under this load
+    that way, 36 MiB with its cache bounded (model/openvino_pass.py, CACHE_SHAPES)."""
+    process, url = start_server({"ENCODER_DTYPE": "bfloat16", "ENCODER_RUNTIME": runtime, **caches})
     try:
         many_shapes(url, 8)  # warm-up
         baseline = rss_mib(process)

@@ -150,7 +150,7 @@ async def test_front_ends_answer_every_endpoint_as_one_process_does(
     service: tuple[subprocess.Popen, str], models: str
 ) -> None:
     _, url = service
-    app = create_app(Settings(models=models, max_queue_texts=100000))  # as the service fixture sets it
+    app = create_app(Settings(models=models, max_queue_texts=100000, dtype="float32"))  # as the service runs
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with (
