@@ -6,6 +6,7 @@
 #   make test-fast   the suite without the browser and the server-process tests: the quick local loop
 #   make bench   the benchmark: the service over HTTP against the reference libraries in-process
 #   make bench-peers   the same, with infinity-emb (in its own environment, .venv-peers) driven alike
+#   make bench-cpu-peers   sentence-transformers' ONNX Runtime and OpenVINO backends, then ours, in process
 #   make bench-inspection   /similarity with explain against /encode, npz attention against transformers
 #   make deploy-check   render the Kubernetes manifests and check them (kubernetes-validate, checkov)
 #   make gpu-check   on a GPU host, in about 8 minutes: the CUDA tests and the GPU figures (scripts/gpu_check.sh)
@@ -29,8 +30,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test test-fast lint format bench bench-inspection bench-peers screenshots install install-dev deploy-check \
-	gpu-check clean
+.PHONY: serve test test-fast lint format bench bench-inspection bench-peers bench-cpu-peers screenshots install \
+	install-dev deploy-check gpu-check clean
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
@@ -106,6 +107,23 @@ $(PEERS)/.installed: constraints.txt
 	$(PEERS)/bin/python -m pip install --quiet -c constraints.txt "infinity-emb[server,torch]==$(INFINITY_EMB)"
 	touch $@
 
+# sentence-transformers' own CPU backends (ONNX Runtime, OpenVINO) in an environment of their own, torch pinned
+# first and huggingface-hub held below 1.0, as optimum-intel's transformers needs (unpinned they pull a CUDA build).
+CPU_PEERS := .venv-cpu-peers
+$(CPU_PEERS)/.installed: constraints.txt
+	$(PYTHON) -m venv $(CPU_PEERS)
+	$(CPU_PEERS)/bin/python -m pip install --quiet --upgrade pip
+	$(CPU_PEERS)/bin/python -m pip install --quiet -c constraints.txt torch
+	$(CPU_PEERS)/bin/python -m pip install --quiet -c constraints.txt "huggingface-hub<1.0" \
+		"sentence-transformers[onnx,openvino]"
+	touch $@
+
+# In process, on the same generated sentences: sentence-transformers' backends, then ours (bench.runtimes).
+bench-cpu-peers: install-dev $(CPU_PEERS)/.installed
+	$(CPU_PEERS)/bin/python -m bench.cpu_peers \
+		--model "$$($(BIN)/python -c 'from model import default_model_path; print(default_model_path())')"
+	$(BIN)/python -m bench.runtimes --no-write
+
 bench-inspection: install-dev
 	$(BIN)/python -m bench.inspection $(BENCH_ARGS)
 
@@ -132,4 +150,4 @@ screenshots: install-dev $(CHROMIUM)
 	CHROMIUM=$(CHROMIUM) $(BIN)/python docs/make_screenshots.py
 
 clean:
-	rm -rf $(VENV) $(PEERS) $(DEPLOY_VENV) $(CLIENTS_VENV) build/manifests .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS) $(CPU_PEERS) $(DEPLOY_VENV) $(CLIENTS_VENV) build/manifests .pytest_cache .mypy_cache .ruff_cache

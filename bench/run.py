@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import platform
-import random
 import re
 import shlex
 import signal
@@ -33,30 +32,10 @@ from typing import TypeVar
 
 import orjson
 
+from bench.texts import WORDS, make_sentences  # noqa: F401  (re-exported: the other benchmarks import them here)
+
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = """the of and to in is was that for it with as his on be at by had are but from or have an they which
-one you were her all she there would their we him been has when who will more no if out so said what up its
-about into than them can only other new some could time these two may then do first any my now such like our
-over man me even most made after also did many before must through back years where much your way well down
-should because each just those people how too little state good very make world still own see men work long get
-here between both life being under never day same another know while last might us great old year off come since
-against go came right used take three house city river garden music dog cat morning evening quickly slowly bright
-quiet ancient modern small large green blue heavy light storm train station market library teacher student
-window table letter story question answer paper model language machine learning network attention token vector
-""".split()
-
-
-def make_sentences(n: int = 2000, seed: int = 0) -> list[str]:
-    """n English-word sentences of 8 to 40 words, the same every run."""
-    rng = random.Random(seed)
-    sentences = []
-    for _ in range(n):
-        words = [rng.choice(WORDS) for _ in range(rng.randint(8, 40))]
-        for i in range(3, len(words) - 2, rng.randint(6, 12)):
-            words[i] += ","
-        sentences.append((" ".join(words)).capitalize() + rng.choice(".?!"))
-    return sentences
 
 
 ATTENTION_TEXT = " ".join(make_sentences(40, seed=1))  # cut to 128 tokens below
