@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.accuracy import top10_agreement
 from bench.texts import make_sentences
 
 
@@ -63,15 +64,6 @@ def backends(model_dir: Path, scratch: Path) -> dict[str, Callable[[], object]]:
             copied("openvino"), backend="openvino", device="cpu"
         ),
     }
-
-
-def top10_agreement(ours: np.ndarray, theirs: np.ndarray, queries: int = 100) -> float:
-    shared = []
-    for q in range(queries):
-        mine = np.argsort(-(ours[queries:] @ ours[q]))[:10]
-        reference = np.argsort(-(theirs[queries:] @ theirs[q]))[:10]
-        shared.append(len(set(mine) & set(reference)) / 10)
-    return float(np.mean(shared))
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from bench.accuracy import top10_agreement
 from bench.run import cpu_flags, machine, make_sentences, write_benchmarks
 from model import EmbeddingSpec, TextEncoder, load_model
 from model.loader import cpu_bfloat16
@@ -52,17 +53,6 @@ def embed(model: TextEncoder, texts: list[str], size: int) -> np.ndarray:
         encodings = model.tokenizer.encode(texts[start : start + size])
         out += [result.sentence for result in model.embed_encodings(encodings, [spec] * len(encodings))]
     return np.stack(out)
-
-
-def top10_agreement(ours: np.ndarray, theirs: np.ndarray, queries: int = 100) -> float:
-    """Mean share of each query's 10 nearest neighbours (cosine, among the texts after the queries) that are the
-    reference's too."""
-    shared = []
-    for q in range(queries):
-        mine = np.argsort(-(ours[queries:] @ ours[q]))[:10]
-        reference = np.argsort(-(theirs[queries:] @ theirs[q]))[:10]
-        shared.append(len(set(mine) & set(reference)) / 10)
-    return float(np.mean(shared))
 
 
 def main() -> None:

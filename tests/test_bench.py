@@ -95,3 +95,18 @@ def test_the_decoder_benchmark_times_the_same_computation_in_both_libraries(tmp_
         mine = ours.last_hidden_state(*inputs)
         reference = theirs(input_ids=inputs[0], attention_mask=inputs[1]).last_hidden_state
     torch.testing.assert_close(mine[mask], reference[mask], atol=1e-4, rtol=1e-4)
+
+
+def test_top10_agreement_counts_the_neighbours_both_find() -> None:
+    """One query (row 0) among 11 texts on a circle: its 10 nearest are all but the farthest. Moving one text
+    from the farthest to the nearest place changes one of the ten: agreement 0.9."""
+    import numpy as np
+
+    from bench.accuracy import top10_agreement
+
+    angles = np.linspace(0.0, 3.0, 12)  # row 0 the query, rows 1 to 11 ever farther from it
+    reference = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    assert top10_agreement(reference, reference, queries=1) == 1.0
+    moved = reference.copy()
+    moved[11] = moved[0]  # the farthest text becomes the nearest: text 10 drops out of the ten
+    assert top10_agreement(moved, reference, queries=1) == 0.9
