@@ -6,7 +6,7 @@
 #   make test-fast   the suite without the browser and the server-process tests: the quick local loop
 #   make bench   the benchmark: the service over HTTP against the reference libraries in-process
 #   make bench-peers   the same, with infinity-emb (in its own environment, .venv-peers) driven alike
-#   make bench-cpu-peers   sentence-transformers' ONNX Runtime and OpenVINO backends, then ours, in process
+#   make bench-cpu-peers   sentence-transformers' ONNX Runtime and OpenVINO backends and ours, in the same rounds
 #   make bench-inspection   /similarity with explain against /encode, npz attention against transformers
 #   make deploy-check   render the Kubernetes manifests and check them (kubernetes-validate, checkov)
 #   make gpu-check   on a GPU host, in about 8 minutes: the CUDA tests and the GPU figures (scripts/gpu_check.sh)
@@ -118,11 +118,9 @@ $(CPU_PEERS)/.installed: constraints.txt
 		"sentence-transformers[onnx,openvino]"
 	touch $@
 
-# In process, on the same generated sentences: sentence-transformers' backends, then ours (bench.runtimes).
+# In process, in one run: sentence-transformers' backends (a child in their environment) taking turns with ours.
 bench-cpu-peers: install-dev $(CPU_PEERS)/.installed
-	$(CPU_PEERS)/bin/python -m bench.cpu_peers \
-		--model "$$($(BIN)/python -c 'from model import default_model_path; print(default_model_path())')"
-	$(BIN)/python -m bench.runtimes --no-write
+	$(BIN)/python -m bench.runtimes --peers $(CPU_PEERS)/bin/python $(BENCH_ARGS)
 
 bench-inspection: install-dev
 	$(BIN)/python -m bench.inspection $(BENCH_ARGS)

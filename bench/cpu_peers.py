@@ -1,12 +1,11 @@
 """What a CPU user gets from one line of sentence-transformers: its torch, ONNX Runtime and OpenVINO backends.
 
-    make bench-cpu-peers        (runs this in .venv-cpu-peers, then bench.runtimes in .venv, on the same sentences)
+    make bench-cpu-peers    (bench.runtimes in .venv drives this, in .venv-cpu-peers, as a child: one run)
 
 Runs in an environment of its own (sentence-transformers with its onnx and openvino extras, optimum and
-optimum-intel, beside the pinned torch; their dependencies are not the service's). For the bundled
-all-MiniLM-L6-v2 each backend embeds the same generated sentences as bench.runtimes does (its seeds): speed in
-batches of 32 and one text at a time, the median of ``--rounds`` rounds taking turns, and accuracy against the
-torch backend in float32 (least and mean cosine, top-10 agreement of 100 queries among 1,000 texts). The ONNX and
+optimum-intel, beside the pinned torch; their dependencies are not the service's), as a child of bench.runtimes
+(``--peers``), which tells it when each backend takes its turn in each round beside ours, and reads the
+embeddings it saves: the same generated sentences, the same rounds, the same float32 reference. The ONNX and
 OpenVINO models are exported from the bundled checkpoint into a temporary copy, offline.
 
 Backends: torch float32; ONNX Runtime float32; ONNX Runtime int8 (dynamic quantisation, the CPU's own
@@ -18,8 +17,9 @@ not reachable here: not measured.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
-import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.accuracy import top10_agreement
 from bench.texts import make_sentences
 
 
@@ -67,21 +66,23 @@ def backends(model_dir: Path, scratch: Path) -> dict[str, Callable[[], object]]:
 
 
 def main() -> None:
+    """Load every backend, say so (one JSON line), then answer bench.runtimes' commands one line each: ``speed NAME``
+    runs that backend's speed round and answers its texts/s; ``vectors PATH`` saves every backend's embeddings of
+    the accuracy sentences into an npz at PATH; ``quit`` ends."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True, help="the bundled model's directory")
     parser.add_argument("--sentences", type=int, default=1100)
     parser.add_argument("--speed-sentences", type=int, default=320)
-    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="cpu-peers-"))
-    loaded, load_s = {}, {}
+    loaded, load_s, missing = {}, {}, {}
     for name, load in backends(args.model, scratch).items():
         began = time.perf_counter()
         try:
             loaded[name] = load()
         except Exception as error:  # a backend that cannot be had here is said, not fatal
-            print(f"{name}: not measured ({type(error).__name__}: {error})", flush=True)
+            missing[name] = f"{type(error).__name__}: {error}"
             continue
         load_s[name] = time.perf_counter() - began
     sentences = make_sentences(args.sentences, seed=11)  # bench.runtimes' seeds: the same texts
@@ -89,33 +90,27 @@ def main() -> None:
     singles = speed_texts[: max(16, args.speed_sentences // 10)]
     for model in loaded.values():
         model.encode(speed_texts[:64], batch_size=32)  # type: ignore[attr-defined]
-    rates: dict[str, dict[str, list[float]]] = {name: {"32": [], "1": []} for name in loaded}
-    names = list(loaded)
-    for round_ in range(args.rounds):
-        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-            model = loaded[name]
+    print(json.dumps({"load_s": load_s, "missing": missing}), flush=True)
+    for line in sys.stdin:
+        command, _, argument = line.strip().partition(" ")
+        if command == "speed":
+            model = loaded[argument]
             began = time.perf_counter()
             model.encode(speed_texts, batch_size=32, normalize_embeddings=True)  # type: ignore[attr-defined]
-            rates[name]["32"].append(len(speed_texts) / (time.perf_counter() - began))
+            batched = len(speed_texts) / (time.perf_counter() - began)
             began = time.perf_counter()
             for text in singles:
                 model.encode([text], normalize_embeddings=True)  # type: ignore[attr-defined]
-            rates[name]["1"].append(len(singles) / (time.perf_counter() - began))
-    vectors = {
-        name: np.asarray(model.encode(sentences, batch_size=32, normalize_embeddings=True))  # type: ignore[attr-defined]
-        for name, model in loaded.items()
-    }
-    reference = vectors[names[0]]
-    print("| backend | texts/s, batches of 32 | texts/s, one text | least cosine | mean cosine | top-10 | load s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name in names:
-        cosine = (vectors[name] * reference).sum(axis=1)
-        print(
-            f"| {name} | {statistics.median(rates[name]['32']):,.0f} | {statistics.median(rates[name]['1']):,.0f} | "
-            f"{cosine.min():.6f} | {cosine.mean():.6f} | {top10_agreement(vectors[name], reference):.3f} | "
-            f"{load_s[name]:.1f} |",
-            flush=True,
-        )
+            print(json.dumps({"32": batched, "1": len(singles) / (time.perf_counter() - began)}), flush=True)
+        elif command == "vectors":
+            vectors = {
+                name: np.asarray(model.encode(sentences, batch_size=32, normalize_embeddings=True))  # type: ignore[attr-defined]
+                for name, model in loaded.items()
+            }
+            np.savez(argument, *vectors.values())
+            print(json.dumps(list(vectors)), flush=True)
+        else:
+            break
 
 
 if __name__ == "__main__":
