@@ -57,7 +57,9 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PIP) -e '.[dev]'
 	touch $@
 
+# ENCODER_DTYPE=int8 needs NNCF (the int8 extra), installed here on the first such start.
 serve: install
+	$(if $(filter int8,$(ENCODER_DTYPE)),$(BIN)/python -c "import nncf" 2>/dev/null || $(PIP) -e '.[int8]')
 	$(BIN)/python -m app.serve --host $(HOST) --port $(PORT)
 
 $(CHROMIUM):

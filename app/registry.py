@@ -74,8 +74,8 @@ class ServedModel:
         )
         facts = ModelFacts(
             device=str(model.device),
-            dtype=str(model.dtype).removeprefix("torch."),
-            weights_dtype=str(model.weights_dtype or model.dtype).removeprefix("torch."),
+            dtype=model.precision,
+            weights_dtype=model.quantized or str(model.weights_dtype or model.dtype).removeprefix("torch."),
             explicit_weights_dtype=str(model.explicit_dtype).removeprefix("torch."),
             max_batch_tokens=queue.max_batch_tokens,
             runtime=model.runtime,
@@ -229,7 +229,7 @@ def load_registry(
                 "warmed up in %.2f s, %.0f MiB more resident memory",
                 name,
                 model.device,
-                str(model.dtype).removeprefix("torch."),
+                model.precision,
                 model.runtime,
                 served[-1].queue.max_batch_tokens,
                 COMPUTE.lanes,

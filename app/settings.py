@@ -23,10 +23,12 @@ class Settings(BaseSettings):
         "default; when set, model_dir and model_name are not used",
     )
     device: str = Field("auto", description="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, …")
-    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+    dtype: Literal["auto", "float32", "float16", "bfloat16", "int8"] = Field(
         "auto",
         description="what the matrix products run in: auto = float16 on CUDA; on a CPU bfloat16 where it has native "
-        "bfloat16 matrix units (AMX), float32 elsewhere (AVX512-BF16 alone measured slower than float32)",
+        "bfloat16 matrix units (AMX), float32 elsewhere (AVX512-BF16 alone measured slower than float32); int8 "
+        "(CPU only, the int8 extra): OpenVINO's pass with the linear layers' weights in int8, the rest in bfloat16 "
+        "where the CPU has it, float32 elsewhere",
     )
     runtime: Literal["auto", "torch", "openvino"] = Field(
         "auto",

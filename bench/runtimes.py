@@ -3,8 +3,9 @@
     .venv/bin/python -m bench.runtimes [--sentences 1100] [--rounds 3] [--no-write] [--peers PYTHON]
 
 For the bundled all-MiniLM-L6-v2 (the only real weights here: random weights say nothing about accuracy), each
-variant — torch float32 (the traced pass), OpenVINO float32 (its precision hint f32), and where the CPU has
-AVX512-BF16 or AMX torch bfloat16 (autocast products) and OpenVINO bfloat16 — embeds the same generated sentences
+variant — torch float32 (the traced pass), OpenVINO float32 (its precision hint f32), where the CPU has
+AVX512-BF16 or AMX torch bfloat16 (autocast products) and OpenVINO bfloat16, and where NNCF is installed
+ENCODER_DTYPE=int8 (OpenVINO, int8 weights) — embeds the same generated sentences
 (make_sentences) through ``TextEncoder.embed_encodings``, the service's own call:
 
 - speed: texts/s in passes of 32 texts and of one text, ``--rounds`` rounds, the variants taking turns in an order
@@ -38,6 +39,7 @@ from bench.accuracy import top10_agreement
 from bench.run import ROOT, cpu_flags, machine, make_sentences, write_benchmarks
 from model import EmbeddingSpec, TextEncoder, load_model
 from model.loader import cpu_bfloat16
+from model.openvino_pass import quantizer_available
 
 SECTION = "Runtimes and precisions (CPU)"
 
@@ -50,6 +52,8 @@ def variants() -> dict[str, Callable[[], TextEncoder]]:
     if cpu_bfloat16():
         found["torch bfloat16"] = lambda: load_model(device="cpu", dtype="bfloat16", runtime="torch")
         found["OpenVINO bfloat16"] = lambda: load_model(device="cpu", dtype="bfloat16", runtime="openvino")
+    if quantizer_available():
+        found["OpenVINO int8 (ENCODER_DTYPE=int8)"] = lambda: load_model(device="cpu", dtype="int8", runtime="openvino")
     return found
 
 

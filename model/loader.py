@@ -37,6 +37,9 @@ from model.weights import (
 logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Precisions of the CPU's OpenVINO pass alone, its weights quantized (model/openvino_pass.py): the explicit paths and
+# the passes OpenVINO does not take run in float32.
+QUANTIZED = ("int8",)
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -95,14 +98,22 @@ class Precision:
 def resolve_precision(dtype: str, device: torch.device, checkpoint: torch.dtype = torch.float32) -> Precision:
     """'auto': on CUDA float16, or bfloat16 for a checkpoint stored in it (float16 overflows in models trained
     in bfloat16, Gemma's among them); on the CPU bfloat16 products where the CPU has native bfloat16 matrix units
-    (AMX), float32 elsewhere. ``checkpoint`` is the dtype the checkpoint stores its weights in."""
+    (AMX), float32 elsewhere. ``checkpoint`` is the dtype the checkpoint stores its weights in. A quantized
+    precision (int8) is the CPU's alone, and torch's side of it float32."""
+    if dtype in QUANTIZED:
+        if device.type != "cpu":
+            raise ValueError(
+                f"{dtype} is a CPU precision here (OpenVINO's pass with its weights in {dtype}); on a GPU use "
+                "float16 or bfloat16"
+            )
+        return Precision(torch.float32, torch.float32, torch.float32)
     if dtype == "auto":
         if device.type == "cuda":
             dtype = "bfloat16" if checkpoint == torch.bfloat16 else "float16"
         else:
             dtype = "bfloat16" if native_bfloat16() else "float32"
     if dtype not in DTYPES:
-        raise ValueError(f"dtype must be auto or one of {', '.join(DTYPES)}, got {dtype!r}")
+        raise ValueError(f"dtype must be auto or one of {', '.join((*DTYPES, *QUANTIZED))}, got {dtype!r}")
     compute = DTYPES[dtype]
     weights = compute if device.type != "cpu" or checkpoint == compute else torch.float32
     if weights in (torch.float32, checkpoint):
@@ -242,16 +253,46 @@ def timed_pass(
     return total
 
 
-def compile_openvino(model: TextEncoder, threads: int) -> PassBackend:
-    """The embedding pass compiled by OpenVINO (model/openvino_pass.py); ValueError where it cannot be."""
+def compile_openvino(
+    model: TextEncoder, threads: int, dtype: torch.dtype | None = None, quantize: str | None = None
+) -> PassBackend:
+    """The embedding pass compiled by OpenVINO (model/openvino_pass.py) in ``dtype`` (the model's by default), its
+    weights in ``quantize`` where given; ValueError where it cannot be."""
     from model.openvino_pass import PRECISIONS, OpenVINOPass
 
-    if model.dtype not in PRECISIONS:
-        raise ValueError(f"OpenVINO's pass here runs float32 or bfloat16, not {_name(model.dtype)}")
+    dtype = model.dtype if dtype is None else dtype
+    if dtype not in PRECISIONS:
+        raise ValueError(f"OpenVINO's pass here runs float32 or bfloat16, not {_name(dtype)}")
     try:
-        return OpenVINOPass(model.passes, example_batch(model), model.dtype, threads)
+        return OpenVINOPass(model.passes, example_batch(model), dtype, threads, quantize)
     except Exception as error:  # the converter's and the compiler's errors have no common class
         raise ValueError(f"OpenVINO could not compile it: {type(error).__name__}: {error}") from error
+
+
+def quantized_runtime(model: TextEncoder, quantize: str, threads: int) -> str:
+    """Put OpenVINO's pass with its weights in ``quantize`` (int8) first in the model's backends, the rest of it in
+    bfloat16 where the CPU computes it natively (measured both faster and closer to float32 than float32 around
+    int8 weights: BENCHMARKS.md, "int8 on the CPU"), float32 elsewhere; return why, for the load log. Refused
+    (ValueError) where OpenVINO or NNCF is not installed; a model OpenVINO cannot compile keeps the torch pass in
+    float32, and the reason says so."""
+    from model.openvino_pass import available, quantizer_available
+
+    if not available():
+        raise ValueError(f"ENCODER_DTYPE={quantize} runs on OpenVINO, but the openvino package is not installed")
+    if not quantizer_available():
+        raise ValueError(
+            f"ENCODER_DTYPE={quantize} needs NNCF to quantize the weights, and it is not installed: install the "
+            "int8 extra (pip install -c constraints.txt '.[int8]'; make serve does so when ENCODER_DTYPE=int8)"
+        )
+    around = torch.bfloat16 if cpu_bfloat16() else torch.float32
+    try:
+        compiled = compile_openvino(model, threads, around, quantize)
+    except ValueError as error:
+        logger.warning("%s: %s; the torch pass serves it in float32", model.name, error)
+        return f"OpenVINO could not compile it ({error}), so float32 on torch"
+    model.backends = (compiled, *model.backends)
+    model.quantized = quantize
+    return f"ENCODER_DTYPE={quantize}: the linear layers' weights in {quantize}, the rest in {_name(around)}"
 
 
 def choose_runtime(model: TextEncoder, runtime: str, threads: int, concurrency: int = 1) -> str:
@@ -315,10 +356,17 @@ def load_model(
     (``trace``); without it, eagerly. On a GPU, with ``cuda_graphs``, passes of up to ``graph_tokens`` padded
     tokens replay CUDA graphs instead (model/graphs.py), larger ones take the traced or eager pass. On a CPU,
     ``runtime`` says whether OpenVINO's compiled pass serves it (``choose_runtime``: timed alone and
-    ``concurrency`` passes at once), computing with ``threads`` (the process's torch threads by default)."""
+    ``concurrency`` passes at once), computing with ``threads`` (the process's torch threads by default).
+    ``dtype="int8"`` is OpenVINO's pass with its weights in int8 (``quantized_runtime``), on a CPU only."""
     started = time.perf_counter()
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    quantize = dtype if dtype in QUANTIZED else None
+    if quantize is not None and runtime == "torch":
+        raise ValueError(
+            f"ENCODER_DTYPE={quantize} runs on OpenVINO's pass, and ENCODER_RUNTIME=torch has none: use auto or "
+            "openvino"
+        )
     card = read_card(path, name, max_tokens)
     model_dir, config, hf, name = card["path"], card["config"], card["hf"], card["name"]
     torch_device = resolve_device(device)
@@ -378,7 +426,9 @@ def load_model(
     why = "on a GPU" if torch_device.type == "cuda" else "ENCODER_RUNTIME=torch"
     if traced:
         trace(model)
-    if torch_device.type == "cpu":
+    if torch_device.type == "cpu" and quantize is not None:
+        why = quantized_runtime(model, quantize, threads or cpu_threads())
+    elif torch_device.type == "cpu":
         why = choose_runtime(model, runtime, threads or cpu_threads(), concurrency)
     if cuda_graphs and torch_device.type == "cuda":
         try:

@@ -7,6 +7,11 @@ compiles it for the CPU at hand; the pass then runs in OpenVINO's own threads, w
 
 Precision: ``f32`` tells the runtime not to lower precision on its own (its default on a CPU with bfloat16 units
 is bfloat16), so that the pass equals torch's within float32's rounding; ``bf16`` runs its products in bfloat16.
+With ``int8`` the linear layers' weights are kept in int8 (NNCF's weight compression, asymmetric, one scale per
+output channel) and the rest of the pass runs in the precision hint; the activations stay unquantised. That
+scheme was chosen from the trade-off measured on the bundled model (BENCHMARKS.md, "int8 on the CPU"): every
+weights-and-activations scheme tried lost more of the neighbours (top-10 agreement 0.80–0.94) than the 0.95 the
+service holds to, and none was faster than bfloat16 where the CPU has it.
 
 Which of OpenVINO and torch serves a model is the loader's choice (model/loader.py, ``choose_backend``): on some
 CPUs OpenVINO's pass is the faster, on others torch's (BENCHMARKS.md), so it is measured at start.
@@ -27,12 +32,22 @@ from model.encoder import Encoder
 
 PRECISIONS = {torch.float32: "f32", torch.bfloat16: "bf16"}  # the compute dtype → OpenVINO's precision hint
 CACHE_SHAPES = 32  # as app/compute.py bounds oneDNN's per-shape caches
+QUANTIZERS = ("int8",)  # what the ``quantize`` argument takes: the linear layers' weights in int8
 
 
 def available() -> bool:
     """Whether OpenVINO's Python package can be imported here."""
     try:
         import openvino  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def quantizer_available() -> bool:
+    """Whether NNCF, which compresses the weights to int8, can be imported here (the ``int8`` extra)."""
+    try:
+        import nncf  # noqa: F401
     except ImportError:
         return False
     return True
@@ -47,39 +62,62 @@ class _LastHiddenState(nn.Module):
         return self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state
 
 
+def convert(encoder: Encoder, example: tuple[Tensor, Tensor, Tensor]) -> Any:
+    """The encoder's pass (input ids, mask, segments) → last hidden state as an OpenVINO model, any batch shape."""
+    import openvino as ov
+
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the tracer's warnings: the checks recorded as constants, as trace_pass
+        return ov.convert_model(
+            _LastHiddenState(encoder).eval(), example_input=example, input=[ov.PartialShape([-1, -1])] * 3
+        )
+
+
+def compile_for_cpu(converted: Any, precision: str, threads: int) -> Any:
+    """A converted pass compiled for this CPU, running in ``precision`` (f32, bf16) outside any int8 weights."""
+    import openvino as ov
+
+    config: dict[str, Any] = {
+        "INFERENCE_PRECISION_HINT": precision,
+        "PERFORMANCE_HINT": "LATENCY",  # one stream: a pass has every thread, as a wide torch pass has
+        "INFERENCE_NUM_THREADS": max(1, threads),
+        # What it prepares for each batch shape, kept for CACHE_SHAPES shapes rather than its default 5,000:
+        # a service meets a new shape in nearly every pass (BENCHMARKS.md, "Runtimes and precisions (CPU)").
+        "CPU_RUNTIME_CACHE_CAPACITY": CACHE_SHAPES,
+    }
+    return ov.Core().compile_model(converted, "CPU", config)
+
+
 class OpenVINOPass:
     """The pass (input ids, mask, segments) → last hidden state, compiled by OpenVINO for this CPU.
 
     ``example`` must hold padding, so that the packed path (padding skipped) is the one converted; any batch
     shape is taken then (both dimensions dynamic). Each thread that calls it has an infer request of its own.
+    ``quantize="int8"`` keeps the linear layers' weights in int8, the rest in ``dtype``.
     """
 
     name = "openvino"
 
-    def __init__(self, encoder: Encoder, example: tuple[Tensor, Tensor, Tensor], dtype: torch.dtype, threads: int):
-        import openvino as ov
-
+    def __init__(
+        self,
+        encoder: Encoder,
+        example: tuple[Tensor, Tensor, Tensor],
+        dtype: torch.dtype,
+        threads: int,
+        quantize: str | None = None,
+    ):
         if dtype not in PRECISIONS:
             raise ValueError(f"OpenVINO's pass runs in {', '.join(map(str, PRECISIONS))}, not {dtype}")
+        if quantize is not None and quantize not in QUANTIZERS:
+            raise ValueError(f"OpenVINO's pass quantizes to {', '.join(QUANTIZERS)}, not {quantize}")
         assert bool((example[1] == 0).any()), "the example batch must hold padding"
         self.encoder = encoder
         self.precision = PRECISIONS[dtype]
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")  # the tracer's warnings: the checks recorded as constants, as trace_pass
-            converted = ov.convert_model(
-                _LastHiddenState(encoder).eval(),
-                example_input=example,
-                input=[ov.PartialShape([-1, -1])] * 3,
-            )
-        config: dict[str, Any] = {
-            "INFERENCE_PRECISION_HINT": self.precision,
-            "PERFORMANCE_HINT": "LATENCY",  # one stream: a pass has every thread, as a wide torch pass has
-            "INFERENCE_NUM_THREADS": max(1, threads),
-            # What it prepares for each batch shape, kept for CACHE_SHAPES shapes rather than its default 5,000:
-            # a service meets a new shape in nearly every pass (BENCHMARKS.md, "Runtimes and precisions (CPU)").
-            "CPU_RUNTIME_CACHE_CAPACITY": CACHE_SHAPES,
-        }
-        self.compiled = ov.Core().compile_model(converted, "CPU", config)
+        self.quantize = quantize
+        converted = convert(encoder, example)
+        if quantize == "int8":
+            converted = int8_weights(converted)
+        self.compiled = compile_for_cpu(converted, self.precision, threads)
         self._requests = threading.local()
 
     def __call__(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor | None:
@@ -93,3 +131,17 @@ class OpenVINOPass:
         arrays = [np.ascontiguousarray(t.numpy()) for t in (input_ids, attention_mask, token_type_ids)]
         output = request.infer(arrays)[0]  # (B, T, D) float32, copied out of the request's buffer
         return torch.from_numpy(output)
+
+
+def int8_weights(converted: Any) -> Any:
+    """The converted pass with its linear layers' weights in int8: NNCF's weight compression, asymmetric, one scale
+    and zero point per output channel; about a second for all-MiniLM-L6-v2, no calibration text needed."""
+    import contextlib
+    import io
+    import logging
+
+    import nncf
+
+    nncf.set_log_level(logging.ERROR)  # its per-layer table, on every load
+    with contextlib.redirect_stdout(io.StringIO()):  # and its progress bar, which no setting turns off
+        return nncf.compress_weights(converted, mode=nncf.CompressWeightsMode.INT8_ASYM)

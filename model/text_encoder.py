@@ -62,6 +62,7 @@ class TextEncoder(ModelCard):
     # What computes the embedding pass, asked in order (model/backends.py): on a CPU OpenVINO's compiled pass or
     # the traced graph, on a GPU the CUDA graphs; the eager pass, last, takes what none of them takes.
     backends: tuple[PassBackend, ...] = ()
+    quantized: str | None = None  # "int8" where the first backend keeps its weights so (OpenVINO's pass on a CPU)
     expansion_graph: ExpansionGraph | None = None  # ColBERT queries' pass, traced (trace_expansion_pass)
     # The embedding and classification passes' own copy of the encoder in a lower dtype (on a GPU under float16 or
     # bfloat16 for a float32 checkpoint); None where they use ``encoder`` itself (one copy: float32, the CPU's
@@ -84,6 +85,12 @@ class TextEncoder(ModelCard):
     def runtime(self) -> str:
         """What computes the embedding pass: the first backend's name (reported in /info, /metrics, the log)."""
         return self.backends[0].name if self.backends else EagerPass.name
+
+    @property
+    def precision(self) -> str:
+        """What the embedding pass computes in, as /info, /metrics and the logs name it: ``quantized`` where set,
+        else the products' dtype."""
+        return self.quantized or str(self.dtype).removeprefix("torch.")
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:

@@ -158,3 +158,12 @@ async def test_the_runtime_setting_picks_what_computes_the_pass(
         assert (await client.get("/info")).json()["runtime"] == reported
         assert f'runtime="{reported}"' in (await client.get("/metrics")).text
         assert (await client.post("/encode", json={"texts": ["hello world"]})).status_code == 200
+
+
+async def test_int8_is_reported_where_it_runs(tiny_model_dir: Path) -> None:
+    """ENCODER_DTYPE=int8: /info and the model metric name the precision and OpenVINO, and the pass serves."""
+    async with serve(Settings(model_dir=tiny_model_dir, dtype="int8", runtime="auto")) as client:
+        info = (await client.get("/info")).json()
+        assert (info["runtime"], info["dtype"], info["weights_dtype"]) == ("openvino", "int8", "int8")
+        assert 'dtype="int8"' in (await client.get("/metrics")).text
+        assert (await client.post("/encode", json={"texts": ["hello world"]})).status_code == 200
