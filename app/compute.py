@@ -42,7 +42,7 @@ TORCH_THREADS = torch.get_num_threads()  # the process's intra-op threads (OMP_N
 QUIET_S = 0.05  # no pass with a share for this long: a pass may go wide
 
 # oneDNN keeps a kernel (a primitive) for every shape of product it meets, and ideep, torch's layer over it, a
-# computation with its own buffers: 1,024 of each by default. bfloat16 products on a CPU (what `auto` picks with
+# computation with its own buffers: 1,024 of each by default. bfloat16 products on a CPU (`ENCODER_DTYPE=bfloat16`; with
 # AMX) go through them, and a pass has as many rows as its real tokens, a new shape nearly every time: under make
 # bench's loads the process kept about 1 GiB resident, 600 MiB more than under float32, whose products (MKL) use
 # neither. With 32 of each it stayed at float32's level at the same speed (BENCHMARKS.md, "Resident memory under

@@ -25,8 +25,8 @@ class Settings(BaseSettings):
     device: str = Field("auto", description="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, …")
     dtype: Literal["auto", "float32", "float16", "bfloat16", "int8"] = Field(
         "auto",
-        description="what the matrix products run in: auto = float16 on CUDA; on a CPU bfloat16 where it has native "
-        "bfloat16 matrix units (AMX), float32 elsewhere (AVX512-BF16 alone measured slower than float32); int8 "
+        description="what the matrix products run in: auto = float16 on CUDA (bfloat16 for a checkpoint stored in it), "
+        "float32 on a CPU (exact); bfloat16 on a CPU with AVX512-BF16 or AMX (refused elsewhere); int8 "
         "(CPU only, the int8 extra): OpenVINO's pass with the linear layers' weights in int8, the rest in bfloat16 "
         "where the CPU has it, float32 elsewhere",
     )

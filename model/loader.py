@@ -55,16 +55,6 @@ def resolve_device(device: str = "auto") -> torch.device:
     return resolved
 
 
-def native_bfloat16() -> bool:
-    """Whether this CPU has bfloat16 matrix units (AMX), as torch detects it.
-
-    AVX512-BF16 alone is not enough: on an Intel Xeon with AVX512-BF16 and no AMX, all-MiniLM-L6-v2 embedded
-    batches of 32 at 0.65× the texts/s of float32, and single texts took 1.4 to 2.3× as long (BENCHMARKS.md).
-    """
-    check = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    return check is not None and bool(check())
-
-
 @dataclass(frozen=True)
 class Precision:
     """The dtype the embedding pass's weights are kept in, the one its matrix products run in, and the one the
@@ -97,9 +87,9 @@ class Precision:
 
 def resolve_precision(dtype: str, device: torch.device, checkpoint: torch.dtype = torch.float32) -> Precision:
     """'auto': on CUDA float16, or bfloat16 for a checkpoint stored in it (float16 overflows in models trained
-    in bfloat16, Gemma's among them); on the CPU bfloat16 products where the CPU has native bfloat16 matrix units
-    (AMX), float32 elsewhere. ``checkpoint`` is the dtype the checkpoint stores its weights in. A quantized
-    precision (int8) is the CPU's alone, and torch's side of it float32."""
+    in bfloat16, Gemma's among them); on a CPU float32, exact (equal to sentence-transformers): a lower precision
+    there is the user's choice, made knowing its cost (README, "On a CPU"). ``checkpoint`` is the dtype the
+    checkpoint stores its weights in. A quantized precision (int8) is the CPU's alone, torch's side of it float32."""
     if dtype in QUANTIZED:
         if device.type != "cpu":
             raise ValueError(
@@ -107,11 +97,10 @@ def resolve_precision(dtype: str, device: torch.device, checkpoint: torch.dtype 
                 "float16 or bfloat16"
             )
         return Precision(torch.float32, torch.float32, torch.float32)
-    if dtype == "auto":
-        if device.type == "cuda":
-            dtype = "bfloat16" if checkpoint == torch.bfloat16 else "float16"
-        else:
-            dtype = "bfloat16" if native_bfloat16() else "float32"
+    if dtype == "auto" and device.type == "cuda":
+        dtype = "bfloat16" if checkpoint == torch.bfloat16 else "float16"
+    elif dtype == "auto":
+        dtype = "float32"
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be auto or one of {', '.join((*DTYPES, *QUANTIZED))}, got {dtype!r}")
     compute = DTYPES[dtype]

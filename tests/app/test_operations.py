@@ -66,7 +66,7 @@ async def test_metrics_count_requests_and_split_latency_by_phase(client: httpx.A
 
 @needs_cpu_bfloat16
 async def test_bfloat16_products_are_reported_and_serve_close_to_float32(tiny_model_dir, tiny_model) -> None:
-    """ENCODER_DTYPE=bfloat16 on the CPU (what auto picks with AMX): float32 weights,
+    """ENCODER_DTYPE=bfloat16 on a CPU with bfloat16 units: float32 weights,
     bfloat16 products; /info and the model metric say so, and the answers stay near float32's."""
     model = load_model(tiny_model_dir, device="cpu", dtype="bfloat16")
     async with serve(Settings(), model) as client:

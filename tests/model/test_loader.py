@@ -37,33 +37,22 @@ def test_auto_device_is_cuda_only_when_available(monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.mark.parametrize(
-    ("dtype", "device", "native_bf16", "weights", "compute"),
+    ("dtype", "device", "bf16_units", "weights", "compute"),
     [
         ("auto", "cuda", False, torch.float16, torch.float16),  # half precision by default on the GPU
-        ("auto", "cpu", False, torch.float32, torch.float32),  # full precision on a CPU without bf16 matrix units
-        ("auto", "cpu", True, torch.float32, torch.bfloat16),  # bf16 products where AMX is there
+        ("auto", "cpu", False, torch.float32, torch.float32),  # exact on a CPU
+        ("auto", "cpu", True, torch.float32, torch.float32),  # exact even where AMX is there (API.md, part four)
         ("float32", "cpu", True, torch.float32, torch.float32),  # an explicit choice wins
         ("float32", "cuda", False, torch.float32, torch.float32),  # float32 selectable on the GPU
-        ("bfloat16", "cpu", False, torch.float32, torch.bfloat16),  # CPU: float32 weights, bf16 products
+        ("bfloat16", "cpu", True, torch.float32, torch.bfloat16),  # CPU: float32 weights, bf16 products
         ("bfloat16", "cuda", False, torch.bfloat16, torch.bfloat16),  # GPU: weights in the dtype
     ],
 )
-def test_precision_choice(monkeypatch, dtype, device, native_bf16, weights, compute) -> None:
-    monkeypatch.setattr(loader, "native_bfloat16", lambda: native_bf16)
+def test_precision_choice(monkeypatch, dtype, device, bf16_units, weights, compute) -> None:
+    monkeypatch.setattr(loader, "cpu_bfloat16", lambda: bf16_units)
     precision = resolve_precision(dtype, torch.device(device))
     assert (precision.weights, precision.compute) == (weights, compute)
     assert precision.autocast == (weights != compute)
-
-
-def test_native_bfloat16_follows_the_cpu_flags(monkeypatch) -> None:
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
-    assert not loader.native_bfloat16()
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
-    assert loader.native_bfloat16()
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
-    assert not loader.native_bfloat16()  # AVX512-BF16 without AMX: float32 measured faster
 
 
 def test_unknown_dtype_and_device_are_rejected() -> None:
