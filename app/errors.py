@@ -208,10 +208,10 @@ def validation_message(error: dict[str, Any]) -> tuple[str, str | None]:
     """A pydantic/FastAPI error as (message, param), worded for a client."""
     if error.get("type") == "json_invalid":
         reason = error.get("ctx", {}).get("error", "invalid JSON")
-        return f"malformed JSON body: {reason}", None
+        return f"malformed JSON body: {reason}", "body"
     param = param_path(error.get("loc", ()))
     if error.get("type") == "missing" and param is None:
-        return "a JSON request body is required", None
+        return "a JSON request body is required", "body"
     problem = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
     cause = error.get("ctx", {}).get("error")
     if isinstance(cause, EntryError):  # one entry of the field: named as texts[3] is
@@ -241,6 +241,7 @@ def install_error_handlers(app: FastAPI) -> None:
         error = exc.errors()[0]
         message, param = validation_message(error)
         if tuple(error.get("loc", ())) == ("body",) and error.get("type") != "missing":  # the body as a whole
+            param = "body"
             content_type = request.headers.get("content-type")
             if is_json(content_type):
                 message = "the body must be a JSON object"
@@ -255,13 +256,20 @@ def install_error_handlers(app: FastAPI) -> None:
         """A request in another API's shape (TEI's) whose translation into the native one was refused: the client's
         values, so a 422 as the native route gives."""
         message, param = validation_message(exc.errors()[0])  # type: ignore[arg-type]
-        return api_error_response(InvalidRequest(None, message), request.url.path)
+        refused = InvalidRequest(None, message)  # the message names the field already
+        refused.param = param
+        return api_error_response(refused, request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        if exc.status_code == 400 and exc.detail == FASTAPI_BODY_ERROR:  # e.g. a body that is not UTF-8
-            message = "malformed JSON body: it could not be decoded as UTF-8 JSON"
-            return shaped_error_response(request.url.path, 422, "validation_error", message)
+        if exc.status_code == 400 and exc.detail == FASTAPI_BODY_ERROR:  # the body could not be read as JSON
+            if isinstance(exc.__cause__, RecursionError):  # json.loads gives up on arrays or objects nested deeply
+                message = "malformed JSON body: it is nested too deeply to parse"
+            elif isinstance(exc.__cause__, UnicodeDecodeError):
+                message = "malformed JSON body: it could not be decoded as UTF-8 JSON"
+            else:
+                message = "malformed JSON body: it could not be parsed"
+            return shaped_error_response(request.url.path, 422, "validation_error", message, "body")
         type_ = STATUS_TYPES.get(exc.status_code, "http_error")
         if exc.status_code == 404:
             message = f"no route {request.url.path}"

@@ -21,10 +21,14 @@ async def info(model: Model, settings: SettingsDep) -> Response:
     return json_response(describe(model, settings))
 
 
-@open_router.get("/health", response_model=HealthResponse)
+@open_router.api_route("/health", methods=["GET", "HEAD"], response_model=HealthResponse)
+@open_router.api_route("/ready", methods=["GET", "HEAD"], response_model=HealthResponse)
 async def health(request: Request) -> Response:
-    """200 once the model is loaded and has run a warm-up pass; 503 not_ready before."""
+    """200 once every model is loaded and has run a warm-up pass; 503 not_ready before. ``/ready`` is the same
+    probe under the name orchestrators look for; HEAD answers as GET, without a body (probes that use HEAD)."""
     await get_registry(request)
+    if request.method == "HEAD":
+        return Response(status_code=200, media_type="application/json")
     return json_response({"status": "ok"})
 
 

@@ -116,6 +116,9 @@ def test_jina_rerank_equals_the_native_rerank(server: str) -> None:
         }
         for r in ranked["results"][:2]
     ]
+    for body, param in (({"top_n": 0}, "top_n"), ({"documents": []}, "documents"), ({"query": 3}, "query")):
+        refused = httpx.post(f"{server}/v1/rerank", json={"model": "ce", "query": "q", "documents": TEXTS, **body})
+        assert refused.status_code == 422 and refused.json()["error"]["param"] == param, refused.text
 
 
 def test_errors_take_cohere_shape_and_name_the_problem(server: str, client: Any) -> None:

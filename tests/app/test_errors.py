@@ -110,11 +110,13 @@ async def test_tokenize_rejects_mismatched_pairs(limited: httpx.AsyncClient) -> 
         (b"[1, 2]", "the body must be a JSON object"),  # JSON, but not an object
         (b'"texts"', "the body must be a JSON object"),
         (b'{"texts": "\xff\xfe"}', "malformed JSON"),  # not UTF-8
+        (b"[" * 3_000, "malformed JSON body: it is nested too deeply to parse"),  # not "not UTF-8"
     ],
 )
 async def test_malformed_bodies_are_422(limited: httpx.AsyncClient, content: bytes, words: str) -> None:
+    """The body as a whole: its param is ``body`` (every 422 names one)."""
     response = await limited.post("/encode", content=content, headers={"content-type": "application/json"})
-    assert_error(response, 422, "validation_error", None, words)
+    assert_error(response, 422, "validation_error", "body", words)
 
 
 @pytest.mark.parametrize(
@@ -132,7 +134,7 @@ async def test_a_json_body_not_declared_as_json_is_422_naming_the_content_type(
     request = limited.build_request("POST", path, content=body, headers=headers)
     assert request.headers.get("content-type") == content_type
     response = await limited.send(request)
-    error = assert_error(response, 422, "validation_error", None, "sent with Content-Type: application/json")
+    error = assert_error(response, 422, "validation_error", "body", "sent with Content-Type: application/json")
     assert error["message"].endswith(says), error
     for declared in ("application/json", "application/json; charset=utf-8", "application/vnd.example+json"):
         response = await limited.post(path, content=body, headers={"content-type": declared})

@@ -79,14 +79,21 @@ async def test_health_is_503_until_the_model_is_warm(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(app.main, "load_registry", slow_load)
     async with serve(Settings(), bundled_model, ready=False) as client:
         assert_error(await client.get("/health"), 503, "not_ready", contains="loading")
+        assert_error(await client.get("/ready"), 503, "not_ready", contains="loading")
+        assert (await client.head("/health")).status_code == 503
+        assert (await client.head("/ready")).status_code == 503
         assert_error(await client.post("/encode", json={"texts": "x"}), 503, "not_ready")
         release.set()
         for _ in range(500):
             if (await client.get("/health")).status_code == 200:
                 break
             await asyncio.sleep(0.02)
-        response = await client.get("/health")
-        assert response.status_code == 200 and response.json() == {"status": "ok"}
+        for path in ("/health", "/ready", "/tei/health"):
+            response = await client.get(path)
+            assert response.status_code == 200, path
+            head = await client.head(path)  # probes that use HEAD: as GET, without a body
+            assert (head.status_code, head.content) == (200, b""), path
+        assert (await client.get("/health")).json() == (await client.get("/ready")).json() == {"status": "ok"}
 
 
 async def test_a_model_that_fails_to_load_is_reported_to_the_failure_hook_in_one_line(tmp_path) -> None:
