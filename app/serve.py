@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import errno
 import logging
 import math
 import multiprocessing
@@ -43,6 +44,7 @@ from app.settings import Settings, get_settings
 logger = logging.getLogger("app.serve")
 
 EXIT_ENGINE_FAILED = 1
+EXIT_CANNOT_LISTEN = 3  # the address is in use, or not this host's: said in one line, before any model loads
 STOP_TIMEOUT_S = 30.0
 CGROUPS = Path("/sys/fs/cgroup")
 NVIDIA_CONTROL = Path("/dev/nvidiactl")
@@ -193,15 +195,12 @@ def front_end_main(listener: socket.socket, path: str, parent: int, keep_alive_s
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, workers: int, host: str, port: int, keep_alive_s: int = 5) -> None:
+    def __init__(self, settings: Settings, workers: int, listener: socket.socket, keep_alive_s: int = 5) -> None:
         self.settings = settings
         self.workers = workers
         self.keep_alive_s = keep_alive_s
         self.context = multiprocessing.get_context("spawn")
-        self.listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind((host, port))
-        self.listener.listen(2048)
+        self.listener = listener  # bound and listening (listen_or_exit)
         self.path = str(Path(tempfile.mkdtemp(prefix="encoder-engine-")) / "engine.sock")
         self.front_ends: dict[int, BaseProcess] = {}
         self.stopping = False
@@ -294,6 +293,23 @@ class Supervisor:
         return status
 
 
+def listen_or_exit(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything loads; where it cannot be (the port in use, an address that is
+    not this host's), one line saying so and exit status EXIT_CANNOT_LISTEN, and nothing logged as ready."""
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+        listener.listen(2048)
+    except OSError as error:
+        listener.close()
+        taken = error.errno == errno.EADDRINUSE
+        hint = "; another process listens there: stop it, or choose another --port" if taken else ""
+        print(f"cannot listen on {host}:{port}: {error.strerror or error}{hint}", file=sys.stderr)
+        sys.exit(EXIT_CANNOT_LISTEN)
+    return listener
+
+
 def settings_or_exit() -> Settings:
     """The ENCODER_* settings, or a line for each variable that is wrong and exit status 2 (not a traceback)."""
     from pydantic import ValidationError
@@ -336,6 +352,7 @@ def main() -> None:
     args = parser.parse_args()
     settings = settings_or_exit()
     configure_logging(settings.log_level, settings.log_format)
+    listener = listen_or_exit(args.host, args.port)
     cores, gpu = available_cores(), computes_on_gpu(settings.device)
     workers = front_ends(settings.workers, cores, gpu)
     if settings.workers == "auto":
@@ -355,14 +372,13 @@ def main() -> None:
         uvicorn.run(
             "app.main:create_app",
             factory=True,
-            host=args.host,
-            port=args.port,
+            fd=listener.fileno(),
             log_level=args.log_level,
             access_log=False,
             timeout_keep_alive=args.timeout_keep_alive,
         )
         return
-    sys.exit(Supervisor(settings, workers, args.host, args.port, args.timeout_keep_alive).run())
+    sys.exit(Supervisor(settings, workers, listener, args.timeout_keep_alive).run())
 
 
 if __name__ == "__main__":

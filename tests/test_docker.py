@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from app.settings import Settings
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 
@@ -70,6 +72,9 @@ def test_compose_serves_on_8000_with_healthcheck_and_restart_policy(compose: dic
     assert any("/health" in part for part in service["healthcheck"]["test"])
     assert service["healthcheck"]["start_period"]
     assert service["restart"] in ("unless-stopped", "always", "on-failure")
+    # a stop leaves time to answer what was admitted: longer than a request may take
+    grace = service["stop_grace_period"]
+    assert grace.endswith("s") and float(grace[:-1]) > Settings().request_timeout_s, grace
 
 
 def test_compose_gpu_variant_reserves_an_nvidia_device() -> None:

@@ -657,3 +657,25 @@ def test_the_image_command_listens_and_keeps_alive_as_the_uvicorn_variables_say(
     finally:
         process.terminate()
         assert process.wait(60) == 0
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_port_in_use_stops_the_start_in_one_line_before_anything_loads(models: str, workers: str) -> None:
+    """Another process listens on the port: one line on stderr saying so, exit status 3, and no model loaded
+    nor "ready" logged (it had said ready after uvicorn's bind error)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "ENCODER_DEVICE": "cpu", "ENCODER_MODELS": models}
+        env |= {"ENCODER_WORKERS": workers, "ENCODER_RUNTIME": "torch"}
+        command = [sys.executable, "-m", "app.serve", "--port", str(port)]
+        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 3, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1] == (
+        f"cannot listen on 127.0.0.1:{port}: Address already in use; another process listens there: stop it, or "
+        "choose another --port"
+    ), result.stderr
+    said = result.stderr + result.stdout
+    assert "ready:" not in said and "loaded " not in said and len(lines) == 1, said
