@@ -307,6 +307,7 @@ def listen_or_exit(host: str, port: int) -> socket.socket:
         hint = "; another process listens there: stop it, or choose another --port" if taken else ""
         print(f"cannot listen on {host}:{port}: {error.strerror or error}{hint}", file=sys.stderr)
         sys.exit(EXIT_CANNOT_LISTEN)
+    logger.info("listening on http://%s:%d", f"[{host}]" if ":" in host else host, port)
     return listener
 
 

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.accuracy import top10_agreement
-from bench.run import cpu_flags, machine, make_sentences, write_benchmarks
+from bench.accuracy import accuracy_cells
+from bench.run import cpu_flags, machine, make_sentences, publish
 from bench.runtimes import embed
 from model import load_model
 from model.loader import cpu_bfloat16, cpu_threads, example_batch
@@ -136,29 +136,19 @@ def main() -> None:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name in names:
-        cosine = (vectors[name] * reference).sum(axis=1)
         rate = statistics.median(rates[name])
         rows.append(
-            f"| {name} | {rate:,.0f} | {rate / base:.2f} | {cosine.min():.6f} | {cosine.mean():.6f} | "
-            f"{top10_agreement(vectors[name], reference):.3f} | {took[name]:.1f} |"
+            f"| {name} | {rate:,.0f} | {rate / base:.2f} | {accuracy_cells(vectors[name], reference)} | "
+            f"{took[name]:.1f} |"
         )
-    text = "\n".join(
-        [
-            f"## {SECTION}",
-            "",
-            f"Measured on {machine()}; CPU flags: {cpu_flags()}; {threads} threads.",
-            f"Command: `python -m bench.int8 --sentences {args.sentences} --rounds {args.rounds}`. all-MiniLM-L6-v2's "
-            f"pass converted by OpenVINO and quantized by NNCF; speed on {len(speed_texts)} generated sentences, "
-            f"median of {args.rounds} rounds taking turns; accuracy on {len(sentences)} others against OpenVINO "
-            "float32 (equal to torch float32 within 1e-5).",
-            "",
-            *rows,
-            "",
-        ]
-    )
-    print(text)
-    if not args.no_write:
-        write_benchmarks(text, SECTION)
+    about = [
+        f"Measured on {machine()}; CPU flags: {cpu_flags()}; {threads} threads.",
+        f"Command: `python -m bench.int8 --sentences {args.sentences} --rounds {args.rounds}`. all-MiniLM-L6-v2's "
+        f"pass converted by OpenVINO and quantized by NNCF; speed on {len(speed_texts)} generated sentences, "
+        f"median of {args.rounds} rounds taking turns; accuracy on {len(sentences)} others against OpenVINO "
+        "float32 (equal to torch float32 within 1e-5).",
+    ]
+    publish(SECTION, about, rows, not args.no_write)
 
 
 if __name__ == "__main__":

@@ -709,6 +709,15 @@ def peer_version() -> str:
         return "?"
 
 
+def publish(section: str, about: list[str], rows: list[str], write: bool) -> None:
+    """A section of BENCHMARKS.md: its title, what was measured (the machine, the command), its table; printed,
+    and written into the file where ``write``."""
+    text = "\n".join([f"## {section}", "", *about, "", *rows, ""])
+    print(text)
+    if write:
+        write_benchmarks(text, section)
+
+
 def write_benchmarks(section: str, device: str) -> None:
     path = ROOT / "BENCHMARKS.md"
     header = (

@@ -88,7 +88,7 @@ class Precision:
 def resolve_precision(dtype: str, device: torch.device, checkpoint: torch.dtype = torch.float32) -> Precision:
     """'auto': on CUDA float16, or bfloat16 for a checkpoint stored in it (float16 overflows in models trained
     in bfloat16, Gemma's among them); on a CPU float32, exact (equal to sentence-transformers): a lower precision
-    there is the user's choice, made knowing its cost (README, "On a CPU"). ``checkpoint`` is the dtype the
+    there is the user's choice, made knowing its cost (docs/models.md, "On a CPU"). ``checkpoint`` is the dtype the
     checkpoint stores its weights in. A quantized precision (int8) is the CPU's alone, torch's side of it float32."""
     if dtype in QUANTIZED:
         if device.type != "cpu":
@@ -443,7 +443,7 @@ def load_model(
         _name(stored),
         _name(precision.explicit),
         "" if precision.shared else f" and in {_name(precision.weights)} for the embedding pass",
-        _name(precision.compute),
+        _name(precision.compute) if model.quantized is None else f"{model.quantized} weights on OpenVINO's pass",
         f"; {model.scores_method} scores" if model.scores_method else "",
         model.runtime,
         why,

@@ -110,3 +110,18 @@ def test_top10_agreement_counts_the_neighbours_both_find() -> None:
     moved = reference.copy()
     moved[11] = moved[0]  # the farthest text becomes the nearest: text 10 drops out of the ten
     assert top10_agreement(moved, reference, queries=1) == 0.9
+
+
+def test_accuracy_cells_are_least_and_mean_cosine_and_top10() -> None:
+    """120 texts along the axes (the first 100 the queries): identical, every cell 1; one text turned to cosine
+    0.6 of its place (toward an axis no other text lies on), the least cosine 0.6 and the mean (119 + 0.6) / 120."""
+    import numpy as np
+
+    from bench.accuracy import accuracy_cells
+
+    reference = np.eye(121, dtype=np.float64)[:120]  # unit vectors, the 121st axis left free
+    assert accuracy_cells(reference, reference) == "1.000000 | 1.000000 | 1.000"
+    moved = reference.copy()
+    moved[5] = 0.6 * reference[5] + 0.8 * np.eye(121)[120]
+    least, mean, _ = accuracy_cells(moved, reference).split(" | ")
+    assert (least, mean) == ("0.600000", f"{(119 + 0.6) / 120:.6f}")

@@ -21,8 +21,10 @@ async def info(model: Model, settings: SettingsDep) -> Response:
     return json_response(describe(model, settings))
 
 
-@open_router.api_route("/health", methods=["GET", "HEAD"], response_model=HealthResponse)
-@open_router.api_route("/ready", methods=["GET", "HEAD"], response_model=HealthResponse)
+@open_router.get("/health", response_model=HealthResponse)
+@open_router.get("/ready", response_model=HealthResponse)
+@open_router.head("/health", include_in_schema=False)  # one operation each in the schema: HEAD is GET's
+@open_router.head("/ready", include_in_schema=False)
 async def health(request: Request) -> Response:
     """200 once every model is loaded and has run a warm-up pass; 503 not_ready before. ``/ready`` is the same
     probe under the name orchestrators look for; HEAD answers as GET, without a body (probes that use HEAD)."""

@@ -558,9 +558,9 @@ async def dispatch(
 health_router = APIRouter(tags=[TAG], responses={status: TEI_RESPONSES[status] for status in (404, 503)})
 
 
-@health_router.api_route(
+@health_router.head("/health", include_in_schema=False)  # as GET; not a second operation in the schema
+@health_router.get(
     "/health",
-    methods=["GET", "HEAD"],
     response_class=Response,
     responses={200: {"description": "ready (no body)"}},
     summary="TEI: 200 when the model is ready, else 503",

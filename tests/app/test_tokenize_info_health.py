@@ -174,3 +174,11 @@ async def test_int8_is_reported_where_it_runs(tiny_model_dir: Path) -> None:
         assert (info["runtime"], info["dtype"], info["weights_dtype"]) == ("openvino", "int8", "int8")
         assert 'dtype="int8"' in (await client.get("/metrics")).text
         assert (await client.post("/encode", json={"texts": ["hello world"]})).status_code == 200
+
+
+def test_every_operation_in_the_schema_has_its_own_id() -> None:
+    """HEAD answers as GET without being a second operation: duplicate operationIds break generated clients."""
+    schema = app.main.create_app().openapi()
+    ids = [operation["operationId"] for operations in schema["paths"].values() for operation in operations.values()]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    assert list(schema["paths"]["/ready"]) == ["get"] and list(schema["paths"]["/health"]) == ["get"]

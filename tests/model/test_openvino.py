@@ -35,6 +35,19 @@ def shapes(model: TextEncoder) -> list[tuple[torch.Tensor, torch.Tensor, torch.T
     return [model.to_tensors(tokenizer.pad(encodings)) for encodings in batches]
 
 
+def load_uncompilable(
+    directory: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, **options: str
+) -> TextEncoder:
+    """The model at ``directory`` loaded (as "tiny") where OpenVINO refuses to convert it, the log captured."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("Cannot convert operation aten::made_up")
+
+    monkeypatch.setattr(OpenVINOPass, "__init__", refuse)
+    with caplog.at_level(logging.INFO, logger="model.loader"):
+        return load_model(directory, device="cpu", name="tiny", **options)  # type: ignore[arg-type]
+
+
 def real_tokens(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return hidden.float()[mask.bool()]  # (N, D): padding is don't-care
 
@@ -136,12 +149,7 @@ def test_int8_without_nncf_is_refused_at_start(tiny_model_dir: Path, monkeypatch
 def test_int8_a_model_openvino_cannot_compile_keeps_float32_torch_and_says_why(
     tiny_model_dir: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("Cannot convert operation aten::made_up")
-
-    monkeypatch.setattr(OpenVINOPass, "__init__", refuse)
-    with caplog.at_level(logging.INFO, logger="model.loader"):
-        model = load_model(tiny_model_dir, device="cpu", dtype="int8", runtime="auto", name="tiny")
+    model = load_uncompilable(tiny_model_dir, caplog, monkeypatch, dtype="int8", runtime="auto")
     assert (model.runtime, model.precision) == ("torch (traced)", "float32")
     assert "tiny: OpenVINO could not compile it: RuntimeError: Cannot convert operation aten::made_up" in caplog.text
     assert "so float32 on torch" in caplog.text
@@ -164,12 +172,7 @@ def test_auto_times_both_and_says_which_and_why(tiny_model_dir: Path, caplog: py
 def test_a_model_openvino_cannot_compile_keeps_the_torch_pass_and_says_why(
     tiny_model_dir: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("Cannot convert operation aten::made_up")
-
-    monkeypatch.setattr(OpenVINOPass, "__init__", refuse)
-    with caplog.at_level(logging.INFO, logger="model.loader"):
-        model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="openvino", name="tiny")
+    model = load_uncompilable(tiny_model_dir, caplog, monkeypatch, dtype="float32", runtime="openvino")
     assert model.runtime == "torch (traced)"
     assert (
         "tiny: OpenVINO could not compile it: RuntimeError: Cannot convert operation aten::made_up; the torch "
