@@ -6,7 +6,7 @@
 #   make test-fast   the suite without the browser and the server-process tests: the quick local loop
 #   make bench   the benchmark: the service over HTTP against the reference libraries in-process
 #   make bench-peers   the same, with infinity-emb (in its own environment, .venv-peers) driven alike
-#   make bench-cpu-peers   sentence-transformers' ONNX Runtime and OpenVINO backends and ours, in the same rounds
+#   make bench-cpu-peers   sentence-transformers' ONNX Runtime and OpenVINO backends and ours (in process and over HTTP), in the same rounds
 #   make bench-inspection   /similarity with explain against /encode, npz attention against transformers
 #   make deploy-check   render the Kubernetes manifests and check them (kubernetes-validate, checkov)
 #   make gpu-check   on a GPU host, in about 8 minutes: the CUDA tests and the GPU figures (scripts/gpu_check.sh)
@@ -122,7 +122,7 @@ $(CPU_PEERS)/.installed: constraints.txt
 
 # In process, in one run: sentence-transformers' backends (a child in their environment) taking turns with ours.
 bench-cpu-peers: install-dev $(CPU_PEERS)/.installed
-	$(BIN)/python -m bench.runtimes --peers $(CPU_PEERS)/bin/python $(BENCH_ARGS)
+	$(BIN)/python -m bench.runtimes --peers $(CPU_PEERS)/bin/python --http $(BENCH_ARGS)
 
 bench-inspection: install-dev
 	$(BIN)/python -m bench.inspection $(BENCH_ARGS)

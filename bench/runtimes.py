@@ -1,6 +1,6 @@
 """The embedding pass on each runtime and precision of a CPU, in process: speed and accuracy against float32 torch.
 
-    .venv/bin/python -m bench.runtimes [--sentences 1100] [--rounds 3] [--no-write] [--peers PYTHON]
+    .venv/bin/python -m bench.runtimes [--sentences 1100] [--rounds 3] [--no-write] [--peers PYTHON] [--http]
 
 For the bundled all-MiniLM-L6-v2 (the only real weights here: random weights say nothing about accuracy), each
 variant — torch float32 (the traced pass), OpenVINO float32 (its precision hint f32), where the CPU has
@@ -17,6 +17,9 @@ ENCODER_DTYPE=int8 (OpenVINO, int8 weights) — embeds the same generated senten
 With ``--peers`` (``make bench-cpu-peers``) sentence-transformers' own CPU backends — torch, ONNX Runtime float32
 and dynamic int8, OpenVINO float32 and at its default precision — take their turns too, in the same rounds, from a
 child process in their own environment (bench/cpu_peers.py), on the same sentences against the same reference.
+With ``--http`` the service itself takes its turns as well (``python -m app.serve`` in its own process, one for
+each precision the CPU offers: float32, bfloat16, int8), over keep-alive HTTP: 4 clients each sending 32 texts a
+request in the "passes of 32" columns, one client sending one text at a time in the "one text" columns.
 
 Prints a table and, unless ``--no-write``, puts it into BENCHMARKS.md under "Runtimes and precisions (CPU)".
 """
@@ -24,6 +27,7 @@ Prints a table and, unless ``--no-write``, puts it into BENCHMARKS.md under "Run
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import subprocess
@@ -33,10 +37,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import orjson
 import torch
 
-from bench.accuracy import top10_agreement
-from bench.run import ROOT, cpu_flags, machine, make_sentences, write_benchmarks
+from bench.accuracy import accuracy_cells
+from bench.run import ROOT, Connection, cpu_flags, drive, free_port, machine, make_sentences, publish, start_service
 from model import EmbeddingSpec, TextEncoder, load_model
 from model.loader import cpu_bfloat16
 from model.openvino_pass import quantizer_available
@@ -67,6 +72,43 @@ def embed(model: TextEncoder, texts: list[str], size: int) -> np.ndarray:
     return np.stack(out)
 
 
+class Served:
+    """The service in its own process (``python -m app.serve``, as make serve runs it) at one precision: its turns
+    over keep-alive HTTP, 4 clients × 32 texts a request and one client × one text, and its embeddings."""
+
+    def __init__(self, dtype: str) -> None:
+        self.port = free_port()
+        began = time.perf_counter()
+        self.process = start_service(self.port, {"ENCODER_DTYPE": dtype}, quiet=True, supervised=True)
+        self.load_s = time.perf_counter() - began
+
+    def rate(self, texts: list[str], size: int, clients: int) -> float:
+        bodies = [orjson.dumps({"texts": texts[at : at + size]}) for at in range(0, len(texts), size)]
+        run = asyncio.run(drive("service", "127.0.0.1", self.port, "/encode", bodies, size, clients, 600.0))
+        assert run.errors == 0, f"{run.errors} requests failed"
+        return run.rate
+
+    def vectors(self, texts: list[str]) -> np.ndarray:
+        async def ask() -> list[list[float]]:
+            connection = await Connection.open("127.0.0.1", self.port)
+            out = []
+            for at in range(0, len(texts), 32):
+                status, payload = await connection.request(
+                    "POST", "/encode", orjson.dumps({"texts": texts[at : at + 32]})
+                )
+                assert status == 200, payload
+                out += [row["embedding"] for row in orjson.loads(payload)["data"]]
+            connection.close()
+            return out
+
+        vectors = np.asarray(asyncio.run(ask()), dtype=np.float32)
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(60)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=1100, help="sentences embedded for the accuracy")
@@ -75,6 +117,9 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     parser.add_argument(
         "--peers", type=Path, default=None, help="a Python with sentence-transformers' backends (bench/cpu_peers.py)"
+    )
+    parser.add_argument(
+        "--http", action="store_true", help="the service over HTTP too, at each precision, in the same rounds"
     )
     args = parser.parse_args()
 
@@ -96,6 +141,16 @@ def main() -> None:
         began = time.perf_counter()
         models[name] = load()
         started[name] = time.perf_counter() - began
+    services: dict[str, Served] = {}
+    if args.http:
+        for dtype in (
+            "float32",
+            *(["bfloat16"] if cpu_bfloat16() else []),
+            *(["int8"] if quantizer_available() else []),
+        ):
+            name = f"the service over HTTP, ENCODER_DTYPE={dtype} (4 clients × 32; 1 × 1)"
+            services[name] = Served(dtype)
+            started[name] = services[name].load_s
     sentences = make_sentences(args.sentences, seed=11)
     speed_texts = make_sentences(args.speed_sentences, seed=12)
     singles = speed_texts[: max(16, args.speed_sentences // 10)]
@@ -109,13 +164,19 @@ def main() -> None:
     with torch.inference_mode():
         for model in models.values():  # warm up
             embed(model, speed_texts[:64], 32)
-        names = list(models) + (list(loaded["load_s"]) if peers is not None else [])
+        for service in services.values():  # warm up
+            service.rate(speed_texts[:64], 32, 4)
+        names = list(models) + list(services) + (list(loaded["load_s"]) if peers is not None else [])
         if peers is not None:
             started.update(loaded["load_s"])
         rates: dict[str, dict[str, list[float]]] = {name: {"32": [], "1": []} for name in names}
         for round_ in range(args.rounds):
             order = names[round_ % len(names) :] + names[: round_ % len(names)]
             for name in order:
+                if name in services:  # the service's turn, over HTTP
+                    rates[name]["32"].append(services[name].rate(speed_texts, 32, 4))
+                    rates[name]["1"].append(services[name].rate(singles, 1, 1))
+                    continue
                 if name not in models:  # a peer's turn, in its process
                     answer = ask(f"speed {name}")
                     assert isinstance(answer, dict)
@@ -129,6 +190,9 @@ def main() -> None:
                 embed(models[name], singles, 1)
                 rates[name]["1"].append(len(singles) / (time.perf_counter() - began))
         vectors = {name: embed(model, sentences, 32) for name, model in models.items()}
+        vectors.update({name: service.vectors(sentences) for name, service in services.items()})
+        for service in services.values():
+            service.stop()
     if peers is not None:
         with tempfile.TemporaryDirectory() as scratch:
             saved = Path(scratch) / "peers.npz"
@@ -148,35 +212,24 @@ def main() -> None:
         "|---|---:|---|---:|---|---:|---:|---:|---:|",
     ]
     for name in names:
-        cosine = (vectors[name] * reference).sum(axis=1)  # both normalised
         cells = []
         for size in ("32", "1"):
             by_round = ", ".join(f"{a / b:.2f}" for a, b in zip(rates[name][size], base[size], strict=True))
             cells += [f"{statistics.median(rates[name][size]):,.0f}", by_round]
         rows.append(
-            f"| {name} | {' | '.join(cells)} | {cosine.min():.6f} | {cosine.mean():.6f} | "
-            f"{top10_agreement(vectors[name], reference):.3f} | {started[name]:.1f} |"
+            f"| {name} | {' | '.join(cells)} | {accuracy_cells(vectors[name], reference)} | {started[name]:.1f} |"
         )
-    text = "\n".join(
-        [
-            f"## {SECTION}",
-            "",
-            f"Measured on {machine()}; CPU flags: {cpu_flags()}; torch threads {torch.get_num_threads()}.",
-            f"Command: `python -m bench.runtimes --sentences {args.sentences} --rounds {args.rounds}"
-            f"{' --peers ' + str(args.peers) if args.peers else ''}`. "
-            "all-MiniLM-L6-v2 in process through TextEncoder.embed_encodings; speed on "
-            f"{len(speed_texts)} generated sentences (and {len(singles)} one at a time), median of {args.rounds} "
-            f"rounds taking turns; accuracy on {len(sentences)} others against torch float32 (top-10: 100 "
-            f"queries among {len(sentences) - 100}). "
-            "`load s`: loading, converting, compiling.",
-            "",
-            *rows,
-            "",
-        ]
-    )
-    print(text)
-    if not args.no_write:
-        write_benchmarks(text, SECTION)
+    about = [
+        f"Measured on {machine()}; CPU flags: {cpu_flags()}; torch threads {torch.get_num_threads()}.",
+        f"Command: `python -m bench.runtimes --sentences {args.sentences} --rounds {args.rounds}"
+        f"{' --peers ' + str(args.peers) if args.peers else ''}{' --http' if args.http else ''}`. "
+        "all-MiniLM-L6-v2 in process through TextEncoder.embed_encodings; speed on "
+        f"{len(speed_texts)} generated sentences (and {len(singles)} one at a time), median of {args.rounds} "
+        f"rounds taking turns; accuracy on {len(sentences)} others against torch float32 (top-10: 100 "
+        f"queries among {len(sentences) - 100}). "
+        "`load s`: loading, converting, compiling.",
+    ]
+    publish(SECTION, about, rows, not args.no_write)
 
 
 if __name__ == "__main__":
