@@ -441,7 +441,7 @@ class Explanation(BaseModel):
         description="[i][j]: the part of the score due to source token i and text token j; they sum to the score"
     )
     method: str = Field(
-        description="how the pooling's cosine splits into token pairs (README, Similarity explained): "
+        description="how the pooling's cosine splits into token pairs (docs/guide.md, Similarity explained): "
         "mean_pooling_exact (API.md's formula), weighted_mean_exact, max_pooling_component_holders, cls_token, "
         "last_token, or maxsim (a multi-vector model: each source vector's best match)"
     )

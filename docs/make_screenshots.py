@@ -1,4 +1,4 @@
-"""Screenshots of each view of the attention viewer, for the README: `make screenshots`."""
+"""Screenshots of each view of the attention viewer, for docs/viewer.md: `make screenshots`."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ must be zero. The figures (requests, failures, retries, p99 during the fault) ar
 
     .venv/bin/python -m pytest tests/deploy/test_failover.py -s
 
-to see them (the README's "Deploying" section quotes them).
+to see them (docs/operations.md's "Deploying" section quotes them).
 """
 
 from __future__ import annotations
