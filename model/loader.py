@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from model.backends import EagerPass, PassBackend, TracedPass
 from model.card import read_card
 from model.checkpoint import BGE_M3_COLBERT, BGE_M3_SPARSE
-from model.encoder import Encoder
+from model.encoder import Encoder, PositionwiseFeedForward
 from model.graphs import GraphedPass
 from model.heads import SequenceClassificationHead
 from model.outputs import GPU_PASS_TOKENS
@@ -431,6 +431,9 @@ def load_model(
         # on an H100 (BENCHMARKS.md, "make gpu-check on an H100"). The trace cannot hold it: it would fix the
         # longest row's length.
         model.passes.varlen = True
+        for module in model.passes.modules():  # the GELU in the product's epilogue, in half precision
+            if isinstance(module, PositionwiseFeedForward):
+                module.fuse_gelu()
         model.backends = tuple(backend for backend in model.backends if not isinstance(backend, TracedPass))
     logger.info(
         "loaded %s (%s) from %s on %s in %.2f s: the checkpoint's %s weights kept in %s%s, products in %s%s; "

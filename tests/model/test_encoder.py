@@ -18,7 +18,7 @@ from model import (
     sinusoidal_positional_encoding,
 )
 from model.config import Activation, PositionEmbedding
-from model.encoder import padding_mask
+from model.encoder import PositionwiseFeedForward, padding_mask
 
 # Printed in seeds/multi_head_attention_positional_encoding_layernorm.txt for sequence_length=10, d_model=6.
 SEED_PE_10x6 = [
@@ -234,3 +234,32 @@ def test_every_activation_a_config_or_checkpoint_can_name_is_one_module_of_the_t
     }
     assert named <= set(ACTIVATIONS), named - set(ACTIVATIONS)
     assert set(get_args(Activation)) == set(HF_ACTIVATIONS.values())  # every config activation is read from one
+
+
+@pytest.mark.parametrize(
+    "device",
+    ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))],
+)
+def test_the_gelu_in_the_products_epilogue_stays_near_the_exact_gelu(device: str) -> None:
+    """``PositionwiseFeedForward.fuse_gelu`` (the half-precision passes on a GPU): on the packed (N, D) tokens the
+    first product and its GELU are one call. cuBLASLt's epilogue computes the tanh form, within 4.7 · 10⁻⁴ of the
+    exact GELU; torch computes the exact one on a CPU. (B, T, D) inputs and other activations keep the module's."""
+    torch.manual_seed(0)
+    ffn = PositionwiseFeedForward(32, 64, "gelu").to(device)
+    x = torch.randn(50, 32, device=device) * 3
+    with torch.inference_mode():
+        hidden = ffn.expand(x)
+        exact = ffn.contract(torch.nn.functional.gelu(hidden))
+        tanh_form = ffn.contract(torch.nn.functional.gelu(hidden, approximate="tanh"))
+        assert ffn.fuse_gelu()
+        fused = ffn(x)
+        torch.testing.assert_close(fused, tanh_form if device == "cuda" else exact, atol=1e-5, rtol=1e-5)
+        bound = 4.7e-4 * ffn.contract.weight.abs().sum(dim=1)  # (D,): each output sums F such differences
+        assert ((fused - exact).abs() <= bound + 1e-5).all()
+        torch.testing.assert_close(ffn(x[None]), exact[None], atol=1e-6, rtol=1e-6)  # (B, T, D): the module's GELU
+        if device == "cuda":
+            half = ffn.half()
+            torch.testing.assert_close(half(x.half()).float(), tanh_form, atol=2e-2, rtol=1e-2)
+    assert not PositionwiseFeedForward(32, 64, "relu").fuse_gelu()
+    assert not PositionwiseFeedForward(32, 64, "gelu", glu=True).fuse_gelu()
+    assert not PositionwiseFeedForward(32, 64, "gelu", bias=False).fuse_gelu()
