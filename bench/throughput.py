@@ -8,6 +8,8 @@ counts) it times, after a warm-up:
 
 - ours: the service's embedding pass (``TextEncoder.last_hidden_state``, the traced graph) on tensors already
   on the device;
+- ours, the GELU apart: the same where the pass computes the feed-forward's GELU in the product's epilogue (a
+  GPU in half precision), with the GELU as a kernel of its own;
 - transformers: ``AutoModel`` in the same dtype (its default attention, SDPA), on the same tensors;
 
 and prints tokens/s, the matrix-product rate that implies (the FLOPs of the products a token needs, counted
@@ -16,7 +18,9 @@ plain float16 (bfloat16 on a CPU) 8192³ matrix product measured on the same dev
 GPU whose dense float16 peak is in PEAKS it is also given as a share of that datasheet figure.
 
 Device time is measured with CUDA events around ``repeats`` passes (host clock on the CPU); the median
-of ``rounds`` such runs is reported.
+of ``rounds`` such runs is reported. With ``--profile`` each pass is then run once more at the largest batch
+under torch's profiler, and the operations that took the most device time (CPU time without a GPU) are listed:
+where one pass spends what the other does not.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import torch
 
 from model import TextEncoder, load_model
 from model.config import EncoderConfig
+from model.encoder import PositionwiseFeedForward
 
 # Dense (no sparsity) float16 tensor-core peaks from the vendors' datasheets, TFLOP/s, by device-name fragment.
 PEAKS = {
@@ -131,6 +136,18 @@ def packed(model: TextEncoder, inputs: tuple[torch.Tensor, torch.Tensor, torch.T
         encoder.varlen = served
 
 
+def gelu_apart(model: TextEncoder, inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> object:
+    """Ours with the feed-forward's GELU as a kernel of its own (``PositionwiseFeedForward.fuse_gelu`` undone)."""
+    fused = [m for m in model.passes.modules() if isinstance(m, PositionwiseFeedForward) and m.gelu_in_product]
+    for module in fused:
+        module.gelu_in_product = False
+    try:
+        return ours(model, inputs)
+    finally:
+        for module in fused:
+            module.gelu_in_product = True
+
+
 def theirs(reference: torch.nn.Module, model: TextEncoder, inputs: tuple[torch.Tensor, ...]) -> object:
     input_ids, mask, segments = inputs
     kwargs = {"input_ids": input_ids, "attention_mask": mask}
@@ -139,6 +156,27 @@ def theirs(reference: torch.nn.Module, model: TextEncoder, inputs: tuple[torch.T
     autocast = model.device.type == "cpu" and model.dtype != torch.float32  # as ours: float32 weights, autocast
     with torch.inference_mode(), torch.autocast(model.device.type, dtype=model.dtype, enabled=autocast):
         return reference(**kwargs).last_hidden_state
+
+
+def profiled(who: str, run: Callable[[], object], device: torch.device, rows: int = 12) -> None:
+    """The operations of ``run`` (after a warm-up call) that took the most device time, as torch's profiler
+    tables them, with the number of kernels launched a pass."""
+    from torch.profiler import ProfilerActivity, profile
+
+    run()
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as recorded:
+        run()
+        if cuda:
+            torch.cuda.synchronize(device)
+    averages = recorded.key_averages()
+    sort_by = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    print(f"\n### {who}: the operations that took the most {'device' if cuda else 'CPU'} time in one pass\n")
+    print(averages.table(sort_by=sort_by, row_limit=rows, max_name_column_width=60))
+    if cuda:
+        kernels = sum(event.count for event in averages if event.device_type == torch.autograd.DeviceType.CUDA)
+        print(f"kernels launched in the pass: {kernels}")
 
 
 def main() -> None:
@@ -153,6 +191,9 @@ def main() -> None:
         "--padded", action="store_true", help="rows of 1/4 to all of --length real tokens, the rest padding"
     )
     parser.add_argument("--packed", action="store_true", help="also the eager pass with packed attention (varlen)")
+    parser.add_argument(
+        "--profile", action="store_true", help="then the operations of each pass at the largest batch, profiled"
+    )
     args = parser.parse_args()
 
     path = args.model
@@ -192,6 +233,7 @@ def main() -> None:
     print(header)
     print("|---|---|---:|---:|---:|" + ("---:|" if sheet else ""))
     generator = torch.Generator().manual_seed(0)
+    passes: list[tuple[str, Callable[[], object]]] = []
     for rows in rows_list:
         ids = torch.randint(1000, model.config.vocab_size, (rows, length), generator=generator)
         mask = torch.ones_like(ids)
@@ -204,9 +246,11 @@ def main() -> None:
         tokens = int(mask.sum())  # real tokens: what a pass is for
         repeats = max(1, min(50, (2 << 20) // tokens)) if cuda else 1
         inputs = (input_ids, mask, segments)
-        passes: list[tuple[str, Callable[[], object]]] = [("ours", partial(ours, model, inputs))]
+        passes = [("ours", partial(ours, model, inputs))]
         if args.packed:
             passes.append(("ours, packed attention (eager)", partial(packed, model, inputs)))
+        if any(isinstance(m, PositionwiseFeedForward) and m.gelu_in_product for m in model.passes.modules()):
+            passes.append(("ours, the GELU apart", partial(gelu_apart, model, inputs)))
         if reference is not None:
             passes.append(("transformers", partial(theirs, reference, model, inputs)))
         for who, run in passes:
@@ -216,6 +260,9 @@ def main() -> None:
             line = f"| {rows} × {length} | {who} | {rate:,.0f} | {tflops / 1e12:.1f} | {tflops / peak:.1%} |"
             line += f" {tflops / sheet[1]:.1%} |" if sheet else ""
             print(line, flush=True)
+    if args.profile:
+        for who, run in passes:  # the largest batch's
+            profiled(f"{who}, {rows_list[-1]} × {length}", run, device)
     if cuda:
         print(f"\npeak GPU memory held by torch's tensors: {torch.cuda.max_memory_allocated(device) / 2**20:.0f} MiB")
 

@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# The checks and figures of a GPU host, in one run of about 8 minutes (make gpu-check):
+# The checks and figures of a GPU host, in one run of about 7 minutes (make gpu-check):
 #
 #   1. the machine: GPU, driver, torch, CPU model and flags
-#   2. the pass at full batches (bench.throughput): ours as served (CUDA graphs, else the traced pass), ours with
-#      the attention core on packed tokens (flash attention's variable-length kernel), transformers' SDPA; the
-#      bundled model without and with padding, a BERT-base shape without
-#   3. the CUDA tests: the model's parity tests on every device (tests/model) and the service on the GPU
-#   4. make bench's (a), (b) and (e) against sentence-transformers in float16, for ENCODER_WORKERS = 1, 2, 4, 8
-#   5. a Qwen3-0.6B-shaped decoder in bfloat16 and float16 on the GPU, ours against transformers
-#   6. the CPU with the GPU hidden: make bench's (a), (b) and idle, float32 and the `auto` dtype (ENCODER_RUNTIME
-#      auto: OpenVINO where it is there and the faster), and where OpenVINO is installed, bench.runtimes
+#   2. the CUDA tests: every CUDA case of the model's tests (tests/model: parity, families, encoder, graphs) and the
+#      service on the GPU (tests/app/test_gpu.py)
+#   3. the pass at full batches without padding (bench.throughput --profile): ours as served (a CUDA graph where
+#      one holds the batch, else the eager pass with the attention core on the packed tokens) against
+#      transformers' SDPA, the bundled model and a BERT-base shape, then each pass's operations at the largest
+#      batch under torch's profiler
+#   4. a Qwen3-0.6B-shaped decoder in bfloat16 and float16 on the GPU, ours against transformers
+#   5. make bench's (a), (b) and (e) against sentence-transformers in float16, for ENCODER_WORKERS = 1, 4, 8
+#   6. the CPU with the GPU hidden: make bench's (a), (b) and idle with the service's defaults (and, where OpenVINO
+#      is installed, bench.runtimes)
 #
 # Each step has a time limit, so the run ends whatever a step does; each writes its log to $OUT (default
-# build/gpu-check) and a line to the summary printed at the end: eight logs, no more (a lent machine hands back
-# no more files than that). Where the service's packages are missing and ./.whl holds wheels (what the host
-# lacks), they are installed into a folder on PYTHONPATH first. On a machine without a GPU the same steps run
-# on the CPU: GPU_CHECK_QUICK=1 makes them small, to try the script end to end.
+# build/gpu-check) and a line to the summary printed at the end: seven logs (a lent machine hands back no more
+# than eight files). Where the service's packages are missing and ./.whl holds wheels (what the host lacks), they
+# are installed into a folder on PYTHONPATH first. On a machine without a GPU the same steps run on the CPU:
+# GPU_CHECK_QUICK=1 makes them small, to try the script end to end. GPU_CHECK_STEPS="tests throughput" runs only
+# the steps named.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu-check}
@@ -31,9 +34,13 @@ if compgen -G ".whl/*.whl" >/dev/null && ! "$PY" -c "import fastapi, gt_all_mini
 fi
 
 SUMMARY=""
+STEPS=${GPU_CHECK_STEPS:-}  # the steps to run, by name, space-separated (all when unset): a rerun of a few
 step() {  # step NAME SECONDS COMMAND...: run it under a time limit, its output to $OUT/NAME.log
     local name=$1 limit=$2 started rc
     shift 2
+    if [ -n "$STEPS" ] && [[ " $STEPS " != *" $name "* ]]; then
+        return
+    fi
     started=$(date +%s)
     echo "== $name (at most ${limit} s): $*"
     timeout -k 10 "$limit" "$@" >"$OUT/$name.log" 2>&1
@@ -43,42 +50,44 @@ step() {  # step NAME SECONDS COMMAND...: run it under a time limit, its output 
 }
 
 if [ "$QUICK" = 1 ]; then
-    ROWS=(8 32) SMALL_ROWS=(8) WORKERS=(1 2) DECODER_LAYERS=2 TESTS=(tests/model/test_graphs.py tests/app/test_gpu.py)
+    ROWS=(8 32) WORKERS=(1 2) DECODER_LAYERS=2
 else
-    ROWS=(128 512 2048) SMALL_ROWS=(128 512) WORKERS=(1 2 4 8) DECODER_LAYERS=28 TESTS=(tests/model tests/app/test_gpu.py)
+    ROWS=(128 512 2048) WORKERS=(1 4 8) DECODER_LAYERS=28
 fi
 DEVICE=$("$PY" -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
 
 step machine 30 bash -c "nvidia-smi 2>&1 | head -15; lscpu | grep -E 'Model name|^CPU\(s\)|Flags'; \
     $PY -c 'import torch, transformers, sentence_transformers as st; print(\"torch\", torch.__version__, \
 \"transformers\", transformers.__version__, \"sentence-transformers\", st.__version__)'"
-step throughput 75 "$PY" -m bench.throughput --packed --rows "${ROWS[@]}"
-step throughput-padded 60 "$PY" -m bench.throughput --packed --padded --rows "${ROWS[@]}"
-step throughput-bert-base 75 "$PY" -m bench.throughput --packed --bert-base --rows "${SMALL_ROWS[@]}"
-step tests 150 "$PY" -m pytest -q -p no:cacheprovider --maxfail 10 --timeout 120 "${TESTS[@]}"
-step workers 170 "$PY" -m bench.run --quick --no-write --cases a,b,e --workers "${WORKERS[@]}"
+# The CUDA cases only (on a machine without a GPU, the graphs' and the service's tests, which skip there).
+step tests 150 "$PY" -m pytest -q -p no:cacheprovider --maxfail 20 --timeout 120 \
+    -k "cuda or test_graphs or test_gpu" \
+    tests/model/test_parity.py tests/model/test_families.py tests/model/test_encoder.py tests/model/test_graphs.py \
+    tests/app/test_gpu.py
+step throughput 90 "$PY" -m bench.throughput --profile --rows "${ROWS[@]}"
+step throughput-bert-base 90 "$PY" -m bench.throughput --profile --bert-base --rows "${ROWS[@]}"
 if [ "$DEVICE" = cuda ]; then
-    step decoder 75 "$PY" -m bench.decoders --device cuda --dtypes bfloat16 float16 --rounds 3 \
+    step decoder 60 "$PY" -m bench.decoders --device cuda --dtypes bfloat16 float16 --rounds 3 \
         --layers "$DECODER_LAYERS" --memory-dtypes none
 else
-    step decoder 75 "$PY" -m bench.decoders --dtypes float32 --rounds 1 --layers "$DECODER_LAYERS" --memory-dtypes none
+    step decoder 60 "$PY" -m bench.decoders --dtypes float32 --rounds 1 --layers "$DECODER_LAYERS" --memory-dtypes none
 fi
-step cpu 150 env CUDA_VISIBLE_DEVICES= bash -c "$PY -m bench.run --quick --no-write --cases a,b,idle && \
-    ENCODER_DTYPE=float32 $PY -m bench.run --quick --no-write --cases a,b,idle && \
+step workers 150 "$PY" -m bench.run --quick --no-write --cases a,b,e --workers "${WORKERS[@]}"
+step cpu 90 env CUDA_VISIBLE_DEVICES= bash -c "$PY -m bench.run --quick --no-write --cases a,b,idle && \
     if $PY -c 'import openvino' 2>/dev/null; then $PY -m bench.runtimes --no-write; fi"
 
 echo
 echo "== summary"
 printf '%s' "$SUMMARY"
-for log in throughput throughput-padded throughput-bert-base; do
+for log in throughput throughput-bert-base; do
     echo "== $log"
-    grep -E '^\||TFLOP/s|peak' "$OUT/$log.log" | tail -n 14
+    grep -E '^\||TFLOP/s|peak' "$OUT/$log.log" 2>/dev/null | tail -n 14
 done
 echo "== tests"
-tail -n 5 "$OUT/tests.log"
+tail -n 5 "$OUT/tests.log" 2>/dev/null
 echo "== workers"
-grep -E '^## |^\| \(|^\| idle' "$OUT/workers.log"
+grep -E '^## |^\| \(|^\| idle' "$OUT/workers.log" 2>/dev/null
 echo "== decoder"
-grep -E '^\||on cuda|on cpu' "$OUT/decoder.log" | tail -n 12
+grep -E '^\||on cuda|on cpu' "$OUT/decoder.log" 2>/dev/null | tail -n 12
 echo "== cpu"
-grep -E '^## |^\| \(|^\| idle|The service ran|^\| (torch|OpenVINO)' "$OUT/cpu.log"
+grep -E '^## |^\| \(|^\| idle|The service ran|^\| (torch|OpenVINO)' "$OUT/cpu.log" 2>/dev/null

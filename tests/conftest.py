@@ -7,9 +7,17 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+try:  # a dependency of the service wherever it installs; a GPU host given only its wheels lacks it
+    import openvino  # noqa: F401
+
+    OPENVINO = True
+except ImportError:
+    OPENVINO = False
 # Every service the tests start, in this process or in its own, computes its embedding pass compiled by OpenVINO
-# (the runtime on, and no start-up timing to wait for); tests of the choice itself set ENCODER_RUNTIME.
-os.environ.setdefault("ENCODER_RUNTIME", "openvino")
+# (the runtime on, and no start-up timing to wait for); tests of the choice itself set ENCODER_RUNTIME. Where
+# OpenVINO is missing (the GPU host's CUDA tests, scripts/gpu_check.sh), the CPU's pass runs on torch.
+os.environ.setdefault("ENCODER_RUNTIME", "openvino" if OPENVINO else "torch")
 
 import pytest
 
@@ -25,7 +33,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # The session's shared models run their embedding pass compiled by OpenVINO, as the service runs it where that is
 # the faster: every test through them (the services' parity with the references among them) runs with the runtime
 # on. Tests of the torch pass itself load their own models with runtime="torch" (load_model's default).
-RUNTIME = "openvino"
+RUNTIME = "openvino" if OPENVINO else "torch"
 
 
 @pytest.fixture(scope="session")
