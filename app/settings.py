@@ -6,21 +6,27 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ENCODER_", env_file=None, extra="ignore")
 
-    model_dir: Path | None = Field(
-        None, description="Hugging Face-layout model directory; the bundled all-MiniLM-L6-v2 when unset"
+    model: str | None = Field(
+        None,
+        description="the model to serve: a Hugging Face Hub id (org/name, or org/name@revision: a branch, tag or "
+        "commit), fetched into the Hugging Face cache at start (HF_HOME, HF_TOKEN, HF_HUB_OFFLINE as "
+        "huggingface_hub reads them), or a Hugging Face-layout directory; the bundled all-MiniLM-L6-v2 when unset",
     )
-    model_name: str | None = Field(None, description="name reported in responses; the directory's name when unset")
-    models: Annotated[list[tuple[str, Path]], NoDecode] = Field(
+    model_dir: Path | None = Field(None, description="as model, a directory only (kept for older configurations)")
+    model_name: str | None = Field(
+        None, description="name reported in responses; the Hub id (org/name) or the directory's name when unset"
+    )
+    models: Annotated[list[tuple[str, str | Path]], NoDecode] = Field(
         default_factory=list,
-        description="several models in one service: comma-separated name=directory entries, the first the "
-        "default; when set, model_dir and model_name are not used",
+        description="several models in one service: comma-separated name=model entries (a Hub id or a directory), "
+        "the first the default; when set, model, model_dir and model_name are not used",
     )
     device: str = Field("auto", description="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, …")
     dtype: Literal["auto", "float32", "float16", "bfloat16", "int8"] = Field(
@@ -159,14 +165,20 @@ class Settings(BaseSettings):
         for entry in (part.strip() for part in value.split(",")):
             if not entry:
                 continue
-            name, equals, directory = entry.partition("=")
-            if not equals or not name.strip() or not directory.strip():
-                raise ValueError(f"each entry must be name=directory, got {entry!r}")
-            entries.append((name.strip(), Path(directory.strip())))
+            name, equals, source = entry.partition("=")
+            if not equals or not name.strip() or not source.strip():
+                raise ValueError(f"each entry must be name=model (a Hub id or a directory), got {entry!r}")
+            entries.append((name.strip(), source.strip()))
         names = [name for name, _ in entries]
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique, got {', '.join(names)}")
         return entries
+
+    @model_validator(mode="after")
+    def _one_model_setting(self) -> Settings:
+        if self.model is not None and self.model_dir is not None:
+            raise ValueError("set ENCODER_MODEL or ENCODER_MODEL_DIR, not both")
+        return self
 
     @field_validator("api_keys", "cors_origins", mode="before")
     @classmethod

@@ -1,0 +1,254 @@
+"""Models named by Hugging Face Hub id: ``org/name``, or ``org/name@revision`` (a branch, tag or commit).
+
+    python -m app.download MODEL [MODEL ...]     fill the cache ahead of time (air-gapped hosts, images)
+
+Only the files the service reads are fetched: the JSON files at the top and one folder down (config, tokenizer,
+sentence-transformers' modules, Pooling and Dense configs), ``model.safetensors`` at the top and in the Dense
+folders, and BGE-M3's two heads (``sparse_linear.pt``, ``colbert_linear.pt``, read with ``weights_only``). They
+go to the standard Hugging Face cache (``HF_HUB_CACHE``, else ``HF_HOME``/hub, else ~/.cache/huggingface/hub),
+so a second start needs no network. ``HF_TOKEN`` is sent for gated and private models, ``HF_ENDPOINT`` names
+another Hub, and with ``HF_HUB_OFFLINE=1`` only the cache is read.
+
+A model counts as fetched once every file has arrived: the files are fetched one by one (each named in the log
+with its size), and only then is a record of them written into the snapshot (``COMPLETE``). A download that
+stalls (``HF_HUB_DOWNLOAD_TIMEOUT`` seconds without data, 10 by default) or breaks leaves no such record, so a
+partial model is never served: the next start fetches what is missing, and an offline start says it is
+incomplete. Every failure is one line naming the model (``DownloadError``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger("app.download")
+
+HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?$")
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+COMPLETE = ".encoder-service-complete.json"  # written into a snapshot once every file wanted has arrived
+HEADS = ("sparse_linear.pt", "colbert_linear.pt")  # BGE-M3's token-weight and multi-vector layers
+OTHER_FORMATS = {"onnx", "openvino", "coreml", "tf", "flax", "mlx", "gguf"}  # folders of exports not read here
+TRUE = ("1", "true", "yes", "on")
+
+
+class DownloadError(ValueError):
+    """A model that could not be had from the Hub or the cache: one line naming it and what to do."""
+
+
+@dataclass(frozen=True)
+class HubModel:
+    repo: str  # org/name
+    revision: str | None  # a branch, tag or commit; the default branch when None
+
+    @classmethod
+    def parse(cls, spec: str) -> HubModel | None:
+        """The Hub id in ``spec``, or None where it is not one (a path, say)."""
+        match = HUB_ID.match(spec)
+        return cls(match["repo"], match["revision"]) if match else None
+
+    def __str__(self) -> str:
+        return self.repo if self.revision is None else f"{self.repo}@{self.revision}"
+
+
+def wanted(filename: str) -> bool:
+    """Whether the service reads this file of a model repository."""
+    parts = filename.split("/")
+    if len(parts) > 2 or (len(parts) == 2 and parts[0] in OTHER_FORMATS):
+        return False
+    return parts[-1].endswith(".json") or parts[-1] == "model.safetensors" or filename in HEADS
+
+
+def cache_dir() -> Path:
+    """The Hugging Face cache, as huggingface_hub finds it (read now, not when it was imported)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    base = Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser()
+    return base / "huggingface" / "hub"
+
+
+def endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in TRUE
+
+
+def cached(model: HubModel) -> Path | None:
+    """The model's complete snapshot in the cache, None where there is none; DownloadError for an incomplete one."""
+    folder = cache_dir() / f"models--{model.repo.replace('/', '--')}"
+    revision = model.revision or "main"
+    commit = revision
+    if not COMMIT.match(revision):
+        try:
+            commit = (folder / "refs" / revision).read_text().strip()
+        except OSError:
+            return None
+    snapshot = folder / "snapshots" / commit
+    if not snapshot.is_dir():
+        return None
+    if not (snapshot / COMPLETE).is_file():
+        raise DownloadError(
+            f"the cached copy of {model} in {snapshot} is incomplete (a download was interrupted): fetch it again "
+            f"with network access (python -m app.download {model})"
+        )
+    return snapshot
+
+
+def fetch(model: HubModel) -> Path:
+    """The model's snapshot directory, fetched from the Hub where the cache lacks it (see the module's text)."""
+    if offline():
+        snapshot = cached(model)
+        if snapshot is None:
+            raise DownloadError(
+                f"{model} is not in the Hugging Face cache ({cache_dir()}) and HF_HUB_OFFLINE=1: fetch it first "
+                f"where the Hub can be reached (python -m app.download {model}), or unset HF_HUB_OFFLINE"
+            )
+        return snapshot
+
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    hub, token = endpoint(), os.environ.get("HF_TOKEN") or None
+    for name in ("httpx", "httpx2"):  # a line per request at INFO: the files fetched are logged below
+        logging.getLogger(name).setLevel(logging.WARNING)
+    if not sys.stderr.isatty():  # the per-file lines below are the progress; no bars in a log
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    try:
+        info = HfApi(endpoint=hub, token=token).model_info(model.repo, revision=model.revision, files_metadata=True)
+        files = {sibling.rfilename: sibling.size or 0 for sibling in info.siblings or []}
+        check_weights(model, files)
+        chosen = sorted(name for name in files if wanted(name))
+        commit = info.sha or ""
+        snapshot = cache_dir() / f"models--{model.repo.replace('/', '--')}" / "snapshots" / commit
+        if commit and (snapshot / COMPLETE).is_file():
+            logger.info("%s: commit %s, already in the cache (%s)", model, commit[:12], snapshot)
+            return snapshot
+        logger.info(
+            "fetching %s (commit %s) from %s: %d files, %.1f MB, into %s",
+            model,
+            commit[:12],
+            hub,
+            len(chosen),
+            sum(files[name] for name in chosen) / 1e6,
+            cache_dir(),
+        )
+        path = ""
+        for number, name in enumerate(chosen, 1):
+            logger.info("%s: %s (%.1f MB), file %d of %d", model, name, files[name] / 1e6, number, len(chosen))
+            path = hf_hub_download(
+                model.repo, name, revision=model.revision, cache_dir=cache_dir(), endpoint=hub, token=token
+            )
+    except DownloadError:
+        raise
+    except GatedRepoError as error:
+        raise DownloadError(
+            f"{model} is gated: accept its conditions on its page at {hub}/{model.repo}, then set HF_TOKEN to a "
+            f"token of that account ({first_line(error)})"
+        ) from error
+    except RevisionNotFoundError as error:
+        raise DownloadError(f"{model.repo} has no revision {model.revision!r} at {hub}") from error
+    except RepositoryNotFoundError as error:
+        raise DownloadError(
+            f"no model {model.repo} at {hub} (a private one needs HF_TOKEN set to a token that can read it)"
+        ) from error
+    except HfHubHTTPError as error:
+        raise DownloadError(f"the Hub at {hub} refused {model}: {first_line(error)}") from error
+    except Exception as error:  # the network: unreachable, stalled, broken off
+        try:
+            snapshot_found = cached(model)
+        except DownloadError:
+            snapshot_found = None
+        if snapshot_found is not None:
+            logger.warning("cannot reach %s (%s): serving %s as cached", hub, first_line(error), model)
+            return snapshot_found
+        raise DownloadError(
+            f"could not fetch {model} from {hub}: {type(error).__name__}: {first_line(error)} (nothing of it is "
+            "served; a download that stalls for HF_HUB_DOWNLOAD_TIMEOUT seconds, 10 by default, is given up)"
+        ) from error
+    snapshot = Path(path).parents[len(Path(chosen[-1]).parts) - 1]
+    (snapshot / COMPLETE).write_text(json.dumps({"model": str(model), "commit": commit, "files": chosen}))
+    logger.info("fetched %s into %s", model, snapshot)
+    return snapshot
+
+
+def check_weights(model: HubModel, files: dict[str, int]) -> None:
+    """DownloadError where the repository has no single model.safetensors, the only weights read here."""
+    if "model.safetensors" in files:
+        return
+    if "model.safetensors.index.json" in files:
+        raise DownloadError(
+            f"{model} keeps its weights in several safetensors shards, which are not read here yet: one "
+            "model.safetensors is"
+        )
+    pickles = sorted(name for name in files if name.endswith(".bin") and "/" not in name)
+    if pickles:
+        raise DownloadError(
+            f"{model} has its weights only as {', '.join(pickles)} (a pickle, which can run code when read): "
+            "convert them to model.safetensors (safetensors' convert script, or the Hub's conversion Space opens "
+            "a pull request), then name that revision (org/name@refs/pr/N) or a directory holding it"
+        )
+    raise DownloadError(f"{model} has no model.safetensors")
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def resolve(spec: str | Path) -> Path:
+    """A model's directory: ``spec`` itself where it is one, else the snapshot of the Hub id it names (fetched
+    where needed). DownloadError where it is neither."""
+    path = Path(spec)
+    if path.exists():
+        return path
+    model = HubModel.parse(str(spec))
+    if model is None:
+        raise DownloadError(
+            f"model directory {spec} does not exist (nor is it a Hugging Face Hub id: org/name or org/name@revision)"
+        )
+    return fetch(model)
+
+
+def default_name(spec: str | Path) -> str:
+    """The name a model is served under when none is given: a Hub id's repository (org/name), a directory's name."""
+    model = None if Path(spec).exists() else HubModel.parse(str(spec))
+    return model.repo if model is not None else Path(spec).resolve().name
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Fetch models named by Hub id into the Hugging Face cache.")
+    parser.add_argument("models", nargs="+", metavar="MODEL", help="org/name or org/name@revision")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    failed = 0
+    for spec in args.models:
+        model = HubModel.parse(spec)
+        try:
+            if model is None:
+                raise DownloadError(f"{spec}: not a Hugging Face Hub id (org/name or org/name@revision)")
+            print(fetch(model))
+        except DownloadError as error:
+            print(f"error: {error}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
