@@ -27,14 +27,16 @@ RUN pip install --no-deps . \
  && python -c "from model import default_model_path; assert (default_model_path() / 'model.safetensors').is_file()"
 
 FROM python:${PYTHON_VERSION}-slim AS runtime
-RUN useradd --create-home --no-log-init --uid 10001 encoder
+RUN useradd --create-home --no-log-init --uid 10001 encoder \
+    && install -d -o 10001 -g 10001 /home/encoder/.cache/huggingface
 COPY --from=build /opt/venv /opt/venv
-# Front ends chosen from the container's cores and its device (ENCODER_WORKERS=auto: one process below 16 cores
+# Models named by Hub id (ENCODER_MODEL=org/name) are fetched into HF_HOME at start, a volume in docker-compose.yml;
+# HF_HUB_OFFLINE=1 serves them from it alone. Front ends chosen from the container's cores and its device (ENCODER_WORKERS=auto: one process below 16 cores
 # on a CPU; more are front-end processes around one engine that holds the models, docs/SCALING.md). Keep-alive longer than a load balancer's idle timeout (often 60 s), so that the
 # balancer, not the service, closes idle connections.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    HF_HUB_OFFLINE=1 \
+    HF_HOME=/home/encoder/.cache/huggingface \
     ENCODER_WORKERS=auto \
     UVICORN_HOST=0.0.0.0 \
     UVICORN_PORT=8000 \

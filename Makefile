@@ -9,6 +9,7 @@
 #   make bench-cpu-peers   sentence-transformers' ONNX Runtime and OpenVINO backends and ours (in process and over HTTP), in the same rounds
 #   make bench-inspection   /similarity with explain against /encode, npz attention against transformers
 #   make deploy-check   render the Kubernetes manifests and check them (kubernetes-validate, checkov)
+#   make download MODEL=org/name   fetch models named by Hub id into the Hugging Face cache (app/download.py)
 #   make gpu-check   on a GPU host, in about 7 minutes: the CUDA tests and the GPU figures (scripts/gpu_check.sh)
 PYTHON ?= python3
 VENV ?= .venv
@@ -31,7 +32,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: serve test test-fast lint format bench bench-inspection bench-peers bench-cpu-peers screenshots install \
-	install-dev deploy-check gpu-check clean
+	install-dev deploy-check download gpu-check clean
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
@@ -143,6 +144,11 @@ deploy-check: $(DEPLOY_VENV)/.installed $(KUBECTL)
 
 # The figures of a GPU host in one run, each step under a time limit, logs in build/gpu-check (see the script).
 # With its own torch there (no venv), as the script's header says: PYTHON=python3 bash scripts/gpu_check.sh
+# Models named by Hub id into the Hugging Face cache ahead of time (air-gapped hosts, images):
+#   make download MODEL="BAAI/bge-small-en-v1.5 org/other@v2"
+download: install
+	$(BIN)/python -m app.download $(MODEL)
+
 gpu-check: install-dev
 	PYTHON=$(BIN)/python bash scripts/gpu_check.sh
 
