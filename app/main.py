@@ -15,10 +15,12 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
@@ -63,6 +65,37 @@ class Service(FastAPI):
 
     def build_middleware_stack(self) -> ASGIApp:
         return OneWriteResponses(FastPath(super().build_middleware_stack(), self))
+
+
+DOCS_FILES = "/static/docs"  # Swagger UI 5, from the fastapi-offline package
+
+
+def offline_docs(app: FastAPI) -> None:
+    """/docs (Swagger UI) from the files of the pinned fastapi-offline package, served here: FastAPI's own page
+    loads them from a CDN, so it is blank without network. Swagger UI 5, as FastAPI's OpenAPI 3.1 needs (Swagger
+    UI 4 does not render it). No /redoc: ReDoc's page still asks a CDN for its logo."""
+    from importlib.resources import files
+
+    from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+
+    static = Path(str(files("fastapi_offline") / "static"))
+    app.mount(DOCS_FILES, StaticFiles(directory=static), name="docs-files")
+    title, schema = app.title, app.openapi_url or "/openapi.json"
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=schema,
+            title=f"{title} - Swagger UI",
+            oauth2_redirect_url="/docs/oauth2-redirect",
+            swagger_js_url=f"{DOCS_FILES}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_FILES}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_FILES}/favicon.png",
+        )
+
+    @app.get("/docs/oauth2-redirect", include_in_schema=False)
+    async def swagger_ui_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
 
 
 def exit_process(message: str) -> None:
@@ -138,7 +171,10 @@ def create_app(
         description="Tokens, sentence and token embeddings, attention matrices and positional encodings "
         "from a transformer encoder.",
         lifespan=lifespan,
+        docs_url=None,  # served below from a package's files, not a CDN: /docs works offline
+        redoc_url=None,  # ReDoc's page asks a CDN for its logo
     )
+    offline_docs(app)
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.registry = None  # the loaded models, once every one is loaded and warm

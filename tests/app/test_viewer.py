@@ -1207,3 +1207,25 @@ def test_rerank_explains_maxsim_by_best_matches_and_sparse_dot_by_shared_terms(
     assert page.inner_text("#rerank-readout").startswith(f"“{shared[0][1]}”: ")
     assert page.inner_text("#rerank-readout").endswith(f"= {shared[0][0]:.4f}")
     assert retrieval_page.errors == []
+
+
+def test_the_api_docs_render_every_operation_with_the_network_off(browser: Browser, server: str) -> None:
+    """/docs (Swagger UI 5, which renders FastAPI's OpenAPI 3.1) from the service's own files: every request to
+    another host is refused, as on a machine without network, and every operation still renders."""
+    schema = httpx.get(f"{server}/openapi.json").json()
+    assert schema["openapi"].startswith("3.1")
+    operations = sum(len(methods) for methods in schema["paths"].values())
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        context.route(lambda url: not url.startswith(server), lambda route: route.abort())
+        watched = Watched(context.new_page())
+        watched.page.goto(server + "/docs")
+        watched.page.wait_for_selector(".opblock-summary-path", timeout=30_000)
+        assert watched.page.locator(".opblock").count() == operations
+        assert "/encode" in watched.page.locator(".opblock-summary-path").all_inner_texts()
+        outside = [url for url in watched.requests if not url.startswith(server) and not url.startswith("data:")]
+        assert outside == [], outside
+        assert watched.errors == [], watched.errors
+    finally:
+        context.close()
+    assert httpx.get(f"{server}/redoc").status_code == 404  # not offered: ReDoc's page asks a CDN for its logo
