@@ -31,7 +31,7 @@ from app.errors import install_error_handlers
 from app.fast_path import FastPath
 from app.logs import configure_logging
 from app.metrics import Metrics
-from app.middleware import BodySizeLimit, OneWriteResponses, RequestLog
+from app.middleware import BodySizeLimit, BodyTimeout, OneWriteResponses, RequestLog
 from app.registry import ModelRegistry, front_end_registry, load_registry
 from app.responding import Responder
 from app.routes import (
@@ -60,11 +60,13 @@ EXIT_LOAD_FAILED = 1
 
 
 class Service(FastAPI):
-    """FastAPI with two layers outside Starlette's own: each response in one write (OneWriteResponses), and the
-    hot routes' short way in (FastPath)."""
+    """FastAPI with three layers outside Starlette's own: each response in one write (OneWriteResponses), a body
+    that must arrive in time (BodyTimeout), and the hot routes' short way in (FastPath)."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return OneWriteResponses(FastPath(super().build_middleware_stack(), self))
+        settings: Settings = self.state.settings
+        stack = FastPath(super().build_middleware_stack(), self)
+        return OneWriteResponses(BodyTimeout(stack, settings.body_timeout_s, settings.max_body_bytes))
 
 
 DOCS_FILES = "/static/docs"  # Swagger UI 5, from the fastapi-offline package

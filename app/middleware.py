@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import re
@@ -71,7 +72,58 @@ class BodySizeLimit:
         await response(scope, receive, send)
 
 
-def replay(body: bytes, receive: Receive) -> Receive:
+class BodyTimeout:
+    """Answer 408 ``request_timeout`` and close the connection where a request's body has not all arrived
+    ``timeout_s`` after it began (a client that stalls would otherwise hold its connection and a read forever).
+
+    The body is read here, then handed on as it came; one declared larger than ``max_bytes`` is not (BodySizeLimit
+    refuses it unread), nor more than ``max_bytes`` of one not declared.
+    """
+
+    def __init__(self, app: ASGIApp, timeout_s: float, max_bytes: int) -> None:
+        self.app = app
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
+        if declared is None and b"transfer-encoding" not in headers:  # no body
+            await self.app(scope, receive, send)
+            return
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await self.app(scope, receive, send)  # refused unread further in
+            return
+        chunks: list[bytes] = []
+        received, more = 0, True
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                while more and received <= self.max_bytes:
+                    message = await receive()
+                    if message["type"] != "http.request":  # the client went away
+                        return
+                    chunks.append(message.get("body", b""))
+                    received += len(chunks[-1])
+                    more = message.get("more_body", False)
+        except TimeoutError:
+            access.info(
+                "408 request_timeout: %s %s, %d bytes of its body in %g s",
+                scope["method"],
+                scope["path"],
+                received,
+                self.timeout_s,
+            )
+            message_text = f"the request body did not arrive within {self.timeout_s:g} s"
+            reply = error_response(408, "request_timeout", message_text, headers={"Connection": "close"})
+            await reply(scope, receive, send)
+            return
+        await self.app(scope, replay(b"".join(chunks), receive, more), send)
+
+
+def replay(body: bytes, receive: Receive, more_body: bool = False) -> Receive:
     """A receive that hands ``body`` (already read) over first, then the connection's own messages."""
     delivered = False
 
@@ -79,7 +131,7 @@ def replay(body: bytes, receive: Receive) -> Receive:
         nonlocal delivered
         if not delivered:
             delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": more_body}
         return await receive()
 
     return receive_again

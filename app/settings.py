@@ -106,6 +106,12 @@ class Settings(BaseSettings):
         description="non-zero weights one /encode/sparse answer may hold, summed over its texts (top_k narrows)",
     )
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="request body size, checked before parsing")
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="a request whose body has not all arrived this long after it began is answered 408 "
+        "request_timeout and its connection closed",
+    )
     pe_max_length: int = Field(8192, ge=1, description="largest `length` of /positional-encoding")
     pe_max_d_model: int = Field(4096, ge=2, description="largest `d_model` of /positional-encoding")
     pe_max_values: int = Field(4_194_304, ge=1, description="largest length × d_model of /positional-encoding")

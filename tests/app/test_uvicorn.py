@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import socket
+import time
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -15,7 +19,7 @@ pytestmark = pytest.mark.slow  # starts the service as its own process
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    with running_server({"ENCODER_MAX_BODY_BYTES": "65536"}) as url:
+    with running_server({"ENCODER_MAX_BODY_BYTES": "65536", "ENCODER_BODY_TIMEOUT_S": "1"}) as url:
         yield url
 
 
@@ -41,3 +45,35 @@ def test_settings_come_from_the_environment_and_errors_keep_their_envelope(serve
         assert_error(client.post("/encode", json={"texts": ""}), 422, "validation_error", "texts[0]")
         assert_error(client.get("/nowhere"), 404, "not_found")
         assert client.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"Content-Length: 100\r\n\r\n" + b'{"texts": [',  # declared, then a tenth of it
+        b"Transfer-Encoding: chunked\r\n\r\n" + b'b\r\n{"texts": [\r\n',  # chunked, then no more chunks
+    ],
+    ids=["declared length", "chunked"],
+)
+def test_a_body_that_stalls_is_answered_408_and_its_connection_closed_others_unaffected(
+    server: str, head: bytes
+) -> None:
+    address = urlsplit(server)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as stalled:
+        stalled.sendall(b"POST /encode HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n" + head)
+        started = time.monotonic()
+        reply = httpx.post(f"{server}/encode", json={"texts": ["meanwhile"]}, timeout=30)  # another connection
+        assert reply.status_code == 200 and len(reply.json()["data"]) == 1
+        data = b""
+        while chunk := stalled.recv(65536):  # until the service closes the connection
+            data += chunk
+        waited = time.monotonic() - started
+    status, _, body = data.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 408"), data
+    assert b"connection: close" in status.lower(), status
+    assert json.loads(body)["error"] == {
+        "type": "request_timeout",
+        "message": "the request body did not arrive within 1 s",
+        "param": None,
+    }
+    assert 0.9 <= waited < 8, waited
