@@ -260,17 +260,35 @@ async def embed(
         raise InvalidRequest("dimensions", "`dimensions` should be positive")
     inputs = body.inputs
     ids = not isinstance(inputs, str) and any(not isinstance(item, str) for item in inputs)
-    if ids:  # token ids, as OpenAI's route takes them (always normalised)
-        rows = [inputs] if inputs and isinstance(inputs[0], int) else inputs
-        if not body.normalize or any(isinstance(row, str) for row in rows):
-            raise InvalidRequest("inputs", "token ids are taken normalised and not mixed with texts")
-        native_ids = OpenAIEmbeddingsRequest(input=rows, dimensions=body.dimensions)  # type: ignore[arg-type]
+    if ids:  # token ids, as OpenAI's route takes them (always normalised), texts beside them as TEI mixes them
+        items: list[Any] = [inputs] if inputs and isinstance(inputs[0], int) else list(inputs)
+        if not body.normalize:
+            raise InvalidRequest("normalize", "token ids are taken normalised")
+        if body.prompt_name is not None:
+            raise InvalidRequest("prompt_name", "not with token ids")
+        id_rows = [index for index, item in enumerate(items) if not isinstance(item, str)]
+        text_rows = [index for index, item in enumerate(items) if isinstance(item, str)]
+        if any(items[index] == "" for index in text_rows):
+            raise Empty("Input validation error: `inputs` cannot be empty")
+        native_ids = OpenAIEmbeddingsRequest(input=[items[i] for i in id_rows], dimensions=body.dimensions)
+        native_texts = (
+            EncodeRequest(texts=[items[i] for i in text_rows], truncate=truncates(body), dimensions=body.dimensions)
+            if text_rows
+            else None
+        )
 
-        async def from_ids(timing: Timing) -> Any:
+        async def mixed(timing: Timing) -> Any:
+            vectors: list[Any] = [None] * len(items)
             reply = await embeddings.openai(served, native_ids, timing)
-            return [item.embedding for item in reply.body.data]
+            for index, item in zip(id_rows, reply.body.data, strict=True):
+                vectors[index] = item.embedding
+            if native_texts is not None:
+                encoded = await embeddings.encode(served, native_texts, timing)
+                for index, text_item in zip(text_rows, encoded.body.data, strict=True):
+                    vectors[index] = text_item.embedding
+            return vectors
 
-        return await answer(request, responder, from_ids, len(rows))
+        return await answer(request, responder, mixed, len(items), reading(body))
     texts, _ = strings(inputs)
     native = EncodeRequest(
         texts=texts,

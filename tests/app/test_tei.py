@@ -102,6 +102,21 @@ def test_embed_shapes_and_options_equal_the_native_answers(server: str) -> None:
     np.testing.assert_allclose(ids[0], by_ids, atol=1e-6)
 
 
+def test_embed_takes_texts_and_token_ids_mixed_in_one_batch_as_tei_does(server: str) -> None:
+    """TEI's ``inputs`` is a batch of InputType, each a text or token ids: each item as it would be alone."""
+    ids = [101, 7592, 2088, 102]  # [CLS] hello world [SEP]
+    answer = httpx.post(f"{server}/tei/embed", json={"inputs": [TEXTS[0], ids, TEXTS[1], [101, 102]]})
+    assert answer.status_code == 200, answer.text
+    texts = httpx.post(f"{server}/tei/embed", json={"inputs": [TEXTS[0], TEXTS[1]]}).json()
+    by_ids = native(server, "/v1/embeddings", {"input": [ids, [101, 102]]})["data"]
+    vectors = answer.json()
+    np.testing.assert_allclose([vectors[0], vectors[2]], texts, atol=1e-6)
+    np.testing.assert_allclose([vectors[1], vectors[3]], [item["embedding"] for item in by_ids], atol=1e-6)
+    assert not np.allclose(vectors[0], vectors[1])
+    unnormalised = httpx.post(f"{server}/tei/embed", json={"inputs": [TEXTS[0], ids], "normalize": False})
+    tei_error(unnormalised, 422, "Validation", "normalised")
+
+
 def test_sparse_predict_and_rerank_equal_the_native_answers(server: str) -> None:
     sparse = native(server, "/encode/sparse", {"texts": TEXTS[:2], "model": "splade"})["data"]
     for path in ("/models/splade/tei/embed_sparse", "/models/splade/tei"):  # POST / on SPLADE: embed_sparse
