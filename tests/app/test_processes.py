@@ -76,6 +76,24 @@ def started(pid: int) -> list[int]:
     return spawned
 
 
+def start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), or None where there is no such process."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def alive(pid: int, started_at: int | None) -> bool:
+    """Whether the process that was ``pid`` when it had ``started_at`` still runs: not where /proc/PID holds
+    only its zombie (exited, waiting for init to reap it), nor where its PID has been given to a new process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] not in ("Z", "X") and int(fields[19]) == started_at
+
+
 def engine_pid(process: subprocess.Popen) -> int:
     match = re.search(r"one engine \(pid (\d+)\)", server_log(process))
     assert match, server_log(process)
@@ -586,14 +604,15 @@ def test_ps_tells_the_engine_from_the_front_ends(service: tuple[subprocess.Popen
 
 def test_no_process_outlives_a_supervisor_that_is_killed(service: tuple[subprocess.Popen, str]) -> None:
     process, url = service
-    spawned = started(process.pid)
+    spawned = {pid: start_time(pid) for pid in started(process.pid)}
     assert len(spawned) == 3  # the engine and two front ends
     process.kill()
     process.wait(30)
     deadline = time.monotonic() + 40
-    while any(Path(f"/proc/{pid}").exists() for pid in spawned) and time.monotonic() < deadline:
+    while any(alive(pid, at) for pid, at in spawned.items()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not any(Path(f"/proc/{pid}").exists() for pid in spawned), "an engine or front end outlived the supervisor"
+    left = [pid for pid, at in spawned.items() if alive(pid, at)]
+    assert not left, f"an engine or front end outlived the supervisor: {left}\n{server_log(process)[-3000:]}"
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{url}/health", timeout=2)
 
@@ -610,14 +629,15 @@ def test_no_process_outlives_a_supervisor_killed_while_they_start(models: str, d
     deadline = time.monotonic() + 120
     while len(spawned := started(process.pid)) < 3 and time.monotonic() < deadline:  # the engine is ready
         time.sleep(0.001)
+    born = {pid: start_time(pid) for pid in spawned}
     time.sleep(delay)
     process.kill()
     process.wait(30)
     assert len(spawned) == 3, "the supervisor started no front ends"
     deadline = time.monotonic() + 45
-    while any(Path(f"/proc/{pid}").exists() for pid in spawned) and time.monotonic() < deadline:
+    while any(alive(pid, at) for pid, at in born.items()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    left = [pid for pid in spawned if Path(f"/proc/{pid}").exists()]
+    left = [pid for pid, at in born.items() if alive(pid, at)]
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, "an engine or front end outlived a supervisor killed while they started"
