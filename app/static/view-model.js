@@ -16,9 +16,9 @@ export function drawModelView(ctx, data, layout) {
   ctx.fillText(data.title || `${data.model}: every layer and head`, TITLE.x, TITLE.baseline);
   const scale = data.scale || 1;
   ctx.fillStyle = MUTED; ctx.font = FONTS.value; ctx.textAlign = "center";
-  heads.forEach((h, hi) => ctx.fillText(`head ${h + 1}`, modelCell(layout, 0, hi).x + cell / 2, layout.top - 8));
+  heads.forEach((h, hi) => ctx.fillText(`head ${h}`, modelCell(layout, 0, hi).x + cell / 2, layout.top - 8));
   ctx.textAlign = "right"; ctx.textBaseline = "middle";
-  layers.forEach((layer, li) => ctx.fillText(`layer ${layer + 1}`, layout.left - 6, modelCell(layout, li, 0).y + cell / 2));
+  layers.forEach((layer, li) => ctx.fillText(`layer ${layer}`, layout.left - 6, modelCell(layout, li, 0).y + cell / 2));
   ctx.strokeStyle = LINE; ctx.lineWidth = 1;
   layers.forEach((_, li) => heads.forEach((_, hi) => {
     const {x, y} = modelCell(layout, li, hi);
@@ -35,7 +35,7 @@ export function placeCellButtons(container, data, layout, onPick) {
     const {x, y} = modelCell(layout, li, hi);
     const button = document.createElement("button");
     button.type = "button";
-    button.title = `layer ${layer + 1}, head ${h + 1}: enlarge`;
+    button.title = `layer ${layer}, head ${h}: enlarge`;
     button.setAttribute("aria-label", button.title);
     Object.assign(button.style, {left: `${x}px`, top: `${y}px`, width: `${layout.cell}px`, height: `${layout.cell}px`});
     button.addEventListener("click", () => onPick(li, h));

@@ -28,7 +28,7 @@ export function neuronData(response, i) {
     q, keys, products, omega, scaled, attention: response.attention[i], values, context: response.context[i],
     bias, hasBias: bias > BIAS_TOLERANCE, shapes: neuronShapes(tokens.length, dh),
     headings: neuronHeadings(tokens.length, dh, scale, bias > BIAS_TOLERANCE),
-    title: `${response.model} · layer ${response.layer + 1}, head ${response.head + 1} · query “${tokens[i]}” (token ${i + 1} of ${tokens.length})`,
+    title: `${response.model} · layer ${response.layer}, head ${response.head} · query “${tokens[i]}” (token ${i + 1} of ${tokens.length})`,
   };
 }
 

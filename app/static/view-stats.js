@@ -42,9 +42,9 @@ export function drawHeadStatistics(ctx, data, layout) {
   ctx.fillText(`${data.model} · ${statisticName(data.statistic)}, per layer and head (${texts})`, TITLE.x, TITLE.baseline);
   ctx.font = FONTS.value; ctx.textAlign = "center"; ctx.textBaseline = "middle";
   ctx.fillStyle = MUTED;
-  values[0].forEach((_, h) => ctx.fillText(`head ${h + 1}`, left + h * cell + cell / 2, top - 10));
+  values[0].forEach((_, h) => ctx.fillText(`head ${h}`, left + h * cell + cell / 2, top - 10));
   ctx.textAlign = "right";
-  values.forEach((_, l) => ctx.fillText(`layer ${l + 1}`, left - 8, top + l * cell + cell / 2));
+  values.forEach((_, l) => ctx.fillText(`layer ${l}`, left - 8, top + l * cell + cell / 2));
   ctx.textAlign = "center";
   values.forEach((row, l) => row.forEach((v, h) => {
     const t = known(v) ? v / max : 0;
@@ -57,7 +57,7 @@ export function drawHeadStatistics(ctx, data, layout) {
 
 // What the readout says for layer index l, head index h.
 export function statsText(data, l, h) {
-  return `layer ${l + 1}, head ${h + 1}: ${statisticName(data.statistic)} ${precise(data.values[l][h])}`;
+  return `layer ${l}, head ${h}: ${statisticName(data.statistic)} ${precise(data.values[l][h])}`;
 }
 
 // The same numbers as a table, the drawing's text equivalent for screen readers.
@@ -66,12 +66,12 @@ export function fillStatsTable(table, data) {
   table.createCaption().textContent = `${statisticName(data.statistic)}, per layer (rows) and head (columns)`;
   const head = table.createTHead().insertRow();
   head.append(document.createElement("th"));
-  data.values[0].forEach((_, h) => { const th = document.createElement("th"); th.scope = "col"; th.textContent = `head ${h + 1}`; head.append(th); });
+  data.values[0].forEach((_, h) => { const th = document.createElement("th"); th.scope = "col"; th.textContent = `head ${h}`; head.append(th); });
   const body = table.createTBody();
   data.values.forEach((row, l) => {
     const tr = body.insertRow();
     const th = document.createElement("th");
-    th.scope = "row"; th.textContent = `layer ${l + 1}`;
+    th.scope = "row"; th.textContent = `layer ${l}`;
     tr.append(th);
     row.forEach((v) => { tr.insertCell().textContent = precise(v); });
   });

@@ -60,6 +60,13 @@ function showError(message) {
 function clearError() {
   $("error").hidden = true;
   $("error").textContent = "";
+  document.querySelectorAll(".view.stale").forEach((view) => view.classList.remove("stale"));
+}
+
+// After an error the view on show no longer answers what the form says: its drawing is put away (.stale) until
+// the next request, rather than left under the error as if it were that input's.
+function markStale() {
+  document.querySelectorAll(".view:not([hidden])").forEach((view) => view.classList.add("stale"));
 }
 
 // The page is busy (aria-busy) while any of the work it started is under way, not just the latest.
@@ -74,6 +81,7 @@ async function guarded(button, work) {
     await work();
   } catch (error) {
     showError(error.message);
+    markStale();
   } finally {
     if (button) button.disabled = false;
     busy -= 1;
@@ -158,6 +166,19 @@ function tokenDetails(data) {
   return data.tokens.map((text) => ({text, special: SPECIAL.test(text)}));
 }
 
+// A byte-level BPE tokenizer's tokens (GPT-2's, RoBERTa's, Qwen's) spell spaces and newlines as markers (Ġ, Ċ, ĉ):
+// label each with the text it covers instead, from its offsets into its own segment's text (↵ for a newline, →
+// for a tab); special tokens and the tokens of other tokenizers keep their own text.
+const BYTE_LEVEL = /[ĠĊĉ]/;
+function readableTokens(tokens, details, texts) {
+  if (!tokens.some((t) => BYTE_LEVEL.test(t)) || details.length !== tokens.length) return tokens;
+  return tokens.map((token, i) => {
+    const d = details[i], text = texts[d.segment || 0];
+    if (d.special || typeof text !== "string" || !(d.end > d.start)) return token;
+    return text.slice(d.start, d.end).replace(/\n/g, "↵").replace(/\t/g, "→") || token;
+  });
+}
+
 // One layer per request keeps every response inside the service's limit on attention values
 // (all heads of one layer of a 256-token text is 0.8 M weights; all six layers would be 4.7 M).
 // A request answered after a later one (the boxes ticked quickly, say) is dropped: the later one wins.
@@ -171,8 +192,11 @@ async function runAttention(request = formRequest()) {
   if (asked !== attentionAsked) return;
   state.request = request;
   state.layer = layer;
+  const words = Array.isArray(data.words) && data.words.length === data.tokens.length;
+  const texts = [request.text, request.text_pair];
   state.attention = {
-    model: data.model, tokens: data.tokens, token_details: tokenDetails(data), heads: data.heads,
+    model: data.model, heads: data.heads, token_details: tokenDetails(data),
+    tokens: words ? data.tokens : readableTokens(data.tokens, data.token_details || [], texts),
     layers: [...Array(state.info.architecture.layers).keys()],
     weighting: options.weighting || "attention", level: options.level || "token",
   };
@@ -214,15 +238,15 @@ function buildControls() {
     const select = $(id);
     const current = state.layer;
     select.innerHTML = "";
-    layers.forEach((layer, index) => select.add(new Option(`${layer + 1} of ${layers.length}`, String(index))));
+    layers.forEach((layer, index) => select.add(new Option(`${layer} of 0–${layers.length - 1}`, String(index))));
     select.value = String(current);
   }
   const heatHead = $("heat-head");
   const previous = heatHead.value;
   heatHead.innerHTML = "";
-  heads.forEach((h) => heatHead.add(new Option(`head ${h + 1}`, String(h))));
+  heads.forEach((h) => heatHead.add(new Option(`head ${h}`, String(h))));
   heatHead.add(new Option("mean over heads", "mean"));
-  heatHead.add(new Option("rollout (layers 1…this one)", "rollout"));
+  heatHead.add(new Option("rollout (layers 0…this one)", "rollout"));
   heatHead.value = previous && [...heatHead.options].some((o) => o.value === previous) ? previous : "0";
   fillNeuronSelects();
 
@@ -232,8 +256,8 @@ function buildControls() {
   heads.forEach((h) => {
     const button = document.createElement("button");
     button.type = "button";
-    button.textContent = String(h + 1);
-    button.title = group ? `head ${h + 1} · key/value head ${group(h) + 1}` : `head ${h + 1}`;
+    button.textContent = String(h);
+    button.title = group ? `head ${h} · key/value head ${group(h)}` : `head ${h}`;
     if (group) button.dataset.group = String(group(h));
     button.style.borderColor = headColour(h);
     button.style.background = headColour(h);
@@ -266,7 +290,7 @@ function describeGroups() {
   if (!group) return;
   const size = a.heads / a.kv_heads;
   const groups = Array.from({length: a.kv_heads}, (_, g) =>
-    size === 1 ? `head ${g + 1}` : `heads ${g * size + 1}–${(g + 1) * size} share key/value head ${g + 1}`);
+    size === 1 ? `head ${g}` : `heads ${g * size}–${(g + 1) * size - 1} share key/value head ${g}`);
   note.textContent = `Grouped-query attention: ${groups.join("; ")}. Heads of one group look with the same keys and values, each with its own queries.`;
 }
 
@@ -303,7 +327,7 @@ function drawHeadLines() {
   const matrices = state.byLayer.get(state.layer);
   const heads = [...state.heads].map((head) => ({head, matrix: matrices[state.attention.heads.indexOf(head)]}));
   const data = {
-    title: `${state.attention.model} · layer ${state.attention.layers[state.layer] + 1}${optionsText()}`,
+    title: `${state.attention.model} · layer ${state.attention.layers[state.layer]}${optionsText()}`,
     tokens: tokens(),
     heads,
     scale: fullScale(heads.map((h) => h.matrix)),
@@ -345,10 +369,10 @@ async function currentHeatmap() {
   const layer = state.attention.layers[li];
   if (choice === "mean" || choice === "rollout") {
     const data = await aggregate(choice);
-    return {matrix: data.attention[li][0], title: `layer ${layer + 1}, ${choice === "mean" ? "mean over heads" : "rollout"}${optionsText()}`};
+    return {matrix: data.attention[li][0], title: `layer ${layer}, ${choice === "mean" ? "mean over heads" : "rollout"}${optionsText()}`};
   }
   const hi = state.attention.heads.indexOf(Number(choice));
-  return {matrix: (await layerAttention(li))[hi], title: `layer ${layer + 1}, head ${Number(choice) + 1}${optionsText()}`};
+  return {matrix: (await layerAttention(li))[hi], title: `layer ${layer}, head ${Number(choice)}${optionsText()}`};
 }
 
 async function renderHeatmap() {
@@ -368,8 +392,8 @@ function fillNeuronSelects() {
     options.forEach(([label, value]) => select.add(new Option(label, value)));
     select.value = [...select.options].some((o) => o.value === previous) ? previous : initial;
   };
-  fill($("neuron-layer"), layers.map((layer, index) => [`${layer + 1} of ${layers.length}`, String(index)]), String(layers.length - 1));
-  fill($("neuron-head"), heads.map((h) => [`head ${h + 1}`, String(h)]), String(heads[0]));
+  fill($("neuron-layer"), layers.map((layer, index) => [`${layer} of 0–${layers.length - 1}`, String(index)]), String(layers.length - 1));
+  fill($("neuron-head"), heads.map((h) => [`head ${h}`, String(h)]), String(heads[0]));
 }
 
 // A request answered after a later one (the layer changed quickly, say) is dropped: the later one wins.
@@ -389,6 +413,7 @@ async function renderNeuron() {
     throw error;
   }
   if (asked !== neuronAsked) return;
+  response.tokens = readableTokens(response.tokens, response.token_details || [], [request.text, request.text_pair]);
   state.neuron = {response, request, layer, head};
   const T = response.tokens.length;
   state.neuronQuery = Math.min(state.neuronQuery === null ? 1 : state.neuronQuery, T - 1);
@@ -573,6 +598,7 @@ async function renderRerank() {
   const how = data.method ? `Scored by ${RERANK_METHODS[data.method] || data.method}. ` : "";
   const between = {
     maxsim: "each query token's best match in it", "sparse-dot": "the terms it shares with the query",
+    cosine: "which pairs of its tokens and the query's its cosine comes from",
   }[data.method] || (state.info.architecture.attention === "causal" ? "its attention to the query" : "the query's attention to it");
   $("rerank-readout").textContent = `${how}Select a document to see ${between}.`;
 }
@@ -588,18 +614,19 @@ async function selectDocument(row) {
   show("rerank", "rerank-canvas", rerankFigure());
   $("rerank-list").querySelectorAll("button").forEach((b) => b.setAttribute("aria-pressed", String(Number(b.dataset.row) === row)));
   const result = rerank.results[row];
-  if (rerank.method === "maxsim" || rerank.method === "sparse-dot") return explainDocument(rerank, row, result);
+  if (["maxsim", "sparse-dot", "cosine"].includes(rerank.method)) return explainDocument(rerank, row, result);
   const data = await api("/attention", {text: rerank.query, text_pair: result.document, layers: [-1], aggregate: "mean"});
   if (state.rerank !== rerank || rerank.selected !== row) return;  // superseded meanwhile
   const matrix = data.attention[0][0];
   const pick = (segment) => data.token_details.map((d, i) => (d.segment === segment && !d.special ? i : -1)).filter((i) => i >= 0);
   const causal = state.info.architecture.attention === "causal";
   const [rows, cols] = causal ? [pick(1), pick(0)] : [pick(0), pick(1)];
+  const readable = readableTokens(data.tokens, data.token_details, [rerank.query, result.document]);
   const direction = causal ? `document ${row + 1} → query` : `query → document ${row + 1}`;
   state.pair = {
     model: data.model, query: rerank.query, document: result.document,
     title: `${data.model} · last layer, mean over heads: ${direction}`,
-    rowTokens: rows.map((i) => data.tokens[i]), colTokens: cols.map((j) => data.tokens[j]),
+    rowTokens: rows.map((i) => readable[i]), colTokens: cols.map((j) => readable[j]),
     matrix: rows.map((i) => cols.map((j) => matrix[i][j])),
   };
   $("rerank-attn-canvas").hidden = false;
@@ -611,7 +638,7 @@ async function selectDocument(row) {
 // query token's best match in the document, /similarity's explanation) or the sparse terms the two share.
 async function explainDocument(rerank, row, result) {
   let figure;
-  if (rerank.method === "maxsim") {
+  if (rerank.method === "maxsim" || rerank.method === "cosine") {  // /similarity scores as /rerank does
     const data = await api("/similarity", {source: rerank.query, texts: [result.document], explain: true});
     const explanation = explanationOf(data.model, rerank.query, result.document, data.data[0]);
     const layout = explanationLayout(explanation.sourceTokens, explanation.tokens, explanationTitle(explanation));
@@ -627,7 +654,7 @@ async function explainDocument(rerank, row, result) {
   state.pair = figure.data;
   $("rerank-attn-canvas").hidden = false;
   show("rerank-pair", "rerank-attn-canvas", figure);
-  const sum = rerank.method === "maxsim" ? "the cells sum to its score" : "the products sum to its score";
+  const sum = rerank.method === "sparse-dot" ? "the products sum to its score" : "the cells sum to its score";
   $("rerank-readout").textContent = `${rerankText(rerank, row)}; ${sum}. Hover a cell to read it.`;
 }
 

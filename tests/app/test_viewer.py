@@ -143,11 +143,29 @@ def css_size(page: Page, selector: str) -> tuple[float, float]:
 
 
 def hover_cell(page: Page, selector: str, grid: dict, row: int, col: int) -> None:
-    """Move the pointer to the middle of a cell of a drawn matrix, where its layout puts the cell."""
-    box = bounds(page.locator(selector))
+    """Move the pointer to the middle of a cell of a drawn matrix, where its layout puts the cell, the page first
+    scrolled to bring that point to the middle of the window (a tall drawing's cell may lie outside it)."""
     x = grid["left"] + (col + 0.5) * grid["cellW"]
     y = grid["top"] + (row + 0.5) * grid["cellH"]
+    page.eval_on_selector(
+        selector,
+        "(el, [x, y]) => { const r = el.getBoundingClientRect();"
+        " scrollBy(r.left + x - innerWidth / 2, r.top + y - innerHeight / 2); }",
+        [x, y],
+    )
+    box = bounds(page.locator(selector))
     page.mouse.move(box["x"] + x, box["y"] + y)
+
+
+def covered_texts(tokens: list[str], details: list[dict], texts: list[str]) -> list[str]:
+    """A byte-level BPE model's tokens as the page labels them: the text each covers (its offsets into its own
+    segment's text), a newline as ↵; special tokens, and other tokenizers' tokens, as the API spells them."""
+    if not any("Ġ" in token or "Ċ" in token for token in tokens):
+        return tokens
+    return [
+        token if detail["special"] else texts[detail["segment"]][detail["start"] : detail["end"]].replace("\n", "↵")
+        for token, detail in zip(tokens, details, strict=True)
+    ]
 
 
 def png_size(png: bytes) -> tuple[int, int]:
@@ -247,8 +265,8 @@ def test_model_view_draws_every_layer_and_head_and_enlarges_one(viewer: Watched)
         box = bounds(cells.nth(12 * li + hi))
         assert (box["x"] - canvas["x"], box["y"] - canvas["y"]) == (cell["x"], cell["y"])
         assert (box["width"], box["height"]) == (grid["cell"], grid["cell"])
-    assert cells.nth(12 * 2 + 5).get_attribute("aria-label") == "layer 3, head 6: enlarge"
-    cells.nth(12 * 2 + 5).click()  # layer 3, head 6
+    assert cells.nth(12 * 2 + 5).get_attribute("aria-label") == "layer 2, head 5: enlarge"  # as the API counts
+    cells.nth(12 * 2 + 5).click()  # layer 2, head 5
     idle(page)
     assert page.get_attribute("#tab-heatmap", "aria-selected") == "true"
     assert page.input_value("#heat-layer") == "2" and page.input_value("#heat-head") == "5"
@@ -334,6 +352,12 @@ def test_api_errors_are_shown_in_words(viewer: Watched, text: str, words: str | 
     assert viewer.page.is_visible("#error")
     assert words in viewer.page.inner_text("#error")
     assert "did not accept" in viewer.page.inner_text("#error")
+    # The example text's drawing is not left under the error as if it were this input's; the next good
+    # request brings the view back.
+    assert viewer.page.is_hidden("#head-canvas") and viewer.page.is_hidden("#head-left .token >> nth=0")
+    submit(viewer.page, TEXT)
+    assert viewer.page.is_hidden("#error") and viewer.page.is_visible("#head-canvas")
+    assert ink(viewer.page, "#head-canvas") > 0
 
 
 def test_an_empty_similarity_request_is_explained(viewer: Watched) -> None:
@@ -517,7 +541,7 @@ def test_head_statistics_grid_has_a_cell_per_layer_and_head_and_opens_its_heatma
     assert len(drawings) == 2
     # Hover and focus read a head's value; selecting it (keyboard here) opens its heatmap.
     hover_cell(page, "#stats-canvas", grid, 4, 7)
-    assert page.inner_text("#stats-readout").startswith("layer 5, head 8: ")
+    assert page.inner_text("#stats-readout").startswith("layer 4, head 7: ")  # from 0, as the API counts
     cell = page.locator("#stats-grid button[data-row='2'][data-col='5']")
     cell.focus()
     value = statistics["to_cls"][2][5]
@@ -532,7 +556,7 @@ def test_head_statistics_grid_has_a_cell_per_layer_and_head_and_opens_its_heatma
     heat = layout(page, "m.heatmapLayout(arg)", tokens)
     hover_cell(page, "#heat-canvas", heat, 3, 0)
     assert page.inner_text("#heat-readout").startswith(
-        f"“{tokens[3]}” → “{tokens[0]}”: {attention['attention'][0][0][3][0]:.4f} (layer 3, head 6)"
+        f"“{tokens[3]}” → “{tokens[0]}”: {attention['attention'][0][0][3][0]:.4f} (layer 2, head 5)"
     )
     assert viewer.errors == []
 
@@ -922,6 +946,15 @@ def test_rerank_with_a_plain_encoder_ranks_by_cosine(multi: Watched) -> None:
     assert page.is_hidden("#error")
     assert "Scored by the cosine of the query's and the document's embeddings" in page.inner_text("#rerank-readout")
     assert page.locator("#rerank-list button").count() == len(DOCUMENTS)
+    assert "Needs a cross-encoder" not in page.inner_text("#view-rerank")  # it ranks without one, and says how
+    # A document's cosine, explained as /similarity explains it (the pairs of tokens it comes from), not by
+    # attention in a pass that never computed the score.
+    with posted(page, "/similarity") as request:
+        page.locator("#rerank-list button").nth(0).click()
+    idle(page)
+    assert request.value.post_data_json["explain"] is True
+    assert page.is_visible("#rerank-attn-canvas") and ink(page, "#rerank-attn-canvas") > 0
+    assert "the cells sum to its score" in page.inner_text("#rerank-readout")
     assert multi.errors == []
 
 
@@ -969,14 +1002,14 @@ def test_a_causal_model_with_grouped_query_heads_works_in_every_view(
     # Which query heads share a key/value head: said under the toggles and on each toggle.
     assert page.is_visible("#head-groups")
     assert page.inner_text("#head-groups").startswith(
-        "Grouped-query attention: heads 1–2 share key/value head 1; heads 3–4 share key/value head 2."
+        "Grouped-query attention: heads 0–1 share key/value head 0; heads 2–3 share key/value head 1."
     )
     toggles = page.locator("#head-toggles button")
     assert [toggles.nth(h).get_attribute("title") for h in range(4)] == [
-        "head 1 · key/value head 1",
+        "head 0 · key/value head 0",
+        "head 1 · key/value head 0",
         "head 2 · key/value head 1",
-        "head 3 · key/value head 2",
-        "head 4 · key/value head 2",
+        "head 3 · key/value head 1",
     ]
     submit(page, DECODER_TEXT)
     assert ink(page, "#head-canvas") > 0
@@ -996,7 +1029,7 @@ def test_a_causal_model_with_grouped_query_heads_works_in_every_view(
     for tab, canvas in (("model", "#model-canvas"), ("neuron", "#neuron-canvas"), ("stats", "#stats-canvas")):
         open_tab(page, tab)
         assert ink(page, canvas) > 0, tab
-    # The neuron view's head 2 (index 1) uses key/value head 1: the same keys as head 1's, its own queries.
+    # The neuron view's head 1 uses key/value head 0: the same keys as head 0's, its own queries.
     open_tab(page, "neuron")
     first = downloaded_json(page)
     with posted(page, "/attention/neuron", head=1):
@@ -1035,6 +1068,21 @@ def test_a_causal_model_with_grouped_query_heads_works_in_every_view(
     assert decoder_page.errors == []
 
 
+def test_byte_level_tokens_are_labelled_with_the_text_they_cover(decoder_page: Watched, decoders_server: str) -> None:
+    """A byte-level BPE tokenizer spells a space Ġ and a newline Ċ; the page labels each token with the text it
+    covers (its offsets), a newline as ↵, where the API keeps the tokenizer's own spelling."""
+    page = decoder_page.page
+    text = "The quick brown fox\njumps over the lazy dog."
+    submit(page, text)
+    answer = httpx.post(f"{decoders_server}/attention", json={"text": text, "model": "qwen3", "layers": [0]}).json()
+    assert any("Ġ" in token for token in answer["tokens"]) and any("Ċ" in token for token in answer["tokens"])
+    covered = covered_texts(answer["tokens"], answer["token_details"], [text])
+    shown = page_tokens(page)
+    assert shown == covered
+    assert " quick" in shown and not any("Ġ" in token or "Ċ" in token for token in shown)
+    assert decoder_page.errors == []
+
+
 def test_a_yes_no_reranker_ranks_and_shows_each_documents_attention_to_the_query(
     decoder_page: Watched, decoders_server: str
 ) -> None:
@@ -1061,7 +1109,8 @@ def test_a_yes_no_reranker_ranks_and_shows_each_documents_attention_to_the_query
         f"{decoders_server}/attention",
         json={"text": QUERY, "text_pair": document, "model": "reranker", "layers": [-1], "aggregate": "mean"},
     ).json()
-    details, tokens = attention["token_details"], attention["tokens"]
+    details = attention["token_details"]
+    tokens = covered_texts(attention["tokens"], details, [QUERY, document])  # as the page labels them
     rows = [tokens[i] for i, d in enumerate(details) if d["segment"] == 1 and not d["special"]]
     cols = [tokens[i] for i, d in enumerate(details) if d["segment"] == 0 and not d["special"]]
     title = "reranker · last layer, mean over heads: document 1 → query"
