@@ -28,8 +28,11 @@ DEPLOY_VENV ?= .venv-deploy
 # So have TEI's clients (LangChain, LlamaIndex, Haystack), which the drop-in tests drive: their own venv too.
 CLIENTS_VENV ?= .venv-clients
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-export HF_HUB_OFFLINE := 1
-export TRANSFORMERS_OFFLINE := 1
+# The tests and benchmarks run offline (their reference libraries never reach for the Hub); serve and download
+# do not: a model named by Hub id is fetched (HF_HUB_OFFLINE=1 in the caller's environment still holds).
+OFFLINE_TARGETS := test test-fast bench bench-cpu-peers bench-inspection bench-peers gpu-check screenshots
+$(OFFLINE_TARGETS): export HF_HUB_OFFLINE := 1
+$(OFFLINE_TARGETS): export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: serve test test-fast lint format bench bench-inspection bench-peers bench-cpu-peers screenshots install \
 	install-dev deploy-check download gpu-check clean

@@ -312,30 +312,32 @@ def listen_or_exit(host: str, port: int) -> socket.socket:
     return listener
 
 
-def fetch_or_exit(settings: Settings) -> None:
+def fetch_or_exit(settings: Settings) -> Settings:
     """Every model named by Hub id in the Hugging Face cache, fetched where it is not (app/download.py), once,
-    before any process loads one; or one line naming the model and exit status 4. The processes started after
-    it read the cache alone (HF_HUB_OFFLINE=1 set for them), so they serve the very files fetched here."""
-    from app.download import DownloadError, HubModel, fetch
+    before any process loads one; or one line naming the model and exit status 4. The settings come back with
+    every model as the directory it resolved to (ENCODER_MODELS rewritten for the processes started after), so
+    that the engine and every front end read the very files fetched here, whatever the branch does meanwhile."""
+    from app.download import DownloadError, hub_model, resolve
     from app.registry import model_specs
 
     try:
         specs = model_specs(settings)
     except Exception:  # the bundled model's package is missing: the engine says so as it loads
-        return
-    fetched = False
+        return settings
+    if all(hub_model(source) is None for _, source in specs):
+        return settings
+    resolved = []
     for name, source in specs:
-        model = None if Path(source).exists() else HubModel.parse(str(source))
-        if model is None:
-            continue
         try:
-            fetch(model)
+            resolved.append((name, resolve(source)))
         except DownloadError as error:
             logger.error("cannot serve model %r: %s", name, error)
             sys.exit(EXIT_CANNOT_FETCH)
-        fetched = True
-    if fetched:
-        os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["ENCODER_MODELS"] = ",".join(f"{name}={directory}" for name, directory in resolved)
+    for variable in ("ENCODER_MODEL", "ENCODER_MODEL_DIR", "ENCODER_MODEL_NAME"):
+        os.environ.pop(variable, None)
+    get_settings.cache_clear()
+    return get_settings()
 
 
 def settings_or_exit() -> Settings:
@@ -381,7 +383,7 @@ def main() -> None:
     settings = settings_or_exit()
     configure_logging(settings.log_level, settings.log_format)
     listener = listen_or_exit(args.host, args.port)
-    fetch_or_exit(settings)
+    settings = fetch_or_exit(settings)
     cores, gpu = available_cores(), computes_on_gpu(settings.device)
     workers = front_ends(settings.workers, cores, gpu)
     if settings.workers == "auto":

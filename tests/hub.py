@@ -39,6 +39,8 @@ class StandInHub:
         self.stalling: set[str] = set()  # file paths that stall half-way
         self.breaking: set[str] = set()  # file paths whose connection closes half-way
         self.downloads: Counter[str] = Counter()  # "repo/path" → GETs of the file's bytes
+        self.requests = 0  # every request answered
+        self.failing: int | None = None  # a status every request is answered with (a Hub that is down: 503)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self.handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -88,7 +90,8 @@ class StandInHub:
             def refuse(self, status: int, code: str, message: str) -> None:
                 body = json.dumps({"error": message}).encode()
                 self.send_response(status)
-                self.send_header("X-Error-Code", code)
+                if code:
+                    self.send_header("X-Error-Code", code)
                 self.send_header("X-Error-Message", message)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -102,6 +105,9 @@ class StandInHub:
                 self.answer(body=True)
 
             def answer(self, body: bool) -> None:
+                hub.requests += 1
+                if hub.failing is not None:
+                    return self.refuse(hub.failing, "", "Service Unavailable")
                 parts = [unquote(part) for part in urlsplit(self.path).path.strip("/").split("/")]
                 api = parts[:2] == ["api", "models"]
                 if api:

@@ -132,9 +132,68 @@ def test_a_pinned_revision_is_the_one_served(
 def test_only_the_files_read_are_wanted() -> None:
     for name in ("config.json", "tokenizer.json", "modules.json", "1_Pooling/config.json", "2_Dense/model.safetensors"):
         assert wanted(name), name
-    for name in ("pytorch_model.bin", "onnx/model.onnx", "onnx/config.json", "README.md", "a/b/config.json"):
+    for name in (
+        "pytorch_model.bin",
+        "onnx/model.onnx",
+        "onnx/config.json",
+        "README.md",
+        "a/b/config.json",
+        "checkpoint-500/model.safetensors",  # a training checkpoint beside the model: not read
+    ):
         assert not wanted(name), name
     assert wanted("sparse_linear.pt") and not wanted("optimizer.pt")
+
+
+def test_a_hub_that_is_down_leaves_a_whole_cached_copy_served_and_a_pinned_commit_needs_no_hub(
+    hub: StandInHub, tmp_path: Path
+) -> None:
+    env = hub_env(hub, tmp_path / "hf")
+    first = download("org/tiny", env=env)
+    assert first.returncode == 0, first.stderr
+    commit = Path(first.stdout.strip()).name
+    hub.failing = 503  # every request: 503, as a Hub that is down or overloaded answers
+    again = download("org/tiny", env=env)
+    assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
+    assert "serving org/tiny as cached" in again.stderr
+    asked = hub.requests
+    pinned = download(f"org/tiny@{commit}", env=env)
+    assert pinned.returncode == 0 and pinned.stdout == first.stdout, pinned.stderr
+    assert hub.requests == asked  # a commit's whole copy: not even a question to the Hub
+    other = download("org/tiny@v1", env=env)  # nothing cached for it: one line, no copy
+    assert other.returncode == 1 and "error: could not fetch org/tiny@v1" in other.stderr, other.stderr
+
+
+def test_a_copy_filled_by_another_tool_is_read_offline_when_whole(
+    checkpoints: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot that huggingface-cli or sentence-transformers filled (no record of ours) serves when it holds the
+    config, tokenizer and weights; one that lacks any is named as such."""
+    from app.download import HubModel, fetch
+
+    folder = tmp_path / "hf" / "hub" / "models--org--other"
+    snapshot = folder / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    for path in checkpoints["main"].iterdir():
+        (snapshot / path.name).write_bytes(path.read_bytes())
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert fetch(HubModel("org/other", None)) == snapshot
+    (snapshot / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match=r"the cached copy of org/other in .* lacks tokenizer\.json"):
+        fetch(HubModel("org/other", None))
+
+
+def test_a_path_is_never_taken_for_a_hub_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.download import resolve
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    with pytest.raises(ValueError, match=r"model directory models/mine does not exist \(read as a directory"):
+        resolve("models/mine")  # looks like org/name, but models/ is a directory here: no request to any Hub
+    with pytest.raises(ValueError, match=r"model directory nowhere/mine does not exist$"):
+        resolve(Path("nowhere/mine"))  # ENCODER_MODEL_DIR: a directory, always
 
 
 @pytest.mark.parametrize(
@@ -161,6 +220,17 @@ def test_each_failure_is_one_line_naming_the_model(
     assert len(errors) == 1, result.stderr
     assert re.search(says, errors[0]), errors[0]
     assert not list((tmp_path / "hf").rglob(COMPLETE))
+
+
+def test_make_download_fetches_into_the_cache(hub: StandInHub, checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    """``make download`` as the README gives it: the Makefile keeps the tests offline, not this target."""
+    env = {**os.environ, **hub_env(hub, tmp_path / "hf")}
+    result = subprocess.run(
+        ["make", "-s", "download", "MODEL=org/tiny"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    snapshot = Path(result.stdout.strip().splitlines()[-1])
+    assert (snapshot / "model.safetensors").read_bytes() == (checkpoints["main"] / "model.safetensors").read_bytes()
 
 
 def test_a_gated_model_comes_with_its_token(hub: StandInHub, checkpoints: dict[str, Path], tmp_path: Path) -> None:

@@ -102,10 +102,7 @@ async def test_a_model_that_fails_to_load_is_reported_to_the_failure_hook_in_one
     async with serving(Settings(model_dir=missing), ready=False, on_load_failure=failures.append) as service:
         await wait_until(lambda: bool(failures))
         error = assert_error(await service.client.get("/health"), 503, "not_ready", contains="failed to load")
-    assert failures == [
-        f"cannot serve model 'missing' from {missing}: model directory {missing} does not exist (nor is it a Hugging "
-        "Face Hub id: org/name or org/name@revision)"
-    ]
+    assert failures == [f"cannot serve model 'missing' from {missing}: model directory {missing} does not exist"]
     assert "does not exist" in error["message"]
 
 
