@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
@@ -85,14 +85,15 @@ def offline_docs(app: FastAPI) -> None:
     title, schema = app.title, app.openapi_url or "/openapi.json"
 
     @app.get("/docs", include_in_schema=False)
-    async def swagger_ui() -> HTMLResponse:
+    async def swagger_ui(request: Request) -> HTMLResponse:
+        root = str(request.scope.get("root_path", "")).rstrip("/")  # behind a path prefix, as FastAPI's own page
         return get_swagger_ui_html(
-            openapi_url=schema,
+            openapi_url=root + schema,
             title=f"{title} - Swagger UI",
-            oauth2_redirect_url="/docs/oauth2-redirect",
-            swagger_js_url=f"{DOCS_FILES}/swagger-ui-bundle.js",
-            swagger_css_url=f"{DOCS_FILES}/swagger-ui.css",
-            swagger_favicon_url=f"{DOCS_FILES}/favicon.png",
+            oauth2_redirect_url=root + "/docs/oauth2-redirect",
+            swagger_js_url=f"{root}{DOCS_FILES}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{DOCS_FILES}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{DOCS_FILES}/favicon.png",
         )
 
     @app.get("/docs/oauth2-redirect", include_in_schema=False)

@@ -104,6 +104,8 @@ function hideTooltip() { $("tooltip").hidden = true; }
 function show(view, canvasId, figure) {
   paint($(canvasId), figure);
   state.figures[view] = figure;
+  const panel = $(canvasId).closest(".view");  // drawn anew: an earlier request's failure no longer hides it
+  if (panel) panel.classList.remove("stale");
 }
 
 // A cell of a view's figure in words, `text(data, row, col)`, in a tooltip by `point` and in the readout
@@ -175,7 +177,8 @@ function readableTokens(tokens, details, texts) {
   return tokens.map((token, i) => {
     const d = details[i], text = texts[d.segment || 0];
     if (d.special || typeof text !== "string" || !(d.end > d.start)) return token;
-    return text.slice(d.start, d.end).replace(/\n/g, "↵").replace(/\t/g, "→") || token;
+    // The offsets count characters (code points), as Python does; a JavaScript string counts UTF-16 units.
+    return Array.from(text).slice(d.start, d.end).join("").replace(/\n/g, "↵").replace(/\t/g, "→") || token;
   });
 }
 
@@ -654,7 +657,12 @@ async function explainDocument(rerank, row, result) {
   state.pair = figure.data;
   $("rerank-attn-canvas").hidden = false;
   show("rerank-pair", "rerank-attn-canvas", figure);
-  const sum = rerank.method === "sparse-dot" ? "the products sum to its score" : "the cells sum to its score";
+  let sum = rerank.method === "sparse-dot" ? "the products sum to its score" : "the cells sum to its score";
+  const total = figure.data && figure.data.score;
+  if (rerank.method === "cosine" && typeof total === "number" && Math.abs(total - result.relevance_score) > 1e-4) {
+    // /rerank puts the model's query and document prompts before the texts; /similarity, explaining, does not
+    sum = `the cells sum to ${total.toFixed(4)}, the cosine without the model's query and document prompts`;
+  }
   $("rerank-readout").textContent = `${rerankText(rerank, row)}; ${sum}. Hover a cell to read it.`;
 }
 
