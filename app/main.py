@@ -64,7 +64,7 @@ class Service(FastAPI):
     that must arrive in time (BodyTimeout), and the hot routes' short way in (FastPath)."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        settings: Settings = self.state.settings
+        settings: Settings = getattr(self.state, "settings", None) or Settings()  # create_app sets it
         stack = FastPath(super().build_middleware_stack(), self)
         return OneWriteResponses(BodyTimeout(stack, settings.body_timeout_s, settings.max_body_bytes))
 
