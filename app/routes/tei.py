@@ -270,6 +270,13 @@ async def embed(
         text_rows = [index for index, item in enumerate(items) if isinstance(item, str)]
         if any(items[index] == "" for index in text_rows):
             raise Empty("Input validation error: `inputs` cannot be empty")
+        for index in id_rows:  # named by their place in `inputs`, not in the batch of ids handed on
+            if not items[index]:
+                raise Empty("Input validation error: `inputs` cannot be empty")
+            try:
+                served.card.tokenizer.check_ids(items[index])
+            except TokenIdOutOfRange as error:
+                raise InvalidRequest(f"inputs[{index}][{error.position}]", str(error)) from None
         native_ids = OpenAIEmbeddingsRequest(input=[items[i] for i in id_rows], dimensions=body.dimensions)
         native_texts = (
             EncodeRequest(texts=[items[i] for i in text_rows], truncate=truncates(body), dimensions=body.dimensions)

@@ -115,6 +115,8 @@ def test_embed_takes_texts_and_token_ids_mixed_in_one_batch_as_tei_does(server: 
     assert not np.allclose(vectors[0], vectors[1])
     unnormalised = httpx.post(f"{server}/tei/embed", json={"inputs": [TEXTS[0], ids], "normalize": False})
     tei_error(unnormalised, 422, "Validation", "normalised")
+    outside = httpx.post(f"{server}/tei/embed", json={"inputs": [TEXTS[0], [101, 10**6]]})  # named by its place
+    tei_error(outside, 422, "Validation", "inputs[1][1]: token id 1000000 is outside the vocabulary")
 
 
 def test_sparse_predict_and_rerank_equal_the_native_answers(server: str) -> None:
