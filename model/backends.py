@@ -11,7 +11,9 @@ The backends:
 - ``TracedPass``: the same pass recorded as a TorchScript graph (``trace_pass`` in model/loader.py), which runs
   without the GIL;
 - ``GraphedPass`` (model/graphs.py): on a GPU, the pass replayed as CUDA graphs, one per bucket of batch shape;
-- ``OpenVINOPass`` (model/openvino_pass.py): on a CPU, the pass compiled by OpenVINO.
+- ``OpenVINOPass`` (model/openvino_pass.py): on a CPU, the pass compiled by OpenVINO;
+- ``BucketedRows``: around the torch passes of a CPU's bfloat16 products, the batch's real tokens rounded up to
+  one of a few dozen counts.
 
 As text-embeddings-inference's ``Backend`` trait (``embed``, ``predict``), one call, whatever computes it.
 """
@@ -82,3 +84,51 @@ class TracedPass:
         check_length(self.encoder, length)  # ran once, at tracing, and is not in the graph
         with torch.jit.optimized_execution(False):  # as recorded: no re-optimisation for each new shape
             return self.graph(input_ids, attention_mask, token_type_ids)
+
+
+def unwrapped(backend: PassBackend) -> PassBackend:
+    """The backend a ``BucketedRows`` wraps, or the backend itself."""
+    return backend.inner if isinstance(backend, BucketedRows) else backend
+
+
+def row_bucket(tokens: int, least: int = 16, per_octave: int = 8) -> int:
+    """The smallest bucket of at least ``tokens`` rows: ``least``, then multiples of ``least`` // 2 up to 64, then
+    ``per_octave`` buckets an octave (72, 80, …, 128, 144, …): at most an eighth more rows than asked for above
+    64, 55 buckets from 16 to 4,096."""
+    if tokens <= least:
+        return least
+    step = max(least // 2, 1 << max(0, tokens.bit_length() - 1 - (per_octave.bit_length() - 1)))
+    return -(-tokens // step) * step
+
+
+class BucketedRows:
+    """Another backend's pass with the batch's real tokens rounded up to a ``row_bucket``: rows of filler tokens
+    are appended (their outputs dropped), so that the products see a few dozen row counts rather than a new one
+    almost every pass.
+
+    Why: the pass packs the real tokens (model/encoder.py, ``Packing``), so each product has as many rows as the
+    batch has real tokens. oneDNN, which computes bfloat16 products on a CPU, prepares a kernel for every count
+    of rows it meets (a primitive, cached): on an Intel Xeon with AMX that took about 3 ms a product shape, four
+    shapes a pass, against a 1.5-ms product (BENCHMARKS.md, "Row buckets for bfloat16 on the CPU"). The filler
+    rows are attended by nothing else: each row attends within itself."""
+
+    def __init__(self, inner: PassBackend, filler_id: int = 0) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.filler_id = filler_id
+
+    def __call__(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor | None:
+        B, T = input_ids.shape
+        tokens = int(attention_mask.sum())
+        missing = row_bucket(tokens) - tokens
+        if missing == 0:
+            return self.inner(input_ids, attention_mask, token_type_ids)
+        rows = -(-missing // T)
+        filler = attention_mask.new_zeros(rows * T)
+        filler[:missing] = 1
+        hidden = self.inner(
+            torch.cat([input_ids, input_ids.new_full((rows, T), self.filler_id)]),
+            torch.cat([attention_mask, filler.view(rows, T)]),
+            torch.cat([token_type_ids, token_type_ids.new_zeros(rows, T)]),
+        )
+        return None if hidden is None else hidden[:B]

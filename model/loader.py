@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from model.backends import EagerPass, PassBackend, TracedPass
+from model.backends import BucketedRows, EagerPass, PassBackend, TracedPass, unwrapped
 from model.card import read_card
 from model.checkpoint import BGE_M3_COLBERT, BGE_M3_SPARSE
 from model.encoder import Encoder, PositionwiseFeedForward
@@ -112,6 +112,25 @@ def resolve_precision(dtype: str, device: torch.device, checkpoint: torch.dtype 
     return Precision(weights, compute, explicit)
 
 
+def products_in(encoder: Encoder, dtype: torch.dtype) -> Encoder:
+    """A copy of the encoder whose linear layers' weights and biases are in ``dtype``, sharing every other tensor
+    (embeddings, norms) with it: the CPU's pass under bfloat16 autocast, which then casts the activations alone.
+
+    Why: autocast casts a float32 weight to bfloat16 on every call, and the recorded pass does too (the graph
+    runs unoptimised, as recorded): all-MiniLM-L6-v2's one-text pass took 8.1–8.4 ms so against 4.5–4.9 with the
+    weights cast once, equal to the last bit (BENCHMARKS.md, "bfloat16 on the CPU: weights cast once, rows in
+    buckets"). The explicit paths keep the float32 encoder; the copy adds half its linear weights' bytes."""
+    linear = {
+        id(tensor) for module in encoder.modules() if isinstance(module, nn.Linear) for tensor in module.parameters()
+    }
+    shared = {id(tensor): tensor for tensor in (*encoder.parameters(), *encoder.buffers()) if id(tensor) not in linear}
+    lowered = copy.deepcopy(encoder, shared)
+    for module in lowered.modules():
+        if isinstance(module, nn.Linear):
+            module.to(dtype)
+    return lowered
+
+
 def trace_pass(encoder: Encoder, example: tuple[Tensor, Tensor, Tensor], autocast: torch.dtype | None) -> PassGraph:
     """The encoder's embedding pass (every layer, padding skipped, the last hidden state) as a TorchScript graph.
 
@@ -167,7 +186,8 @@ def trace(model: TextEncoder) -> None:
     classify, ...)."""
     example = example_batch(model)
     traced = TracedPass(model.passes, trace_pass(model.passes, example, model.autocast_dtype))
-    model.backends = (*(backend for backend in model.backends if not isinstance(backend, TracedPass)), traced)
+    kept = (backend for backend in model.backends if not isinstance(unwrapped(backend), TracedPass))
+    model.backends = (*kept, traced)
     late = model.late_interaction
     if late is not None and late.expansion is not None and not late.expansion.attend:
         model.expansion_graph = trace_expansion_pass(model.passes, example, model.autocast_dtype)
@@ -253,7 +273,7 @@ def compile_openvino(
     if dtype not in PRECISIONS:
         raise ValueError(f"OpenVINO's pass here runs float32 or bfloat16, not {_name(dtype)}")
     try:
-        return OpenVINOPass(model.passes, example_batch(model), dtype, threads, quantize)
+        return OpenVINOPass(model.encoder, example_batch(model), dtype, threads, quantize)
     except Exception as error:  # the converter's and the compiler's errors have no common class
         raise ValueError(f"OpenVINO could not compile it: {type(error).__name__}: {error}") from error
 
@@ -373,6 +393,8 @@ def load_model(
     if not precision.shared:  # a GPU under float16 over a float32 checkpoint: a copy for the embedding pass
         pass_encoder = copy.deepcopy(encoder).to(device=torch_device, dtype=precision.weights)
     encoder = encoder.to(device=torch_device)
+    if torch_device.type == "cpu" and precision.autocast:
+        pass_encoder = products_in(encoder, precision.compute)
     classifier = None
     if card["head"] is not None:
         classifier = SequenceClassificationHead(config, card["head"])
@@ -415,6 +437,10 @@ def load_model(
     why = "on a GPU" if torch_device.type == "cuda" else "ENCODER_RUNTIME=torch"
     if traced:
         trace(model)
+    if torch_device.type == "cpu" and model.autocast_dtype == torch.bfloat16:
+        # bfloat16 products through oneDNN: a kernel prepared for each count of rows (BucketedRows)
+        torch_passes = model.backends or (EagerPass(model.passes, model.autocast_dtype),)
+        model.backends = tuple(BucketedRows(backend, config.pad_token_id) for backend in torch_passes)
     if torch_device.type == "cpu" and quantize is not None:
         why = quantized_runtime(model, quantize, threads or cpu_threads())
     elif torch_device.type == "cpu":
@@ -445,7 +471,13 @@ def load_model(
         time.perf_counter() - started,
         _name(stored),
         _name(precision.explicit),
-        "" if precision.shared else f" and in {_name(precision.weights)} for the embedding pass",
+        (
+            f" and in {_name(precision.weights)} for the embedding pass"
+            if not precision.shared
+            else f", the linear layers' also in {_name(precision.compute)} for the embedding pass"
+            if pass_encoder is not None
+            else ""
+        ),
         _name(precision.compute) if model.quantized is None else f"{model.quantized} weights on OpenVINO's pass",
         f"; {model.scores_method} scores" if model.scores_method else "",
         model.runtime,

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.backends import EagerPass, PassBackend, TracedPass
+from model.backends import EagerPass, PassBackend, TracedPass, unwrapped
 from model.card import ModelCard
 from model.checkpoint import Pooling
 from model.encoder import Encoder, EncoderOutput, rotary_angles, sinusoidal_positional_encoding
@@ -64,16 +64,17 @@ class TextEncoder(ModelCard):
     backends: tuple[PassBackend, ...] = ()
     quantized: str | None = None  # "int8" where the first backend keeps its weights so (OpenVINO's pass on a CPU)
     expansion_graph: ExpansionGraph | None = None  # ColBERT queries' pass, traced (trace_expansion_pass)
-    # The embedding and classification passes' own copy of the encoder in a lower dtype (on a GPU under float16 or
-    # bfloat16 for a float32 checkpoint); None where they use ``encoder`` itself (one copy: float32, the CPU's
-    # autocast over float32 weights, or a checkpoint kept in its own dtype). The explicit paths (/attention, the
-    # inspection endpoints) run on ``encoder`` in float32 and equal transformers.
+    # The embedding and classification passes' own copy of the encoder in a lower dtype: on a GPU under float16 or
+    # bfloat16 for a float32 checkpoint, whole; on a CPU under bfloat16 autocast, its linear layers alone, the
+    # rest shared (model/loader.py, ``products_in``). None where they use ``encoder`` itself (float32, or a
+    # checkpoint kept in its own dtype). The explicit paths (/attention, the inspection endpoints) run on
+    # ``encoder`` in float32 and equal transformers.
     pass_encoder: Encoder | None = None
 
     @property
     def graph(self) -> PassGraph | None:
         """The embedding pass as a traced graph (trace_pass), where it has one."""
-        traced = next((backend for backend in self.backends if isinstance(backend, TracedPass)), None)
+        traced = next((inner for inner in map(unwrapped, self.backends) if isinstance(inner, TracedPass)), None)
         return None if traced is None else traced.graph
 
     @property
