@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,6 +230,22 @@ async def test_when_the_engine_dies_waiting_requests_get_503_and_the_service_exi
     assert "the engine exited (status -9)" in server_log(process)
 
 
+async def every_one_admitted(client: httpx.AsyncClient, requests: Sequence[asyncio.Future]) -> None:
+    """Until the service has admitted every request not answered yet (encoder_admitted_texts, where an inspection
+    request counts one): then each is in flight, not still on its way in."""
+    deadline = time.monotonic() + 30
+    admitted = 0.0
+    while time.monotonic() < deadline:
+        metrics = (await client.get("/metrics")).text
+        found = re.search(r"^encoder_admitted_texts (\S+)$", metrics, re.MULTILINE)
+        assert found is not None, "no encoder_admitted_texts in /metrics"
+        admitted = float(found.group(1))
+        if admitted + sum(request.done() for request in requests) >= len(requests):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the service admitted {admitted:.0f} of {len(requests)} requests in 30 s")
+
+
 @pytest.mark.parametrize("to", ["supervisor", "every process"])
 async def test_sigterm_answers_what_is_in_flight_then_every_process_exits_zero(
     service: tuple[subprocess.Popen, str], to: str
@@ -241,7 +257,7 @@ async def test_sigterm_answers_what_is_in_flight_then_every_process_exits_zero(
     body = {"texts": [LONG] * 16, "model": "tiny"}
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         requests = [asyncio.ensure_future(client.post("/attention/heads", json=body)) for _ in range(48)]
-        await asyncio.sleep(0.2)
+        await every_one_admitted(client, requests)
         assert not all(request.done() for request in requests), "nothing was in flight"
         for pid in [process.pid, *(started(process.pid) if to == "every process" else [])]:
             os.kill(pid, signal.SIGTERM)
