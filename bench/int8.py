@@ -96,7 +96,7 @@ def main() -> None:
 
     def compiled(quantized: Any, hint: str) -> OpenVINOPass:
         ours = OpenVINOPass.__new__(OpenVINOPass)  # the pass around a model quantized here, not by the loader
-        ours.encoder, ours.precision, ours.quantize = model.passes, hint, "int8"
+        ours.encoder, ours.precision, ours.quantize, ours.padded = model.passes, hint, "int8", False
         ours.compiled, ours._requests = compile_for_cpu(quantized, hint, threads), threading.local()
         return ours
 

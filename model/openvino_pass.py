@@ -25,13 +25,14 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.backends import check_length, takes_whole
+from model.backends import check_length, row_bucket, takes_whole
 from model.encoder import Encoder
 
 PRECISIONS = {torch.float32: "f32", torch.bfloat16: "bf16"}  # the compute dtype → OpenVINO's precision hint
-CACHE_SHAPES = 32  # as app/compute.py bounds oneDNN's per-shape caches
+CACHE_SHAPES = 64  # as app/compute.py bounds oneDNN's per-shape caches; the padded pass's shapes are bucketed
 QUANTIZERS = ("int8",)  # what the ``quantize`` argument takes: the linear layers' weights in int8
 
 
@@ -54,23 +55,44 @@ def quantizer_available() -> bool:
 
 
 class _LastHiddenState(nn.Module):
-    def __init__(self, encoder: Encoder) -> None:
+    def __init__(self, encoder: Encoder, pack: bool = True) -> None:
         super().__init__()
         self.encoder = encoder
+        self.pack = pack
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
-        return self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state
+        return self.encoder(input_ids, attention_mask, token_type_ids, pack=self.pack).last_hidden_state
 
 
-def convert(encoder: Encoder, example: tuple[Tensor, Tensor, Tensor]) -> Any:
-    """The encoder's pass (input ids, mask, segments) → last hidden state as an OpenVINO model, any batch shape."""
+def convert(encoder: Encoder, example: tuple[Tensor, Tensor, Tensor], pack: bool = True) -> Any:
+    """The encoder's pass (input ids, mask, segments) → last hidden state as an OpenVINO model, any batch shape;
+    ``pack``: the padding skipped (the real tokens gathered, their count known only when the pass runs), else
+    computed and masked (every shape inside follows the batch's)."""
     import openvino as ov
 
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the tracer's warnings: the checks recorded as constants, as trace_pass
         return ov.convert_model(
-            _LastHiddenState(encoder).eval(), example_input=example, input=[ov.PartialShape([-1, -1])] * 3
+            _LastHiddenState(encoder, pack).eval(), example_input=example, input=[ov.PartialShape([-1, -1])] * 3
         )
+
+
+def batch_bucket(rows: int, length: int, longest: int) -> tuple[int, int]:
+    """The batch shape a padded pass of ``rows`` × ``length`` runs as: both rounded up to a few buckets
+    (``row_bucket``: at most an eighth more above 64), the length no further than the model's ``longest``."""
+    return (rows if rows <= 2 else row_bucket(rows, least=4)), max(length, min(row_bucket(length), longest))
+
+
+def to_bucket(
+    input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, shape: tuple[int, int]
+) -> list[Tensor]:
+    """The batch padded to ``shape``: padding columns, and rows of one real token each (a row of none has no
+    softmax)."""
+    B, T = input_ids.shape
+    grow = (0, shape[1] - T, 0, shape[0] - B)
+    mask = F.pad(attention_mask, grow)
+    mask[B:, 0] = 1
+    return [F.pad(input_ids, grow), mask, F.pad(token_type_ids, grow)]
 
 
 def compile_for_cpu(converted: Any, precision: str, threads: int) -> Any:
@@ -94,6 +116,15 @@ class OpenVINOPass:
     ``example`` must hold padding, so that the packed path (padding skipped) is the one converted; any batch
     shape is taken then (both dimensions dynamic). Each thread that calls it has an infer request of its own.
     ``quantize="int8"`` keeps the linear layers' weights in int8, the rest in ``dtype``.
+
+    In float32 the pass skips the padding, as torch's does. Under bfloat16 or int8 it computes the padding, masked,
+    on a batch whose rows and length are rounded up to buckets (``batch_bucket``): OpenVINO prepares each
+    operation again for every shape it has not met, which cost more than the products there (a one-text pass of
+    all-MiniLM-L6-v2 about 6 ms on a shape met before, 16 ms on a new one), and the packed pass has a shape inside
+    that no bucket fixes (its count of real tokens). Measured on an Intel Xeon with AMX, texts/s in process: int8
+    one text 69–104 → 155–163, passes of 32 272–293 → 388–397; bfloat16 74–109 → 183–269 and 339–381 →
+    430–493; float32 passes of 32 200–253 packed against 159–175 so (BENCHMARKS.md, "bfloat16 on the CPU:
+    weights cast once, rows in buckets").
     """
 
     name = "openvino"
@@ -114,7 +145,8 @@ class OpenVINOPass:
         self.encoder = encoder
         self.precision = PRECISIONS[dtype]
         self.quantize = quantize
-        converted = convert(encoder, example)
+        self.padded = self.precision != "f32" or quantize is not None
+        converted = convert(encoder, example, pack=not self.padded)
         if quantize == "int8":
             converted = int8_weights(converted)
         self.compiled = compile_for_cpu(converted, self.precision, threads)
@@ -128,9 +160,16 @@ class OpenVINOPass:
         request = getattr(self._requests, "request", None)
         if request is None:
             request = self._requests.request = self.compiled.create_infer_request()
-        arrays = [np.ascontiguousarray(t.numpy()) for t in (input_ids, attention_mask, token_type_ids)]
-        output = request.infer(arrays)[0]  # (B, T, D) float32, copied out of the request's buffer
-        return torch.from_numpy(output)
+        batch = [input_ids, attention_mask, token_type_ids]
+        B = input_ids.size(0)
+        if self.padded:
+            shape = batch_bucket(B, length, self.encoder.embeddings.max_length)
+            if shape != (B, length) and takes_whole(self.encoder, shape[1]):
+                batch = to_bucket(input_ids, attention_mask, token_type_ids, shape)
+        arrays = [np.ascontiguousarray(t.numpy()) for t in batch]
+        output = request.infer(arrays)[0]  # (B', T', D) float32, copied out of the request's buffer
+        hidden = torch.from_numpy(output)
+        return hidden if hidden.shape[:2] == (B, length) else hidden[:B, :length].contiguous()
 
 
 def int8_weights(converted: Any) -> Any:

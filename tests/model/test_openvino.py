@@ -14,7 +14,7 @@ import torch
 
 from model import TextEncoder, load_model, loader
 from model.backends import TracedPass
-from model.openvino_pass import OpenVINOPass
+from model.openvino_pass import OpenVINOPass, batch_bucket
 from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, write_family_model
 from tests.helpers import needs_cpu_bfloat16
 
@@ -216,3 +216,59 @@ def test_cpu_bfloat16_follows_the_cpu_flags(
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     assert loader.cpu_bfloat16() is expected
+
+
+@pytest.mark.parametrize(
+    ("rows", "length", "longest", "shape"),
+    [
+        (1, 10, 512, (1, 16)),
+        (2, 30, 512, (2, 32)),
+        (3, 17, 512, (4, 24)),
+        (33, 70, 512, (36, 72)),
+        (100, 300, 512, (104, 320)),
+        (1, 121, 124, (1, 124)),
+        (1, 129, 130, (1, 130)),  # the length no further than the model's positions
+    ],
+)
+def test_padded_batches_are_rounded_up_to_a_few_shapes(rows: int, length: int, longest: int, shape: tuple) -> None:
+    assert batch_bucket(rows, length, longest) == shape
+
+
+class RecordingRequest:
+    """An infer request that records the shapes it is given and passes them on."""
+
+    def __init__(self, request: object) -> None:
+        self.request = request
+        self.shapes: list[tuple[int, ...]] = []
+
+    def infer(self, arrays: list[np.ndarray]) -> object:
+        self.shapes.append(arrays[0].shape)
+        return self.request.infer(arrays)  # type: ignore[attr-defined]
+
+
+@needs_cpu_bfloat16
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+def test_bfloat16_and_int8_run_padded_batches_of_bucketed_shapes(tiny_model_dir: Path, dtype: str) -> None:
+    """Under bfloat16 and int8 the compiled pass computes the padding, masked, on shapes rounded up to buckets (a
+    new shape costs OpenVINO more than the products there); the rows and positions added are dropped, and the
+    embeddings stay as near float32's as the packed pass's."""
+    compiled = load_model(tiny_model_dir, device="cpu", dtype=dtype, runtime="openvino")
+    reference = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="torch")
+    ov_pass = compiled.backends[0]
+    assert isinstance(ov_pass, OpenVINOPass) and ov_pass.padded
+    recording = RecordingRequest(ov_pass.compiled.create_infer_request())
+    ov_pass._requests.request = recording
+    texts = ["the quick brown fox jumps", "hello world", "a lazy dog sat on the mats while the cats said hello"]
+    ids, mask, types = compiled.to_tensors(compiled.tokenizer.pad(compiled.tokenizer.encode(texts)))
+    assert ids.shape[1] not in (16, 24, 32)
+    hidden = compiled.last_hidden_state(ids, mask, types)
+    assert recording.shapes == [batch_bucket(3, ids.shape[1], compiled.encoder.embeddings.max_length)]
+    assert hidden.shape == (3, ids.shape[1], compiled.config.d_model)
+    ours, theirs = compiled.embed(texts).double(), reference.embed(texts).double()
+    assert torch.nn.functional.cosine_similarity(ours, theirs, dim=-1).min() >= 0.99
+
+
+def test_float32_keeps_the_packed_pass(tiny_model_dir: Path) -> None:
+    compiled = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="openvino")
+    ov_pass = compiled.backends[0]
+    assert isinstance(ov_pass, OpenVINOPass) and not ov_pass.padded
