@@ -109,8 +109,9 @@ class BucketedRows:
     Why: the pass packs the real tokens (model/encoder.py, ``Packing``), so each product has as many rows as the
     batch has real tokens. oneDNN, which computes bfloat16 products on a CPU, prepares a kernel for every count
     of rows it meets (a primitive, cached): on an Intel Xeon with AMX that took about 3 ms a product shape, four
-    shapes a pass, against a 1.5-ms product (BENCHMARKS.md, "Row buckets for bfloat16 on the CPU"). The filler
-    rows are attended by nothing else: each row attends within itself."""
+    shapes a pass, against a 1.5-ms product (BENCHMARKS.md, "bfloat16 on the CPU: weights cast once, rows in
+    buckets"). The filler rows are attended by nothing else: each row attends within itself. float32's products
+    (MKL) prepare nothing per count and are not bucketed."""
 
     def __init__(self, inner: PassBackend, filler_id: int = 0) -> None:
         self.inner = inner
