@@ -15,8 +15,9 @@ ENCODER_DTYPE=int8 (OpenVINO, int8 weights) — embeds the same generated senten
   (top-10 agreement, averaged).
 
 With ``--peers`` (``make bench-cpu-peers``) sentence-transformers' own CPU backends — torch, ONNX Runtime float32
-and dynamic int8, OpenVINO float32 and at its default precision — take their turns too, in the same rounds, from a
-child process in their own environment (bench/cpu_peers.py), on the same sentences against the same reference.
+and dynamic int8, OpenVINO float32, at its default precision and static int8 — take their turns too, in the same
+rounds, from a child process in their own environment (bench/cpu_peers.py), on the same sentences against the
+same reference.
 With ``--http`` the service itself takes its turns as well (``python -m app.serve`` in its own process, one for
 each precision the CPU offers: float32, bfloat16, int8), over keep-alive HTTP: 4 clients each sending 32 texts a
 request in the "passes of 32" columns, one client sending one text at a time in the "one text" columns.
