@@ -10,6 +10,8 @@ counts) it times, after a warm-up:
   on the device;
 - ours, the GELU apart: the same where the pass computes the feed-forward's GELU in the product's epilogue (a
   GPU in half precision), with the GELU as a kernel of its own;
+- ours, the norms apart: the same where the pass adds each residual and norms the sum in one kernel, and looks
+  up, sums and norms the embeddings in one (a GPU in half precision), with torch's kernels instead;
 - transformers: ``AutoModel`` in the same dtype (its default attention, SDPA), on the same tensors;
 
 and prints tokens/s, the matrix-product rate that implies (the FLOPs of the products a token needs, counted
@@ -37,7 +39,6 @@ import torch
 
 from model import TextEncoder, load_model
 from model.config import EncoderConfig
-from model.encoder import PositionwiseFeedForward
 
 # Dense (no sparsity) float16 tensor-core peaks from the vendors' datasheets, TFLOP/s, by device-name fragment.
 PEAKS = {
@@ -136,16 +137,18 @@ def packed(model: TextEncoder, inputs: tuple[torch.Tensor, torch.Tensor, torch.T
         encoder.varlen = served
 
 
-def gelu_apart(model: TextEncoder, inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> object:
-    """Ours with the feed-forward's GELU as a kernel of its own (``PositionwiseFeedForward.fuse_gelu`` undone)."""
-    fused = [m for m in model.passes.modules() if isinstance(m, PositionwiseFeedForward) and m.gelu_in_product]
-    for module in fused:
-        module.gelu_in_product = False
+def apart(model: TextEncoder, inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor], *fused: str) -> object:
+    """Ours with fusions undone for the pass: ``gelu_in_product`` (``PositionwiseFeedForward.fuse_gelu``: the GELU
+    a kernel of its own), ``norms_fused`` and ``norm_fused`` (``EncoderLayer.fuse_norms``, ``Embeddings.fuse_norm``:
+    torch's additions, lookups and LayerNorms). A CUDA graph replays what it recorded, whatever the flags say now."""
+    undone = [(m, name) for m in model.passes.modules() for name in fused if getattr(m, name, False) is True]
+    for module, name in undone:
+        setattr(module, name, False)
     try:
         return ours(model, inputs)
     finally:
-        for module in fused:
-            module.gelu_in_product = True
+        for module, name in undone:
+            setattr(module, name, True)
 
 
 def theirs(reference: torch.nn.Module, model: TextEncoder, inputs: tuple[torch.Tensor, ...]) -> object:
@@ -249,8 +252,12 @@ def main() -> None:
         passes = [("ours", partial(ours, model, inputs))]
         if args.packed:
             passes.append(("ours, packed attention (eager)", partial(packed, model, inputs)))
-        if any(isinstance(m, PositionwiseFeedForward) and m.gelu_in_product for m in model.passes.modules()):
-            passes.append(("ours, the GELU apart", partial(gelu_apart, model, inputs)))
+        for fused, who in (
+            (("gelu_in_product",), "ours, the GELU apart"),
+            (("norms_fused", "norm_fused"), "ours, the norms apart"),
+        ):
+            if any(getattr(module, name, False) is True for module in model.passes.modules() for name in fused):
+                passes.append((who, partial(apart, model, inputs, *fused)))
         if reference is not None:
             passes.append(("transformers", partial(theirs, reference, model, inputs)))
         for who, run in passes:

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.config import EncoderConfig, RopeScaling
+from model.kernels import add_layer_norm, embed_layer_norm, triton_available
 from model.outputs import HEAD_STEP_ARRAYS, HeadSteps
 
 M = TypeVar("M", bound=nn.Module)
@@ -619,10 +620,10 @@ class PositionwiseFeedForward(nn.Module):
         return self.gelu_in_product
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.gelu_in_product and x.dim() == 2:  # the packed (N, D) tokens
-            return self.contract(
-                torch._addmm_activation(self.expand.bias, x, self.expand.weight.t(), use_gelu=True)  # (N, F)
-            )
+        if self.gelu_in_product:  # on the tokens as rows: (N, D) packed, or (B, T, D) as (B·T, D)
+            rows = x.reshape(-1, x.size(-1))  # (N, D)
+            hidden = torch._addmm_activation(self.expand.bias, rows, self.expand.weight.t(), use_gelu=True)  # (N, F)
+            return self.contract(hidden).view(*x.shape[:-1], -1)  # like x
         hidden = self.expand(x)  # (B, T, F) or (B, T, 2F)
         if self.glu:
             value, gate = hidden.chunk(2, dim=-1)  # 2 × (B, T, F)
@@ -654,6 +655,18 @@ class EncoderLayer(nn.Module):
         self.feed_forward_norm = norm(config)
         self.attention_output_norm = norm(config) if config.sandwich_norm else None
         self.feed_forward_output_norm = norm(config) if config.sandwich_norm else None
+        self.norms_fused = False  # see fuse_norms
+
+    def fuse_norms(self) -> bool:
+        """Add the residual and norm the sum in one kernel (model/kernels.py) in a post-norm block whose norms are
+        LayerNorms: one pass over the tokens instead of two, each LN(x + sublayer(x)). For the half-precision
+        passes on a GPU only (model/loader.py), where Triton is there. Whether it took."""
+        self.norms_fused = (
+            not self.pre_norm
+            and all(isinstance(n, nn.LayerNorm) for n in (self.attention_norm, self.feed_forward_norm))
+            and triton_available()
+        )
+        return self.norms_fused
 
     def forward(
         self,
@@ -680,6 +693,10 @@ class EncoderLayer(nn.Module):
         attended, attention, norms = self.attention(
             x, mask, need_weights, packing, position_bias, angles, need_value_norms, relative
         )
+        if self.norms_fused and not need_weights:
+            x = add_layer_norm(attended, x, self.attention_norm)  # (B, T, D) | (N, D)
+            x = add_layer_norm(self.feed_forward(x), x, self.feed_forward_norm)
+            return AttentionResult(x, attention, norms)
         x = self.attention_norm(x + attended)  # (B, T, D)
         x = self.feed_forward_norm(x + self.feed_forward(x))  # (B, T, D)
         return AttentionResult(x, attention, norms)
@@ -715,6 +732,19 @@ class Embeddings(nn.Module):
         self.offset = config.position_embedding in ("learned_offset", "relative_buckets")
         self.max_length = config.position_limit
         self.two_segments = config.type_vocab_size > 1  # else every token takes segment 0 (RoBERTa's one row)
+        self.norm_fused = False  # see fuse_norm
+
+    def fuse_norm(self) -> bool:
+        """Look the rows up, add them and norm the sum in one kernel (model/kernels.py) where the embeddings end
+        in a LayerNorm and are neither scaled nor projected: one pass over the tokens instead of five or six. For
+        the half-precision passes on a GPU only (model/loader.py), where Triton is there. Whether it took."""
+        self.norm_fused = (
+            isinstance(self.norm, nn.LayerNorm)
+            and self.project is None
+            and self.config.embedding_scale == 1.0
+            and triton_available()
+        )
+        return self.norm_fused
 
     def position_table(self) -> Tensor | None:
         """The (max_positions, E) position encodings this model adds to its tokens; None for rotary."""
@@ -731,6 +761,8 @@ class Embeddings(nn.Module):
         T = input_ids.size(1)
         if self.max_length < T:
             raise ValueError(f"sequence of {T} tokens is longer than the model's {self.max_length} positions")
+        if self.norm_fused and dtype is None:
+            return self.fused(input_ids, token_type_ids, attention_mask)
         x = self.token(input_ids)  # (B, T, E)
         if dtype is not None:
             x = x.to(dtype)
@@ -752,6 +784,18 @@ class Embeddings(nn.Module):
         if self.norm is not None:
             x = in_dtype(self.norm, x.dtype)(x)  # (B, T, E)
         return in_dtype(self.project, x.dtype)(x) if self.project is not None else x  # (B, T, D)
+
+    def fused(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """The same rows summed and normed by one kernel (``fuse_norm``), the sum kept in float32."""
+        assert self.norm is not None
+        segments = self.segment.weight if self.segment is not None else None
+        segment_ids = token_type_ids if self.two_segments else None
+        position_ids = None
+        if self.offset:
+            real = attention_mask.long()  # (B, T)
+            position_ids = real.cumsum(dim=1) * real + self.config.pad_token_id  # (B, T), as forward's
+        table = self.position_table()
+        return embed_layer_norm(input_ids, self.token.weight, self.norm, segment_ids, segments, position_ids, table)
 
 
 @dataclass

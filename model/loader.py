@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from model.backends import BucketedRows, EagerPass, PassBackend, TracedPass, unwrapped
 from model.card import read_card
 from model.checkpoint import BGE_M3_COLBERT, BGE_M3_SPARSE
-from model.encoder import Encoder, PositionwiseFeedForward
+from model.encoder import Embeddings, Encoder, EncoderLayer, PositionwiseFeedForward
 from model.graphs import GraphedPass
 from model.heads import SequenceClassificationHead
 from model.outputs import GPU_PASS_TOKENS
@@ -445,6 +445,17 @@ def load_model(
         why = quantized_runtime(model, quantize, threads or cpu_threads())
     elif torch_device.type == "cpu":
         why = choose_runtime(model, runtime, threads or cpu_threads(), concurrency)
+    if torch_device.type == "cuda" and precision.weights in (torch.float16, torch.bfloat16):
+        # Before the graphs record the pass, so that they hold these kernels too: the GELU in the product's
+        # epilogue, each residual addition with its LayerNorm in one kernel (post-norm blocks, with Triton), and
+        # the embeddings' lookups, sum and LayerNorm in one (model/kernels.py)
+        for module in model.passes.modules():
+            if isinstance(module, PositionwiseFeedForward):
+                module.fuse_gelu()
+            elif isinstance(module, EncoderLayer):
+                module.fuse_norms()
+            elif isinstance(module, Embeddings):
+                module.fuse_norm()
     if cuda_graphs and torch_device.type == "cuda":
         try:
             graphs = GraphedPass(model.passes, config.pad_token_id, limit, max_tokens=graph_tokens)
@@ -457,9 +468,6 @@ def load_model(
         # on an H100 (BENCHMARKS.md, "make gpu-check on an H100"). The trace cannot hold it: it would fix the
         # longest row's length.
         model.passes.varlen = True
-        for module in model.passes.modules():  # the GELU in the product's epilogue, in half precision
-            if isinstance(module, PositionwiseFeedForward):
-                module.fuse_gelu()
         model.backends = tuple(backend for backend in model.backends if not isinstance(backend, TracedPass))
     logger.info(
         "loaded %s (%s) from %s on %s in %.2f s: the checkpoint's %s weights kept in %s%s, products in %s%s; "

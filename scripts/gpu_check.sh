@@ -63,9 +63,9 @@ step machine 30 bash -c "nvidia-smi 2>&1 | head -15; lscpu | grep -E 'Model name
 step tests 150 "$PY" -m pytest -q -p no:cacheprovider --maxfail 20 --timeout 120 \
     -k "cuda or test_graphs or test_gpu" \
     tests/model/test_parity.py tests/model/test_families.py tests/model/test_encoder.py tests/model/test_graphs.py \
-    tests/app/test_gpu.py
-step throughput 90 "$PY" -m bench.throughput --profile --rows "${ROWS[@]}"
-step throughput-bert-base 90 "$PY" -m bench.throughput --profile --bert-base --rows "${ROWS[@]}"
+    tests/model/test_kernels.py tests/app/test_gpu.py
+step throughput 110 "$PY" -m bench.throughput --profile --rows "${ROWS[@]}"
+step throughput-bert-base 110 "$PY" -m bench.throughput --profile --bert-base --rows "${ROWS[@]}"
 if [ "$DEVICE" = cuda ]; then
     step decoder 60 "$PY" -m bench.decoders --device cuda --dtypes bfloat16 float16 --rounds 3 \
         --layers "$DECODER_LAYERS" --memory-dtypes none

@@ -241,9 +241,10 @@ def test_every_activation_a_config_or_checkpoint_can_name_is_one_module_of_the_t
     ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))],
 )
 def test_the_gelu_in_the_products_epilogue_stays_near_the_exact_gelu(device: str) -> None:
-    """``PositionwiseFeedForward.fuse_gelu`` (the half-precision passes on a GPU): on the packed (N, D) tokens the
-    first product and its GELU are one call. cuBLASLt's epilogue computes the tanh form, within 4.7 · 10⁻⁴ of the
-    exact GELU; torch computes the exact one on a CPU. (B, T, D) inputs and other activations keep the module's."""
+    """``PositionwiseFeedForward.fuse_gelu`` (the half-precision passes on a GPU): on the tokens as rows, packed
+    (N, D) or padded (B, T, D), the first product and its GELU are one call. cuBLASLt's epilogue computes the tanh
+    form, within 4.7 · 10⁻⁴ of the exact GELU; torch computes the exact one on a CPU. Other activations keep the
+    module's."""
     torch.manual_seed(0)
     ffn = PositionwiseFeedForward(32, 64, "gelu").to(device)
     x = torch.randn(50, 32, device=device) * 3
@@ -256,7 +257,7 @@ def test_the_gelu_in_the_products_epilogue_stays_near_the_exact_gelu(device: str
         torch.testing.assert_close(fused, tanh_form if device == "cuda" else exact, atol=1e-5, rtol=1e-5)
         bound = 4.7e-4 * ffn.contract.weight.abs().sum(dim=1)  # (D,): each output sums F such differences
         assert ((fused - exact).abs() <= bound + 1e-5).all()
-        torch.testing.assert_close(ffn(x[None]), exact[None], atol=1e-6, rtol=1e-6)  # (B, T, D): the module's GELU
+        torch.testing.assert_close(ffn(x[None]), fused[None], atol=1e-6, rtol=1e-6)  # (B, T, D) as rows: the same
         if device == "cuda":
             half = ffn.half()
             torch.testing.assert_close(half(x.half()).float(), tanh_form, atol=2e-2, rtol=1e-2)
