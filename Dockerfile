@@ -27,6 +27,13 @@ RUN pip install --no-deps . \
  && python -c "from model import default_model_path; assert (default_model_path() / 'model.safetensors').is_file()"
 
 FROM python:${PYTHON_VERSION}-slim AS runtime
+ARG TORCH_INDEX=cpu
+# A CUDA image: Triton (which PyTorch's CUDA builds bring) compiles the pass's fused norms at start (model/kernels.py)
+# and builds its launcher with the system's C compiler; without one the service runs torch's norms instead.
+# hadolint ignore=DL3008
+RUN if [ "$TORCH_INDEX" != cpu ]; then \
+        apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*; \
+    fi
 RUN useradd --create-home --no-log-init --uid 10001 encoder \
     && install -d -o 10001 -g 10001 /home/encoder/.cache/huggingface
 COPY --from=build /opt/venv /opt/venv

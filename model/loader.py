@@ -176,6 +176,36 @@ def trace_expansion_pass(
     return graph
 
 
+def fuse_kernels(model: TextEncoder, name: str) -> None:
+    """The pass's fusions for half precision on a GPU: the GELU in the first product's epilogue, each residual
+    addition with its LayerNorm in one kernel (post-norm blocks), the embeddings' lookups, sum and LayerNorm in
+    one (model/kernels.py). Triton compiles those two at their first run, which needs a C compiler and a writable
+    cache: they are tried here once, on a batch packed and padded, and where they fail torch's kernels stay."""
+    for module in model.passes.modules():
+        if isinstance(module, PositionwiseFeedForward):
+            module.fuse_gelu()
+    fused = [
+        module
+        for module in model.passes.modules()
+        if (isinstance(module, EncoderLayer) and module.fuse_norms())
+        or (isinstance(module, Embeddings) and module.fuse_norm())
+    ]
+    if not fused:
+        return
+    try:
+        batch = example_batch(model)
+        with torch.inference_mode():
+            model.passes(*batch)
+            model.passes(*batch, pack=False)
+    except Exception as error:  # whatever Triton raises where it cannot build (no compiler, no cache, no GPU)
+        for module in fused:
+            if isinstance(module, EncoderLayer):
+                module.norms_fused = False
+            elif isinstance(module, Embeddings):
+                module.norm_fused = False
+        logger.warning("the fused norms of %s could not run here, torch's kernels instead: %s", name, error)
+
+
 def example_batch(model: TextEncoder) -> tuple[Tensor, Tensor, Tensor]:
     """Two texts of different lengths, so that the batch holds padding: what the pass is recorded on."""
     return model.to_tensors(model.tokenizer.pad(model.tokenizer.encode(["a graph", "of the pass, traced"])))
@@ -446,16 +476,7 @@ def load_model(
     elif torch_device.type == "cpu":
         why = choose_runtime(model, runtime, threads or cpu_threads(), concurrency)
     if torch_device.type == "cuda" and precision.weights in (torch.float16, torch.bfloat16):
-        # Before the graphs record the pass, so that they hold these kernels too: the GELU in the product's
-        # epilogue, each residual addition with its LayerNorm in one kernel (post-norm blocks, with Triton), and
-        # the embeddings' lookups, sum and LayerNorm in one (model/kernels.py)
-        for module in model.passes.modules():
-            if isinstance(module, PositionwiseFeedForward):
-                module.fuse_gelu()
-            elif isinstance(module, EncoderLayer):
-                module.fuse_norms()
-            elif isinstance(module, Embeddings):
-                module.fuse_norm()
+        fuse_kernels(model, name)  # before the graphs record the pass, so that they hold these kernels too
     if cuda_graphs and torch_device.type == "cuda":
         try:
             graphs = GraphedPass(model.passes, config.pad_token_id, limit, max_tokens=graph_tokens)

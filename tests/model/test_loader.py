@@ -83,3 +83,26 @@ def test_half_precision_model_runs_and_stays_close_to_float32(tiny_model_dir, ti
     half = load_model(tiny_model_dir, device="cpu", dtype="bfloat16")
     texts = ["the quick brown fox", "hello world"]
     torch.testing.assert_close(half.embed(texts), tiny_model.embed(texts), atol=5e-2, rtol=0)
+
+
+def test_fused_norms_that_cannot_run_give_way_to_torchs(tiny_model_dir, caplog: pytest.LogCaptureFixture) -> None:
+    """``fuse_kernels`` tries Triton's kernels once before the pass relies on them: where they cannot run (here on
+    CPU tensors without Triton's interpreter, as on a GPU host without a C compiler) the norms go back to torch's,
+    a warning says why, and the pass gives what it gave before."""
+    from model.encoder import Embeddings, EncoderLayer
+    from model.kernels import triton_available
+
+    assert triton_available()  # a dev dependency on Linux x86-64
+    model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="torch", traced=False)
+    batch = loader.example_batch(model)
+    with torch.inference_mode():
+        before = model.passes(*batch).last_hidden_state
+    with caplog.at_level("WARNING", logger="model.loader"):
+        loader.fuse_kernels(model, "tiny")
+    assert "the fused norms of tiny could not run here, torch's kernels instead" in caplog.text
+    modules = list(model.passes.modules())
+    assert any(isinstance(m, EncoderLayer) for m in modules) and any(isinstance(m, Embeddings) for m in modules)
+    assert not any(getattr(m, "norms_fused", False) or getattr(m, "norm_fused", False) for m in modules)
+    with torch.inference_mode():
+        after = model.passes(*batch).last_hidden_state
+    torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)  # the GELU in the product: the same maths
