@@ -49,6 +49,7 @@ async def test_encode_attention_and_info_over_http(family_dir: Path) -> None:
         assert body["dim"] == theirs.shape[1] == info["dimension"]
         cosine = (ours * theirs).sum(axis=1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(theirs, axis=1))
         assert cosine.min() >= 0.99999, cosine
+        np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0)  # element by element too
 
         text = SAMPLE_TEXTS["long"]
         response = (await client.post("/attention", json={"text": text})).json()

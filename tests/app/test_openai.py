@@ -53,6 +53,7 @@ async def test_openai_client_embeddings_equal_sentence_transformers(two_models: 
     for got in (default, floats):
         ours = np.array([d.embedding for d in got.data])
         np.testing.assert_allclose((ours * reference).sum(axis=1), 1.0, atol=1e-5)  # cosine with unit vectors
+        np.testing.assert_allclose(ours, reference, atol=1e-5, rtol=0)  # and element by element
     single = await client.embeddings.create(input=TEXTS[1], model="minilm")
     np.testing.assert_allclose(single.data[0].embedding, floats.data[1].embedding, atol=1e-6)
     assert single.usage.prompt_tokens == single.usage.total_tokens == 8  # [CLS] attention is all you need . [SEP]
