@@ -9,7 +9,7 @@ import pytest
 
 from app.settings import Settings
 from model import TextEncoder
-from tests.helpers import assert_error, busy, serve, serving, wait_until
+from tests.helpers import assert_error, busy, serve, serving, until_metric
 
 KEYS = "first-key, second-key"
 
@@ -66,7 +66,7 @@ async def test_full_queue_answers_429_with_retry_after_then_recovers(bundled_mod
         client = service.client
         async with busy(service.model):
             blockers = [asyncio.ensure_future(client.post("/encode", json={"texts": t})) for t in "ab"]  # fill it
-            await wait_until(lambda: service.admission.admitted == 2)
+            await until_metric(client, "encoder_admitted_texts", lambda admitted: admitted == 2)
             response = await client.post("/encode", json={"texts": "x"})
             assert_error(response, 429, "overloaded", None, "queue is full")
             assert int(response.headers["retry-after"]) >= 1

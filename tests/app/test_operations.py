@@ -25,7 +25,6 @@ from tests.helpers import (
     serve,
     serving,
     until_metric,
-    wait_until,
 )
 
 
@@ -172,7 +171,7 @@ async def test_the_queue_is_bounded_in_texts(bundled_model: TextEncoder) -> None
         async with busy(service.model):
             waiting = asyncio.ensure_future(client.post("/encode", json={"texts": ["a", "b", "c"]}))
             fits = asyncio.ensure_future(client.post("/encode", json={"texts": ["f"]}))  # 3 + 1 ≤ 4: admitted
-            await wait_until(lambda: service.admission.admitted == 4)
+            await until_metric(client, "encoder_admitted_texts", lambda admitted: admitted == 4)
             assert_error(await client.post("/encode", json={"texts": ["d"]}), 429, "overloaded", None, "4 texts in")
         assert (await waiting).status_code == 200 and (await fits).status_code == 200
         # alone, a request larger than the whole bound is still served rather than refused forever
@@ -225,7 +224,7 @@ async def test_a_client_that_leaves_has_its_texts_dropped_and_the_service_goes_o
         counted = metric(metrics, "encoder_requests_total", 0, route="/encode", method="POST", status="499")
         async with busy(service.model):
             request = asyncio.ensure_future(service.app(scope, receive, send))
-            await wait_until(lambda: service.admission.admitted == 3)
+            await until_metric(service.client, "encoder_admitted_texts", lambda admitted: admitted == 3)
             leave.set()
             await asyncio.wait_for(request, 10)
         assert sent[0]["status"] == 499
@@ -233,5 +232,5 @@ async def test_a_client_that_leaves_has_its_texts_dropped_and_the_service_goes_o
         metrics = (await service.client.get("/metrics")).text
         assert metric(metrics, "encoder_dropped_texts_total") == dropped + 3
         assert metric(metrics, "encoder_requests_total", route="/encode", method="POST", status="499") == counted + 1
-        assert service.admission.admitted == 0
+        assert metric(metrics, "encoder_admitted_texts") == 0
         assert (await service.client.post("/encode", json={"texts": "next"})).status_code == 200
