@@ -274,9 +274,10 @@ class Blocking:
     """The tiny model, whose embedding passes wait for ``release``."""
 
     def __init__(self, model: TextEncoder) -> None:
-        self.model, self.release = model, threading.Event()
+        self.model, self.release, self.computing = model, threading.Event(), threading.Event()
 
     def embed_encodings(self, encodings, specs):
+        self.computing.set()
         assert self.release.wait(30)
         return self.model.embed_encodings(encodings, specs)
 
@@ -339,11 +340,11 @@ async def test_the_engine_admits_every_front_ends_tasks_against_one_bound(
             return Task("embed", tiny_model.tokenizer.encode(["a text"] * n), spec)
 
         held = asyncio.ensure_future(first.request("task", "tiny", wire_task(task(3)), 30.0))
-        await asyncio.sleep(0.2)  # admitted, and computing
+        assert await asyncio.to_thread(blocking.computing.wait, 30)  # admitted, and computing
         with pytest.raises(Overloaded):
             await second.request("task", "tiny", wire_task(task(2)), 30.0)
         admitted = asyncio.ensure_future(second.request("task", "tiny", wire_task(task(1)), 30.0))
-        await asyncio.sleep(0.1)
+        await wait_until(lambda: admission.admitted == 4)  # the one text admitted beside the three
         blocking.release.set()
         (three, _), (one, _) = await held, await admitted
         assert (len(three), len(one)) == (3, 1)
