@@ -47,22 +47,7 @@ HF_ACTIVATIONS: dict[str, Activation] = {
     "silu": "silu",
     "swish": "silu",
 }
-SUPPORTED_MODEL_TYPES: tuple[Family, ...] = (
-    "bert",
-    "roberta",
-    "xlm-roberta",
-    "camembert",
-    "distilbert",
-    "mpnet",
-    "electra",
-    "modernbert",
-    "deberta-v2",
-    "qwen2",
-    "qwen3",
-    "llama",
-    "mistral",
-    "gemma3_text",
-)
+SUPPORTED_MODEL_TYPES: tuple[Family, ...] = get_args(Family)  # the model types read, in Family's order
 ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")
 DECODERS = ("qwen2", "qwen3", "llama", "mistral", "gemma3_text")  # read as transformers reads them: causal
 DISENTANGLED_TERMS = ("c2p", "p2c")  # DeBERTa's content-to-position and position-to-content terms
