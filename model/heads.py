@@ -16,20 +16,7 @@ from torch import Tensor, nn
 from model.checkpoint import HeadConfig
 from model.config import EncoderConfig
 from model.encoder import activation_module
-from model.pooling import pool
-
-
-def last_token(input_ids: Tensor, attention_mask: Tensor, pad_token_id: int | None) -> Tensor:
-    """Each row's last real token that is not ``pad_token_id`` (transformers' rule for a decoder's score: a
-    tokenizer whose end-of-text token is also its padding token has the token before it scored), the last real
-    token where no such id is given or every token is one. (B, T) → (B,) positions."""
-    position = torch.arange(input_ids.size(1), device=input_ids.device)  # (T,)
-    real = attention_mask.bool()
-    last_real = (position * real).argmax(-1)  # (B,)
-    if pad_token_id is None:
-        return last_real
-    counted = real & (input_ids != pad_token_id)  # (B, T)
-    return torch.where(counted.any(-1), (position * counted).argmax(-1), last_real)
+from model.pooling import last_token, pool
 
 
 class SequenceClassificationHead(nn.Module):
@@ -48,7 +35,7 @@ class SequenceClassificationHead(nn.Module):
             pooled = hidden[:, 0]  # (B, D)
         elif self.head.pooling == "last":
             rows = torch.arange(hidden.size(0), device=hidden.device)
-            pooled = hidden[rows, last_token(input_ids, attention_mask, self.head.pad_token_id)]  # (B, D)
+            pooled = hidden[rows, last_token(attention_mask, input_ids, self.head.pad_token_id)]  # (B, D)
         else:
             pooled = pool(hidden, attention_mask, "mean")  # (B, D)
         x = pooled

@@ -56,6 +56,20 @@ class Dense(nn.Module):
         return dense.eval().requires_grad_(False)
 
 
+def last_token(attention_mask: Tensor, input_ids: Tensor | None = None, pad_token_id: int | None = None) -> Tensor:
+    """Each row's last real token (the ``lasttoken`` pooling); with ``input_ids`` and ``pad_token_id``, the last
+    real token that is not ``pad_token_id`` (transformers' rule for a decoder's score: a tokenizer whose
+    end-of-text token is also its padding token has the token before it scored), the last real token where every
+    token is one. (B, T) → (B,) positions."""
+    position = torch.arange(attention_mask.size(1), device=attention_mask.device)  # (T,)
+    real = attention_mask.bool()
+    last_real = (position * real).argmax(-1)  # (B,)
+    if input_ids is None or pad_token_id is None:
+        return last_real
+    counted = real & (input_ids != pad_token_id)  # (B, T)
+    return torch.where(counted.any(-1), (position * counted).argmax(-1), last_real)
+
+
 def pool(hidden: Tensor, attention_mask: Tensor, mode: Pooling, skip: Tensor | None = None) -> Tensor:
     """One vector per sequence from its real (unpadded) tokens, as sentence-transformers' Pooling computes it.
 
@@ -66,7 +80,7 @@ def pool(hidden: Tensor, attention_mask: Tensor, mode: Pooling, skip: Tensor | N
     if skip is not None:
         attention_mask = attention_mask * (position[None, :] >= skip[:, None])  # (B, T)
     if mode in ("cls", "lasttoken"):
-        chosen = (position * attention_mask).argmax(1) if mode == "lasttoken" else attention_mask.argmax(1)  # (B,)
+        chosen = last_token(attention_mask) if mode == "lasttoken" else attention_mask.argmax(1)  # (B,)
         return hidden[torch.arange(hidden.size(0), device=hidden.device), chosen]  # (B, D)
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
     if mode in ("mean", "mean_sqrt_len_tokens"):

@@ -18,7 +18,7 @@ from model.card import ModelCard
 from model.checkpoint import Pooling
 from model.encoder import Encoder, EncoderOutput, rotary_angles, sinusoidal_positional_encoding
 from model.graphs import GraphedPass
-from model.heads import LanguageModelHead, MaskedLanguageModelHead, SequenceClassificationHead, last_token
+from model.heads import LanguageModelHead, MaskedLanguageModelHead, SequenceClassificationHead
 from model.inspection import explain_similarity, head_statistics, merge_words, norm_weighted, select_attention
 from model.outputs import (
     HEAD_STEP_ARRAYS,
@@ -33,7 +33,7 @@ from model.outputs import (
     SparseVector,
     TextEmbedding,
 )
-from model.pooling import Dense, normalize, sentence_embeddings, splade
+from model.pooling import Dense, last_token, normalize, sentence_embeddings, splade
 from model.tokenizer import Batch, TokenSequence
 
 PassGraph = Callable[[Tensor, Tensor, Tensor], Tensor]  # (input ids, mask, segments) (B, T) → last hidden state
@@ -440,7 +440,7 @@ class TextEncoder(ModelCard):
             if self.classifier is not None:
                 return self.classifier(hidden, attention_mask, input_ids).float()  # (B, labels)
             assert self.reranker is not None
-            last = last_token(input_ids, attention_mask, None)  # (B,): the last real token
+            last = last_token(attention_mask)  # (B,): the last real token
             answers = self.reranker(hidden[torch.arange(hidden.size(0), device=hidden.device), last]).float()  # (B, 2)
             return (answers[:, 0] - answers[:, 1]).unsqueeze(1)  # (B, 1): yes − no
 
