@@ -28,6 +28,7 @@ from app.schemas import (
     SparseEncodeRequest,
 )
 from app.serialization import json_response
+from app.services.embeddings import Embeddings
 from app.tokenization import Reading
 from app.work_queue import Timing
 from model import TokenIdOutOfRange
@@ -464,11 +465,7 @@ async def tokenize(body: TeiTokenizeRequest, served: Model) -> Response:
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     if not texts:
         raise Empty("`inputs` cannot be empty")
-    card = served.card
-    if body.prompt_name is not None and body.prompt_name not in card.prompts:
-        raise InvalidRequest("prompt_name", f"no prompt {body.prompt_name!r} (the model's: {', '.join(card.prompts)})")
-    prompt = card.prompt(body.prompt_name)
-    prompted = [text if prompt is None else prompt + text for text in texts]
+    prompted, _ = Embeddings.prompted(served, texts, body.prompt_name)  # the model's default prompt too, as /embed
     encodings = await served.tokens.encode(prompted, whole=True, special_tokens=body.add_special_tokens)
     result = []
     for text, encoding in zip(prompted, encodings, strict=True):

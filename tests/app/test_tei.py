@@ -256,3 +256,4 @@ def test_token_ids_are_decoded_and_read_again_as_tei_does(server: str) -> None:
     assert [entry["index"] for entry in by_ids] == sparse["indices"]
     unknown = {"inputs": "x", "prompt_name": "nope"}
     tei_error(httpx.post(f"{server}/models/splade/tei/embed_sparse", json=unknown), 422, "Validation", "no prompt")
+    tei_error(httpx.post(f"{server}/tei/tokenize", json=unknown), 422, "Validation", "no prompt 'nope'")
