@@ -6,9 +6,10 @@ single process does. Each message is one frame of app/wire.py: a pickle whose ar
 answer read straight into its own memory. A Unix stream costs half the CPU a round trip of the best zmq variant
 measured (BENCHMARKS.md, "How a task crosses between processes").
 
-Messages, front end to engine: ``("task", id, model, task, seconds left)``, ``("cancel", id)`` (its client left or
-its deadline passed: the engine drops its texts unseen), ``("describe", id)`` (each model's facts). Engine to
-front end: ``(id, "ok", result, (queue s, inference s))`` or ``(id, "error", (type, message, param, headers))``.
+Messages, front end to engine: ``("task", id, model, task, seconds its request has left)``, ``("cancel", id)``
+(its client left or its deadline passed: the engine drops its texts unseen), ``("describe", id)`` (each model's
+facts). Engine to front end: ``(id, "ok", result, (queue s, inference s))`` or ``(id, "error", (type, message,
+param, headers))``.
 
 When the engine process dies, every front end sees its connection end: whatever it was waiting for is
 answered 503 ``not_ready`` at once, and /health says so.
@@ -260,12 +261,14 @@ class EngineQueue:
         self.client = client
         self.model = model
         self.max_batch_tokens = facts.max_batch_tokens
-        self.deadline_s = deadline_s  # the engine drops what is still queued past the request's deadline
+        self.deadline_s = deadline_s  # a request's whole time, where it brings no deadline of its own
 
     async def run(self, task: Task, timing: Timing | None = None) -> list[Any]:
         if task.batched and not task.texts:
             return []
-        result, (queue_s, inference_s) = await self.client.request("task", self.model, wire_task(task), self.deadline_s)
+        # The engine drops what is still queued once the request's time is up: the time left, not the whole timeout
+        left_s = timing.left_s(self.deadline_s) if timing is not None else self.deadline_s
+        result, (queue_s, inference_s) = await self.client.request("task", self.model, wire_task(task), left_s)
         if timing is not None:
             timing.queue_s += queue_s
             timing.inference_s += inference_s

@@ -73,7 +73,7 @@ class Responder:
 
         The response carries the time spent queued, computing and serialising, in milliseconds.
         """
-        timing = Timing()
+        timing = Timing(deadline=asyncio.get_running_loop().time() + self.request_timeout_s)
         request.state.timing = timing
         with self.admission.admit(n_texts):
             try:

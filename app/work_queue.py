@@ -42,10 +42,18 @@ class QueueClosed(RuntimeError):
 
 @dataclass
 class Timing:
-    """Where one request's time went: waiting in the queue, then computing."""
+    """Where one request's time went: waiting in the queue, then computing; and when its time runs out (the event
+    loop's clock), so that work sent elsewhere carries the time left."""
 
     queue_s: float = 0.0
     inference_s: float = 0.0
+    deadline: float | None = None
+
+    def left_s(self, default: float) -> float:
+        """Seconds until the deadline (at least 0), or ``default`` where there is none."""
+        if self.deadline is None:
+            return default
+        return max(0.0, self.deadline - asyncio.get_running_loop().time())
 
 
 class Ticket:

@@ -24,13 +24,13 @@ import numpy as np
 import pytest
 
 from app.admission import Admission
-from app.engine import Engine, EngineClient, wire_task
+from app.engine import Engine, EngineClient, EngineQueue, wire_task
 from app.errors import InferenceFailed, Overloaded
 from app.main import create_app
 from app.messages import Task
 from app.metrics import Metrics
 from app.settings import Settings
-from app.work_queue import WorkQueue
+from app.work_queue import Timing, WorkQueue
 from app.worker import Worker
 from model import EmbeddingSpec, TextEncoder
 from tests.helpers import (
@@ -317,6 +317,27 @@ async def test_a_message_the_engine_cannot_take_fails_alone_and_the_connection_s
         await client.close()
         server.close()
         worker.stop()
+
+
+async def test_a_task_sent_to_the_engine_carries_the_time_its_request_has_left(tiny_model: TextEncoder) -> None:
+    """The engine drops what is still queued once a request's time is up: a front end sends it the seconds its
+    request has left (the Responder's deadline, in its Timing), not the whole timeout."""
+    sent: list[tuple] = []
+
+    class Recording:
+        async def request(self, *message: object) -> list:
+            sent.append(message)
+            return [["done"], (0.0, 0.0)]
+
+    queue = EngineQueue(Recording(), "tiny", SimpleNamespace(max_batch_tokens=512), 30.0)  # type: ignore[arg-type]
+    spec = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
+    task = Task("embed", tiny_model.tokenizer.encode(["a text"]), spec)
+    now = asyncio.get_running_loop().time()
+    for timing in (Timing(deadline=now + 2.0), Timing(deadline=now - 1.0), Timing(), None):
+        assert await queue.run(task, timing) == ["done"]
+    left = [message[-1] for message in sent]
+    assert 1.5 < left[0] <= 2.0 and left[1:] == [0.0, 30.0, 30.0], left
+    assert [message[:2] for message in sent] == [("task", "tiny")] * 4
 
 
 async def test_the_engine_admits_every_front_ends_tasks_against_one_bound(
