@@ -355,10 +355,9 @@ async def embed_sparse(
         raise Backend("Model is not an embedding model with SPLADE pooling")
     texts, ids = strings(body.inputs, served)
     if body.prompt_name is not None:  # the prompt's text before each, as TEI puts it
-        if ids or body.prompt_name not in served.card.prompts:
-            have = ", ".join(served.card.prompts) or "none"
-            raise InvalidRequest("prompt_name", f"no prompt {body.prompt_name!r} for texts (the model's: {have})")
-        texts = [served.card.prompts[body.prompt_name] + text for text in texts]
+        if ids:
+            raise InvalidRequest("prompt_name", "applies to texts, not token ids")
+        texts, _ = Embeddings.prompted(served, texts, body.prompt_name)
     native = SparseEncodeRequest(texts=texts, truncate=truncates(body))
 
     async def work(timing: Timing) -> Any:

@@ -257,3 +257,5 @@ def test_token_ids_are_decoded_and_read_again_as_tei_does(server: str) -> None:
     unknown = {"inputs": "x", "prompt_name": "nope"}
     tei_error(httpx.post(f"{server}/models/splade/tei/embed_sparse", json=unknown), 422, "Validation", "no prompt")
     tei_error(httpx.post(f"{server}/tei/tokenize", json=unknown), 422, "Validation", "no prompt 'nope'")
+    on_ids = {"inputs": splade_ids, "prompt_name": "query"}
+    tei_error(httpx.post(f"{server}/models/splade/tei/embed_sparse", json=on_ids), 422, "Validation", "not token ids")
