@@ -8,8 +8,8 @@ measured (BENCHMARKS.md, "How a task crosses between processes").
 
 Messages, front end to engine: ``("task", id, model, task, seconds its request has left)``, ``("cancel", id)``
 (its client left or its deadline passed: the engine drops its texts unseen), ``("describe", id)`` (each model's
-facts). Engine to front end: ``(id, "ok", result, (queue s, inference s))`` or ``(id, "error", (type, message,
-param, headers))``.
+facts). Engine to front end: ``(id, "ok", result, (queue s, inference s))`` or ``(id, "error", error)``, the
+ApiError itself.
 
 When the engine process dies, every front end sees its connection end: whatever it was waiting for is
 answered 503 ``not_ready`` at once, and /health says so.
@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app import errors
 from app.admission import Admission
 from app.errors import ApiError, InferenceFailed, NotReady, Timeout
 from app.messages import Task
@@ -54,18 +53,11 @@ def wire_task(task: Task) -> Task:
     return Task(task.kind, texts, task.options)
 
 
-def error_of(error: BaseException) -> tuple[str, str, str | None, dict[str, str] | None]:
-    """An error the front end re-raises as it is: its class, message, param and headers."""
+def error_of(error: BaseException) -> ApiError:
+    """What the front end re-raises as it is: an error the client should see, else that the model failed."""
     if isinstance(error, ApiError):
-        return type(error).__name__, error.message, error.param, error.headers
-    return "InferenceFailed", "the model failed to compute this request", None, None
-
-
-def raise_error(kind: str, message: str, param: str | None, headers: dict[str, str] | None) -> None:
-    cls = getattr(errors, kind, InferenceFailed)
-    error = cls.__new__(cls)
-    ApiError.__init__(error, message, param, headers)
-    raise error
+        return error
+    return InferenceFailed("the model failed to compute this request")
 
 
 # ---- the engine's side ----
@@ -205,10 +197,7 @@ class EngineClient:
         if status == "ok":
             future.set_result(payload)
         else:
-            try:
-                raise_error(*payload[0])
-            except ApiError as error:
-                future.set_exception(error)
+            future.set_exception(payload[0])  # an ApiError, pickled whole (error_of)
 
     def _lost(self, _: Exception | None) -> None:
         if self.connected:

@@ -187,3 +187,25 @@ async def test_service_keeps_serving_after_every_kind_of_bad_input(limited: http
     assert (await limited.get("/health")).status_code == 200
     response = await limited.post("/encode", json={"texts": ["still", "serving"]})
     assert response.status_code == 200 and len(response.json()["data"]) == 2
+
+
+def test_every_api_error_crosses_to_a_front_end_whole() -> None:
+    """The engine sends a failed task's error itself (pickled) and the front end raises it as it is: its class,
+    message, field and headers, whatever its constructor takes."""
+    import pickle
+
+    from app import errors
+
+    sent = [
+        errors.ModelNotFound("nobody", ["minilm", "tiny"]),
+        errors.InvalidRequest("texts", "must not be empty"),
+        errors.Overloaded("the queue is full", headers={"Retry-After": "2"}),
+        errors.NotReady("the service is shutting down", headers={"Retry-After": "1"}),
+        errors.Timeout("the request was not answered in time"),
+    ]
+    for error in sent:
+        received = pickle.loads(pickle.dumps(error))
+        assert type(received) is type(error)
+        assert (received.message, received.param, received.headers) == (error.message, error.param, error.headers)
+        assert str(received) == str(error) and received.status_code == error.status_code
+    assert sent[0].message == "model: no model named 'nobody' is served (served: minilm, tiny)"
