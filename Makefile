@@ -10,7 +10,7 @@
 #   make bench-inspection   /similarity with explain against /encode, npz attention against transformers
 #   make deploy-check   render the Kubernetes manifests and check them (kubernetes-validate, checkov)
 #   make download MODEL=org/name   fetch models named by Hub id into the Hugging Face cache (app/download.py)
-#   make gpu-check   on a GPU host, in about 7 minutes: the CUDA tests and the GPU figures (scripts/gpu_check.sh)
+#   make gpu-check   on a GPU host, in about 8 minutes: the CUDA tests and the GPU figures (scripts/gpu_check.sh)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The checks and figures of a GPU host, in one run of about 7 minutes (make gpu-check):
+# The checks and figures of a GPU host, in one run of about 8 minutes (make gpu-check):
 #
 #   1. the machine: GPU, driver, torch, CPU model and flags
-#   2. the CUDA tests: every CUDA case of the model's tests (tests/model: parity, families, encoder, graphs) and the
+#   2. the CUDA tests: every CUDA case of the model's tests (tests/model: parity, families, encoder, graphs, kernels) and the
 #      service on the GPU (tests/app/test_gpu.py)
 #   3. the pass at full batches without padding (bench.throughput --profile): ours as served (a CUDA graph where
 #      one holds the batch, else the eager pass with the attention core on the packed tokens) against
