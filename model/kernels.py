@@ -13,7 +13,6 @@ On a CPU the kernel runs in Triton's interpreter (TRITON_INTERPRET=1), for the t
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 from typing import Any
 
@@ -26,42 +25,11 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-@functools.cache
-def _add_layer_norm_kernel() -> Any:
-    """The kernel, compiled for the GPU (or, where TRITON_INTERPRET=1 was set before Triton was first imported, run
-    by Triton's interpreter on CPU tensors)."""
-    import triton
-    import triton.language as tl
+def _triton_kernels() -> Any:
+    """model/triton_kernels.py, imported on first use (it needs Triton)."""
+    from model import triton_kernels
 
-    def add_layer_norm(  # type: ignore[no-untyped-def]  # Triton reads the parameters' own annotations
-        X,  # (rows, width) the sublayer's output
-        R,  # (rows, width) the residual
-        W,  # (width,) the norm's weight
-        B,  # (width,) the norm's bias (unused without HAS_BIAS)
-        Y,  # (rows, width) the result
-        rows,
-        width,
-        eps,
-        HAS_BIAS: tl.constexpr,
-        BLOCK_ROWS: tl.constexpr,
-        BLOCK_WIDTH: tl.constexpr,
-    ):
-        row = (tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)[:, None]  # (BLOCK_ROWS, 1)
-        column = tl.arange(0, BLOCK_WIDTH)[None, :]  # (1, BLOCK_WIDTH)
-        inside = (row < rows) & (column < width)
-        offsets = row * width + column
-        x = tl.load(X + offsets, mask=inside, other=0.0).to(tl.float32)
-        x += tl.load(R + offsets, mask=inside, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=1) / width  # (BLOCK_ROWS,)
-        centred = tl.where(inside, x - mean[:, None], 0.0)
-        variance = tl.sum(centred * centred, axis=1) / width
-        y = centred * (1.0 / tl.sqrt(variance + eps))[:, None]
-        y *= tl.load(W + column, mask=column < width, other=0.0).to(tl.float32)
-        if HAS_BIAS:
-            y += tl.load(B + column, mask=column < width, other=0.0).to(tl.float32)
-        tl.store(Y + offsets, y.to(Y.dtype.element_ty), mask=inside)
-
-    return triton.jit(add_layer_norm)
+    return triton_kernels
 
 
 def add_layer_norm(x: Tensor, residual: Tensor, norm: nn.Module) -> Tensor:
@@ -78,7 +46,7 @@ def add_layer_norm(x: Tensor, residual: Tensor, norm: nn.Module) -> Tensor:
     rows = x2.size(0)
     block_width = 1 << max(0, (width - 1).bit_length())  # the width, rounded up to a power of two
     block_rows = max(1, min(16, 4096 // block_width))  # about 4,096 values a program
-    kernel = _add_layer_norm_kernel()
+    kernel = _triton_kernels().add_layer_norm
     bias = norm.bias if norm.bias is not None else norm.weight  # any tensor: not read without HAS_BIAS
     grid = (-(-rows // block_rows),)
     kernel[grid](
@@ -96,69 +64,6 @@ def add_layer_norm(x: Tensor, residual: Tensor, norm: nn.Module) -> Tensor:
         num_warps=4 if block_width <= 1024 else 8,
     )
     return y.view(x.shape)
-
-
-@functools.cache
-def _embed_layer_norm_kernel() -> Any:
-    """The embeddings' kernel: each token's row of the token table, its segment's and its position's, summed and
-    normed (as ``_add_layer_norm_kernel``, compiled or interpreted)."""
-    import triton
-    import triton.language as tl
-
-    def embed_layer_norm(  # type: ignore[no-untyped-def]  # Triton reads the parameters' own annotations
-        IDS,  # (rows,) token ids
-        TOKENS,  # (vocabulary, width) the token table
-        SEGMENT_IDS,  # (rows,) segment ids (read with SEGMENTS == 2)
-        SEGMENTS_TABLE,  # (segments, width) (read with SEGMENTS ≥ 1)
-        POSITION_IDS,  # (rows,) positions (read with POSITIONS == 2)
-        POSITIONS_TABLE,  # (positions, width) (read with POSITIONS ≥ 1)
-        W,  # (width,) the norm's weight
-        B,  # (width,) the norm's bias (read with HAS_BIAS)
-        Y,  # (rows, width) the result
-        rows,
-        width,
-        length,  # tokens a sequence: a token's position is its index in its row (POSITIONS == 1)
-        vocabulary,
-        segments,
-        positions,
-        eps,
-        SEGMENTS: tl.constexpr,  # 0: none; 1: every token segment 0; 2: SEGMENT_IDS
-        POSITIONS: tl.constexpr,  # 0: none; 1: the index in the row; 2: POSITION_IDS
-        HAS_BIAS: tl.constexpr,
-        BLOCK_ROWS: tl.constexpr,
-        BLOCK_WIDTH: tl.constexpr,
-    ):
-        row = (tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)).to(tl.int64)  # (BLOCK_ROWS,)
-        column = tl.arange(0, BLOCK_WIDTH)[None, :]  # (1, BLOCK_WIDTH)
-        real = row < rows
-        inside = real[:, None] & (column < width)
-        # Ids outside a table read nothing (zeros), never beyond it; the service checks ids before a pass
-        token = tl.load(IDS + row, mask=real, other=0).to(tl.int64)
-        found = inside & ((token >= 0) & (token < vocabulary))[:, None]
-        x = tl.load(TOKENS + token[:, None] * width + column, mask=found, other=0.0).to(tl.float32)
-        if SEGMENTS == 1:
-            x += tl.load(SEGMENTS_TABLE + column + row[:, None] * 0, mask=inside, other=0.0).to(tl.float32)
-        if SEGMENTS == 2:
-            segment = tl.load(SEGMENT_IDS + row, mask=real, other=0).to(tl.int64)
-            found = inside & ((segment >= 0) & (segment < segments))[:, None]
-            x += tl.load(SEGMENTS_TABLE + segment[:, None] * width + column, mask=found, other=0.0).to(tl.float32)
-        if POSITIONS != 0:
-            if POSITIONS == 1:  # noqa: SIM108  # a constexpr branch, compiled away
-                position = row % length
-            else:
-                position = tl.load(POSITION_IDS + row, mask=real, other=0).to(tl.int64)
-            found = inside & ((position >= 0) & (position < positions))[:, None]
-            x += tl.load(POSITIONS_TABLE + position[:, None] * width + column, mask=found, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=1) / width  # (BLOCK_ROWS,)
-        centred = tl.where(inside, x - mean[:, None], 0.0)
-        variance = tl.sum(centred * centred, axis=1) / width
-        y = centred * (1.0 / tl.sqrt(variance + eps))[:, None]
-        y *= tl.load(W + column, mask=column < width, other=0.0).to(tl.float32)
-        if HAS_BIAS:
-            y += tl.load(B + column, mask=column < width, other=0.0).to(tl.float32)
-        tl.store(Y + row[:, None] * width + column, y.to(Y.dtype.element_ty), mask=inside)
-
-    return triton.jit(embed_layer_norm)
 
 
 def embed_layer_norm(
@@ -183,7 +88,7 @@ def embed_layer_norm(
     block_rows = max(1, min(16, 4096 // block_width))
     segment_mode = 0 if segments is None else 1 if segment_ids is None else 2
     position_mode = 0 if positions is None else 1 if position_ids is None else 2
-    _embed_layer_norm_kernel()[(-(-rows // block_rows),)](
+    _triton_kernels().embed_layer_norm[(-(-rows // block_rows),)](
         ids,
         tokens,
         segment_ids.contiguous() if segment_ids is not None else ids,  # any tensor where not read
