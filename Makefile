@@ -65,9 +65,14 @@ $(VENV)/.installed: pyproject.toml constraints.txt scripts/requirements.py
 	$(PIP) --no-deps -e .
 	touch $@
 
-# Development: the test references, browser driver and linters on top.
+# Development: the test references, browser driver and linters on top. Triton (model/triton_kernels.py's GPU
+# kernels, which the tests run in its interpreter on the CPU) in a folder of its own that only those tests' processes
+# read: installed beside transformers, it would be imported by every test that imports transformers, and its
+# bindings report leaks at every exit. PyTorch's CUDA builds bring Triton themselves; serving never installs it.
+TRITON_SITE := $(VENV)/triton-site
 $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PIP) -e '.[dev]'
+	$(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),$(PIP) --no-deps --target $(TRITON_SITE) --upgrade "triton>=3.2")
 	touch $@
 
 # ENCODER_DTYPE=int8 needs NNCF (the int8 extra), installed here on the first such start.
@@ -89,7 +94,7 @@ $(KUBECTL):
 
 test: install-dev $(CHROMIUM) $(NGINX) $(KUBECTL) $(CLIENTS_VENV)/.installed
 	CHROMIUM=$(CHROMIUM) NGINX=$(NGINX) KUBECTL=$(KUBECTL) CLIENTS_PYTHON=$(CLIENTS_VENV)/bin/python \
-		$(BIN)/python -m pytest
+		TRITON_SITE=$(TRITON_SITE) $(BIN)/python -m pytest
 
 $(CLIENTS_VENV)/.installed: tests/clients/requirements.txt
 	$(PYTHON) -m venv $(CLIENTS_VENV)
@@ -98,7 +103,7 @@ $(CLIENTS_VENV)/.installed: tests/clients/requirements.txt
 	touch $@
 
 test-fast: install-dev
-	$(BIN)/python -m pytest -m "not slow and not browser"
+	TRITON_SITE=$(TRITON_SITE) $(BIN)/python -m pytest -m "not slow and not browser"
 
 lint: install-dev
 	$(BIN)/ruff check .

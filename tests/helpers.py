@@ -398,3 +398,13 @@ def conforms(operations: list[Any], mode: Any, base_url: str, checks: list[Any],
             case.validate_response(response, checks=checks)
 
         check()
+
+
+def triton_env(interpret: bool) -> dict[str, str]:
+    """The environment of a test process that imports Triton: the repository and the folder make install-dev puts
+    Triton in (TRITON_SITE; not the suite's own environment, where transformers would import it in every test),
+    with Triton's interpreter on for CPU tensors where ``interpret``."""
+    site = Path(os.environ.get("TRITON_SITE") or Path(sys.prefix) / "triton-site").resolve()
+    assert (site / "triton").is_dir(), f"no Triton in {site}: make install-dev installs it there"
+    path = os.pathsep.join(filter(None, [str(ROOT), str(site), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, **({"TRITON_INTERPRET": "1"} if interpret else {})}

@@ -4,11 +4,9 @@ on a CPU through Triton's interpreter, on a GPU compiled."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +14,8 @@ import torch
 
 from model import EncoderConfig
 from model.encoder import EncoderLayer
+from tests.helpers import ROOT, triton_env
 
-ROOT = Path(__file__).resolve().parents[2]
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 # Widths of the families' post-norm blocks (MiniLM 384, BERT-base 768, BERT-large 1,024), one not a power of two
@@ -127,10 +125,13 @@ def test_the_fused_add_and_norm_equals_layer_norm_in_tritons_interpreter() -> No
 
 def interpreted(script: str) -> dict[str, Any]:
     """What ``script`` prints last, as JSON, run in a process of its own with Triton's interpreter on."""
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=triton_env(interpret=True),
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -201,11 +202,37 @@ def test_a_post_norm_block_with_its_norms_fused_on_cuda() -> None:
     assert not EncoderLayer(pre_norm).fuse_norms()
 
 
-def test_fusing_the_norms_of_a_block_on_a_cpu_takes_only_where_triton_is() -> None:
+def test_fusing_the_norms_of_a_block_takes_only_where_triton_is() -> None:
     """``fuse_norms`` takes a post-norm block of LayerNorms where Triton can be imported (the loader asks only on a
-    GPU), and never a pre-norm block; the result on a CPU is the same block either way until it runs."""
+    GPU) and never a pre-norm block; ``fuse_norm`` the embeddings where they end in a LayerNorm, unprojected. In a
+    process with Triton and in the suite's own, without it."""
+    script = "import json; from tests.model.test_kernels import fusions; print(json.dumps(fusions()))"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=triton_env(interpret=False),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [True, True, False, True, False]
+    assert fusions() == [False, False, False, False, False]  # no Triton here: torch's norms
+
+
+def fusions() -> list[bool]:
+    """Whether Triton is there, then whether each takes its fusion: a post-norm block, a pre-norm block, BERT's
+    embeddings, ELECTRA-like projected embeddings."""
+    from model.encoder import Embeddings
     from model.kernels import triton_available
 
-    layer = post_norm_layer("cpu")
-    assert layer.fuse_norms() == triton_available()
-    assert not EncoderLayer(EncoderConfig(vocab_size=50, d_model=64, n_heads=4, d_ff=128, pre_norm=True)).fuse_norms()
+    pre_norm = EncoderConfig(vocab_size=50, d_model=64, n_heads=4, d_ff=128, pre_norm=True)
+    bert = EncoderConfig(vocab_size=50, d_model=64, n_heads=4, d_ff=128)
+    projected = replace(bert, embedding_size=32)
+    return [
+        triton_available(),
+        post_norm_layer("cpu").fuse_norms(),
+        EncoderLayer(pre_norm).fuse_norms(),
+        Embeddings(bert).fuse_norm(),
+        Embeddings(projected).fuse_norm(),
+    ]

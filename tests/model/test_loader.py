@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import torch
 
 from model import EncoderConfig, TextEncoder, load_model, loader
 from model.loader import resolve_device, resolve_precision
-from tests.helpers import ROOT, needs_cpu_bfloat16
+from tests.helpers import ROOT, needs_cpu_bfloat16, triton_env
 
 
 def test_bundled_config_is_read_from_config_json(bundled_model: TextEncoder) -> None:
@@ -118,12 +117,11 @@ print(json.dumps({
 def test_fused_norms_that_cannot_run_give_way_to_torchs(tiny_model_dir: Path) -> None:
     """``fuse_kernels`` tries Triton's kernels once before the pass relies on them: where they cannot run (here on
     CPU tensors without Triton's interpreter, as on a GPU host without a C compiler) the norms go back to torch's,
-    a warning says why, and the pass gives what it gave before. In a process of its own: Triton, once imported,
-    reports its bindings' leaks at exit."""
+    a warning says why, and the pass gives what it gave before. In a process of its own, which has Triton."""
     done = subprocess.run(
         [sys.executable, "-c", FALLBACK, str(tiny_model_dir)],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
+        env=triton_env(interpret=False),
         capture_output=True,
         text=True,
         timeout=240,
