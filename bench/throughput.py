@@ -137,18 +137,18 @@ def packed(model: TextEncoder, inputs: tuple[torch.Tensor, torch.Tensor, torch.T
         encoder.varlen = served
 
 
-def apart(model: TextEncoder, inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor], *fused: str) -> object:
-    """Ours with fusions undone for the pass: ``gelu_in_product`` (``PositionwiseFeedForward.fuse_gelu``: the GELU
-    a kernel of its own), ``norms_fused`` and ``norm_fused`` (``EncoderLayer.fuse_norms``, ``Embeddings.fuse_norm``:
-    torch's additions, lookups and LayerNorms). A CUDA graph replays what it recorded, whatever the flags say now."""
-    undone = [(m, name) for m in model.passes.modules() for name in fused if getattr(m, name, False) is True]
-    for module, name in undone:
-        setattr(module, name, False)
+def apart(model: TextEncoder, inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor], fused: str) -> object:
+    """Ours with one fusion undone for the pass: ``gelu_in_product`` (``PositionwiseFeedForward.fuse_gelu``: the
+    GELU a kernel of its own) or ``norms_fused`` (``EncoderLayer.fuse_norms``, ``Embeddings.fuse_norm``: torch's
+    additions, lookups and LayerNorms). A CUDA graph replays what it recorded, whatever the flags say now."""
+    modules = [module for module in model.passes.modules() if getattr(module, fused, False) is True]
+    for module in modules:
+        setattr(module, fused, False)
     try:
         return ours(model, inputs)
     finally:
-        for module, name in undone:
-            setattr(module, name, True)
+        for module in modules:
+            setattr(module, fused, True)
 
 
 def theirs(reference: torch.nn.Module, model: TextEncoder, inputs: tuple[torch.Tensor, ...]) -> object:
@@ -252,12 +252,9 @@ def main() -> None:
         passes = [("ours", partial(ours, model, inputs))]
         if args.packed:
             passes.append(("ours, packed attention (eager)", partial(packed, model, inputs)))
-        for fused, who in (
-            (("gelu_in_product",), "ours, the GELU apart"),
-            (("norms_fused", "norm_fused"), "ours, the norms apart"),
-        ):
-            if any(getattr(module, name, False) is True for module in model.passes.modules() for name in fused):
-                passes.append((who, partial(apart, model, inputs, *fused)))
+        for fused, who in (("gelu_in_product", "ours, the GELU apart"), ("norms_fused", "ours, the norms apart")):
+            if any(getattr(module, fused, False) is True for module in model.passes.modules()):
+                passes.append((who, partial(apart, model, inputs, fused)))
         if reference is not None:
             passes.append(("transformers", partial(theirs, reference, model, inputs)))
         for who, run in passes:

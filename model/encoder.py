@@ -732,19 +732,19 @@ class Embeddings(nn.Module):
         self.offset = config.position_embedding in ("learned_offset", "relative_buckets")
         self.max_length = config.position_limit
         self.two_segments = config.type_vocab_size > 1  # else every token takes segment 0 (RoBERTa's one row)
-        self.norm_fused = False  # see fuse_norm
+        self.norms_fused = False  # see fuse_norm
 
     def fuse_norm(self) -> bool:
         """Look the rows up, add them and norm the sum in one kernel (model/kernels.py) where the embeddings end
         in a LayerNorm and are neither scaled nor projected: one pass over the tokens instead of five or six. For
         the half-precision passes on a GPU only (model/loader.py), where Triton is there. Whether it took."""
-        self.norm_fused = (
+        self.norms_fused = (
             isinstance(self.norm, nn.LayerNorm)
             and self.project is None
             and self.config.embedding_scale == 1.0
             and triton_available()
         )
-        return self.norm_fused
+        return self.norms_fused
 
     def position_table(self) -> Tensor | None:
         """The (max_positions, E) position encodings this model adds to its tokens; None for rotary."""
@@ -761,7 +761,7 @@ class Embeddings(nn.Module):
         T = input_ids.size(1)
         if self.max_length < T:
             raise ValueError(f"sequence of {T} tokens is longer than the model's {self.max_length} positions")
-        if self.norm_fused and dtype is None:
+        if self.norms_fused and dtype is None:
             return self.fused(input_ids, token_type_ids, attention_mask)
         x = self.token(input_ids)  # (B, T, E)
         if dtype is not None:
@@ -774,9 +774,7 @@ class Embeddings(nn.Module):
             x = x + segment(segments).to(x.dtype)  # (B, T, E)
         if self.offset:
             assert self.position is not None
-            real = attention_mask.long()  # (B, T)
-            positions = real.cumsum(dim=1) * real + self.config.pad_token_id  # (B, T): pad, pad + 1, …
-            x = x + self.position(positions).to(x.dtype)  # (B, T, E)
+            x = x + self.position(self.offset_positions(attention_mask)).to(x.dtype)  # (B, T, E)
         else:
             table = self.position_table()
             if table is not None:
@@ -785,15 +783,18 @@ class Embeddings(nn.Module):
             x = in_dtype(self.norm, x.dtype)(x)  # (B, T, E)
         return in_dtype(self.project, x.dtype)(x) if self.project is not None else x  # (B, T, D)
 
+    def offset_positions(self, attention_mask: Tensor) -> Tensor:
+        """(B, T) positions counted from the padding index + 1 over the real tokens (RoBERTa, MPNet): pad, pad + 1,
+        …; padding takes the padding index."""
+        real = attention_mask.long()  # (B, T)
+        return real.cumsum(dim=1) * real + self.config.pad_token_id  # (B, T)
+
     def fused(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """The same rows summed and normed by one kernel (``fuse_norm``), the sum kept in float32."""
         assert self.norm is not None
         segments = self.segment.weight if self.segment is not None else None
         segment_ids = token_type_ids if self.two_segments else None
-        position_ids = None
-        if self.offset:
-            real = attention_mask.long()  # (B, T)
-            position_ids = real.cumsum(dim=1) * real + self.config.pad_token_id  # (B, T), as forward's
+        position_ids = self.offset_positions(attention_mask) if self.offset else None
         table = self.position_table()
         return embed_layer_norm(input_ids, self.token.weight, self.norm, segment_ids, segments, position_ids, table)
 

@@ -32,37 +32,35 @@ def _triton_kernels() -> Any:
     return triton_kernels
 
 
+def _launch(norm: nn.Module, width: int, rows: int, kernel: str) -> tuple[tuple[int], Tensor, dict[str, Any]]:
+    """What both kernels launch with for a LayerNorm of ``width`` over ``rows`` rows: the grid, the bias (any
+    tensor where there is none: not read without HAS_BIAS) and the constants: the width rounded up to a power of
+    two, about 4,096 values a program."""
+    if not isinstance(norm, nn.LayerNorm) or norm.normalized_shape != (width,) or norm.weight is None:
+        raise ValueError(f"{kernel} needs an affine LayerNorm of width {width}")
+    block_width = 1 << max(0, (width - 1).bit_length())
+    block_rows = max(1, min(16, 4096 // block_width))
+    constants = {
+        "HAS_BIAS": norm.bias is not None,
+        "BLOCK_ROWS": block_rows,
+        "BLOCK_WIDTH": block_width,
+        "num_warps": 4 if block_width <= 1024 else 8,
+    }
+    return (-(-rows // block_rows),), norm.bias if norm.bias is not None else norm.weight, constants
+
+
 def add_layer_norm(x: Tensor, residual: Tensor, norm: nn.Module) -> Tensor:
     """``norm(x + residual)`` in one kernel: the sum is kept in float32, not rounded to x's dtype before the norm
     (so in half precision it is nearer the exact value than the two kernels'). Any leading shape, last dimension
     the norm's width; the result has x's dtype."""
     width = x.size(-1)
-    if not isinstance(norm, nn.LayerNorm) or norm.normalized_shape != (width,) or norm.weight is None:
-        raise ValueError(f"add_layer_norm needs an affine LayerNorm of width {width}")
     if residual.shape != x.shape:
         raise ValueError(f"add_layer_norm needs x and residual of one shape, got {x.shape} and {residual.shape}")
     x2, r2 = x.reshape(-1, width).contiguous(), residual.reshape(-1, width).contiguous()
     y = torch.empty_like(x2)
     rows = x2.size(0)
-    block_width = 1 << max(0, (width - 1).bit_length())  # the width, rounded up to a power of two
-    block_rows = max(1, min(16, 4096 // block_width))  # about 4,096 values a program
-    kernel = _triton_kernels().add_layer_norm
-    bias = norm.bias if norm.bias is not None else norm.weight  # any tensor: not read without HAS_BIAS
-    grid = (-(-rows // block_rows),)
-    kernel[grid](
-        x2,
-        r2,
-        norm.weight,
-        bias,
-        y,
-        rows,
-        width,
-        norm.eps,
-        HAS_BIAS=norm.bias is not None,
-        BLOCK_ROWS=block_rows,
-        BLOCK_WIDTH=block_width,
-        num_warps=4 if block_width <= 1024 else 8,
-    )
+    grid, bias, constants = _launch(norm, width, rows, "add_layer_norm")
+    _triton_kernels().add_layer_norm[grid](x2, r2, norm.weight, bias, y, rows, width, norm.eps, **constants)
     return y.view(x.shape)
 
 
@@ -79,16 +77,13 @@ def embed_layer_norm(
     float32: (B, T) ids → (B, T, width) in the token table's dtype. ``segments`` without ids: every token takes
     segment 0; ``positions`` without ids: a token's position is its index in its row (0 to T - 1)."""
     width = tokens.size(1)
-    if not isinstance(norm, nn.LayerNorm) or norm.normalized_shape != (width,) or norm.weight is None:
-        raise ValueError(f"embed_layer_norm needs an affine LayerNorm of width {width}")
     ids = input_ids.contiguous()
     rows, length = ids.numel(), ids.size(-1)
+    grid, bias, constants = _launch(norm, width, rows, "embed_layer_norm")
     y = torch.empty(*ids.shape, width, dtype=tokens.dtype, device=tokens.device)
-    block_width = 1 << max(0, (width - 1).bit_length())
-    block_rows = max(1, min(16, 4096 // block_width))
     segment_mode = 0 if segments is None else 1 if segment_ids is None else 2
     position_mode = 0 if positions is None else 1 if position_ids is None else 2
-    _triton_kernels().embed_layer_norm[(-(-rows // block_rows),)](
+    _triton_kernels().embed_layer_norm[grid](
         ids,
         tokens,
         segment_ids.contiguous() if segment_ids is not None else ids,  # any tensor where not read
@@ -96,7 +91,7 @@ def embed_layer_norm(
         position_ids.contiguous() if position_ids is not None else ids,
         positions if positions is not None else tokens,
         norm.weight,
-        norm.bias if norm.bias is not None else norm.weight,
+        bias,
         y,
         rows,
         width,
@@ -107,9 +102,6 @@ def embed_layer_norm(
         norm.eps,
         SEGMENTS=segment_mode,
         POSITIONS=position_mode,
-        HAS_BIAS=norm.bias is not None,
-        BLOCK_ROWS=block_rows,
-        BLOCK_WIDTH=block_width,
-        num_warps=4 if block_width <= 1024 else 8,
+        **constants,
     )
     return y

@@ -199,10 +199,7 @@ def fuse_kernels(model: TextEncoder, name: str) -> None:
             model.passes(*batch, pack=False)
     except Exception as error:  # whatever Triton raises where it cannot build (no compiler, no cache, no GPU)
         for module in fused:
-            if isinstance(module, EncoderLayer):
-                module.norms_fused = False
-            elif isinstance(module, Embeddings):
-                module.norm_fused = False
+            module.norms_fused = False
         logger.warning("the fused norms of %s could not run here, torch's kernels instead: %s", name, error)
 
 

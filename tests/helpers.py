@@ -400,11 +400,16 @@ def conforms(operations: list[Any], mode: Any, base_url: str, checks: list[Any],
         check()
 
 
-def triton_env(interpret: bool) -> dict[str, str]:
-    """The environment of a test process that imports Triton: the repository and the folder make install-dev puts
-    Triton in (TRITON_SITE; not the suite's own environment, where transformers would import it in every test),
-    with Triton's interpreter on for CPU tensors where ``interpret``."""
+def with_triton(script: str, *args: str, interpret: bool) -> tuple[Any, str]:
+    """Run ``script`` in a process of its own that imports Triton from the folder make install-dev puts it in
+    (TRITON_SITE; not the suite's own environment, where transformers would import it in every test), with
+    Triton's interpreter on for CPU tensors where ``interpret``: what it prints last, as JSON, and its stderr."""
     site = Path(os.environ.get("TRITON_SITE") or Path(sys.prefix) / "triton-site").resolve()
     assert (site / "triton").is_dir(), f"no Triton in {site}: make install-dev installs it there"
     path = os.pathsep.join(filter(None, [str(ROOT), str(site), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path, **({"TRITON_INTERPRET": "1"} if interpret else {})}
+    env = {**os.environ, "PYTHONPATH": path, **({"TRITON_INTERPRET": "1"} if interpret else {})}
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr

@@ -3,9 +3,6 @@ on a CPU through Triton's interpreter, on a GPU compiled."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from dataclasses import replace
 from typing import Any
 
@@ -14,7 +11,7 @@ import torch
 
 from model import EncoderConfig
 from model.encoder import EncoderLayer
-from tests.helpers import ROOT, triton_env
+from tests.helpers import with_triton
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -113,7 +110,7 @@ def test_the_fused_add_and_norm_equals_layer_norm_in_tritons_interpreter() -> No
         "import json, torch; from tests.model.test_kernels import errors; "
         "print(json.dumps({str(d): errors('cpu', d) for d in (torch.float32, torch.float16)}))"
     )
-    found = interpreted(script)
+    found, _ = with_triton(script, interpret=True)
     assert set(found["torch.float32"]) == {"384", "768", "1024", "100 no bias", "37"}
     for case, (fused, two_kernels) in found["torch.float32"].items():
         assert fused < 1e-5, (case, fused)
@@ -123,21 +120,6 @@ def test_the_fused_add_and_norm_equals_layer_norm_in_tritons_interpreter() -> No
         assert two_kernels > 1e-4, (case, two_kernels)
 
 
-def interpreted(script: str) -> dict[str, Any]:
-    """What ``script`` prints last, as JSON, run in a process of its own with Triton's interpreter on."""
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env=triton_env(interpret=True),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return found
-
-
 def test_the_fused_embeddings_equal_the_modules_in_tritons_interpreter() -> None:
     """``Embeddings.fuse_norm``'s kernel on a CPU: the rows of three families' tables summed and normed as the
     module does, to float32's rounding; in float16 within its rounding of values up to about ±8."""
@@ -145,7 +127,7 @@ def test_the_fused_embeddings_equal_the_modules_in_tritons_interpreter() -> None
         "import json, torch; from tests.model.test_kernels import embedding_errors; "
         "print(json.dumps({str(d): embedding_errors('cpu', d) for d in (torch.float32, torch.float16)}))"
     )
-    found = interpreted(script)
+    found, _ = with_triton(script, interpret=True)
     assert set(found["torch.float32"]) == set(EMBEDDINGS)
     for case, error in found["torch.float32"].items():
         assert error < 1e-5, (case, error)
@@ -207,16 +189,8 @@ def test_fusing_the_norms_of_a_block_takes_only_where_triton_is() -> None:
     GPU) and never a pre-norm block; ``fuse_norm`` the embeddings where they end in a LayerNorm, unprojected. In a
     process with Triton and in the suite's own, without it."""
     script = "import json; from tests.model.test_kernels import fusions; print(json.dumps(fusions()))"
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env=triton_env(interpret=False),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [True, True, False, True, False]
+    found, _ = with_triton(script, interpret=False)
+    assert found == [True, True, False, True, False]
     assert fusions() == [False, False, False, False, False]  # no Triton here: torch's norms
 
 

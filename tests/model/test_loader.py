@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +9,7 @@ import torch
 
 from model import EncoderConfig, TextEncoder, load_model, loader
 from model.loader import resolve_device, resolve_precision
-from tests.helpers import ROOT, needs_cpu_bfloat16, triton_env
+from tests.helpers import needs_cpu_bfloat16, with_triton
 
 
 def test_bundled_config_is_read_from_config_json(bundled_model: TextEncoder) -> None:
@@ -108,7 +105,7 @@ print(json.dumps({
     "triton": triton_available(),
     "blocks": sum(isinstance(m, EncoderLayer) for m in modules),
     "embeddings": sum(isinstance(m, Embeddings) for m in modules),
-    "fused": sum(bool(getattr(m, "norms_fused", False) or getattr(m, "norm_fused", False)) for m in modules),
+    "fused": sum(bool(getattr(m, "norms_fused", False)) for m in modules),
     "difference": (after - before).abs().max().item(),
 }))
 """
@@ -118,18 +115,9 @@ def test_fused_norms_that_cannot_run_give_way_to_torchs(tiny_model_dir: Path) ->
     """``fuse_kernels`` tries Triton's kernels once before the pass relies on them: where they cannot run (here on
     CPU tensors without Triton's interpreter, as on a GPU host without a C compiler) the norms go back to torch's,
     a warning says why, and the pass gives what it gave before. In a process of its own, which has Triton."""
-    done = subprocess.run(
-        [sys.executable, "-c", FALLBACK, str(tiny_model_dir)],
-        cwd=ROOT,
-        env=triton_env(interpret=False),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found, stderr = with_triton(FALLBACK, str(tiny_model_dir), interpret=False)
     assert found["triton"]  # a dev dependency on Linux x86-64
     assert found["blocks"] > 0 and found["embeddings"] == 1
-    assert "the fused norms of tiny could not run here, torch's kernels instead" in done.stderr
+    assert "the fused norms of tiny could not run here, torch's kernels instead" in stderr
     assert found["fused"] == 0
     assert found["difference"] < 1e-5  # the GELU in the product: the same maths
