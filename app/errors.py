@@ -49,7 +49,7 @@ class ApiError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its class and attributes, whatever its constructor takes: the engine sends the error itself
-        to the front end (app/engine.py), which raises it as it is."""
+        to the front end (app/engine/remote.py), which raises it as it is."""
         return (_unpickled, (type(self), self.message), self.__dict__)
 
 
@@ -153,7 +153,7 @@ def shaped_error_response(
     return error_response(status, type_, message, param, headers, code)
 
 
-# Text-embeddings-inference's routes (app/routes/tei.py) answer errors in its shape: {"error", "error_type"}.
+# Text-embeddings-inference's routes (app/api/tei.py) answer errors in its shape: {"error", "error_type"}.
 TEI_PATH = re.compile(r"^(/models/[^/]*)?/tei(/|$)")  # a name of control characters reads as empty
 # our error type → TEI's error_type and status
 TEI_ERRORS: dict[str, tuple[str, int]] = {
@@ -172,7 +172,7 @@ def tei_path(path: str) -> bool:
     return bool(TEI_PATH.match(path))
 
 
-# Cohere's routes (app/routes/cohere.py) answer errors in its shape: {"message"}.
+# Cohere's routes (app/api/cohere.py) answer errors in its shape: {"message"}.
 COHERE_PATH = re.compile(r"^/v2/")
 
 

@@ -25,16 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from app import __version__
-from app.admission import Admission
-from app.dependencies import ApiKey
-from app.errors import install_error_handlers
-from app.fast_path import FastPath
-from app.logs import configure_logging
-from app.metrics import Metrics
-from app.middleware import BodySizeLimit, BodyTimeout, OneWriteResponses, RequestLog
-from app.registry import ModelRegistry, front_end_registry, load_registry
-from app.responding import Responder
-from app.routes import (
+from app.api import (
     attention,
     cohere,
     embeddings,
@@ -46,10 +37,20 @@ from app.routes import (
     tokenize,
     viewer,
 )
+from app.api.hot import HOT_ROUTES
+from app.engine.admission import Admission
+from app.errors import install_error_handlers
+from app.logs import configure_logging
+from app.metrics import Metrics
 from app.services.embeddings import Embeddings
 from app.services.inspection import Inspection
 from app.services.tasks import Tasks
+from app.serving.registry import ModelRegistry, front_end_registry, load_registry
 from app.settings import Settings, get_settings
+from app.web.dependencies import ApiKey
+from app.web.fast_path import FastPath
+from app.web.middleware import BodySizeLimit, BodyTimeout, OneWriteResponses, RequestLog
+from app.web.responding import Responder
 
 if TYPE_CHECKING:
     from model import TextEncoder
@@ -65,7 +66,7 @@ class Service(FastAPI):
 
     def build_middleware_stack(self) -> ASGIApp:
         settings: Settings = getattr(self.state, "settings", None) or Settings()  # create_app sets it
-        stack = FastPath(super().build_middleware_stack(), self)
+        stack = FastPath(super().build_middleware_stack(), self, HOT_ROUTES)
         return OneWriteResponses(BodyTimeout(stack, settings.body_timeout_s, settings.max_body_bytes))
 
 
@@ -127,7 +128,7 @@ def create_app(
     card (no weights) and sends the models' work to the engine.
     """
     if settings is None:
-        from app.compute import bound_kernel_caches  # torch's: only where models are computed
+        from app.engine.compute import bound_kernel_caches  # torch's: only where models are computed
 
         bound_kernel_caches()  # the server process, before any model is loaded
         settings = get_settings()

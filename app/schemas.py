@@ -744,6 +744,6 @@ class Reply:
     """What a service returns: a typed response and how many numbers it holds (large ones are
     serialised off the event loop)."""
 
-    body: Any  # a response model, or a JSON value in another API's shape (app/routes/tei.py)
+    body: Any  # a response model, or a JSON value in another API's shape (app/api/tei.py)
     n_values: int = 0
     archive: dict[str, Any] | None = None  # arrays to answer as a NumPy .npz archive instead of the JSON body

@@ -4,7 +4,7 @@
 
 With ``ENCODER_WORKERS`` = N > 1 (``auto``: chosen from the cores and the device, ``front_ends``) the supervisor
 (this process, which imports neither torch nor the models) binds the listening socket, starts the engine process
-(app/engine.py: the models, their queues, batching and passes) and, once it is ready, N front-end processes that
+(app/engine/remote.py: the models, their queues, batching and passes) and, once it is ready, N front-end processes that
 share the socket, each an event loop with the whole HTTP API (validation, tokenisation, serialisation) and no
 weights; they send the models' work to the engine. One socket shared, not one each with SO_REUSEPORT: the
 connections waiting in a socket's queue are lost when its process dies, and a shared queue outlives any one front
@@ -144,11 +144,11 @@ def engine_main(path: str, ready: Connection, parent: int) -> None:
 
     exit_with_parent(parent)
     name_process("encoder-engine")
-    from app.admission import Admission
-    from app.compute import bound_kernel_caches
-    from app.engine import Engine
+    from app.engine.admission import Admission
+    from app.engine.compute import bound_kernel_caches
+    from app.engine.remote import Engine
     from app.metrics import Metrics
-    from app.registry import ModelLoadError, load_registry
+    from app.serving.registry import ModelLoadError, load_registry
 
     bound_kernel_caches()
     settings = get_settings()
@@ -318,7 +318,7 @@ def fetch_or_exit(settings: Settings) -> Settings:
     every model as the directory it resolved to (ENCODER_MODELS rewritten for the processes started after), so
     that the engine and every front end read the very files fetched here, whatever the branch does meanwhile."""
     from app.download import DownloadError, hub_model, resolve
-    from app.registry import model_specs
+    from app.serving.registry import model_specs
 
     try:
         specs = model_specs(settings)

@@ -2,7 +2,7 @@
 
 ``python -m bench.lanes``: the bundled model embeds 960 generated sentences in passes of 16 (in their
 order, unsorted, as requests arrive), submitted by two threads the way two inference threads submit
-them, to the service's compute lanes (app/compute.py) set up with one lane (each pass on every torch
+them, to the service's compute lanes (app/engine/compute.py) set up with one lane (each pass on every torch
 thread) or two (side by side, each with its share of the threads). Each runs alone and beside a Python thread that takes
 1.3 ms of CPU in every 10 (about what the event loop takes under 32 concurrent clients); three rounds,
 alternating. Prints texts a second.
@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from app.compute import TORCH_THREADS, ComputeLanes
+from app.engine.compute import TORCH_THREADS, ComputeLanes
 from bench.run import make_sentences
 from model import TextEncoder, load_model
 from model.outputs import EmbeddingSpec

@@ -11,7 +11,7 @@ options), each answer one sentence vector (384 float32). Then one client sends 2
   out-of-band frames (sent without a copy);
 - zmq + msgspec: the same sockets, the message a msgspec Struct encoded as msgpack, arrays as raw frames;
 - unix stream + pickle: asyncio streams over a Unix socket, length-prefixed pickle (protocol 5);
-- unix stream + wire frames: what the engine uses (app/wire.py): a buffered protocol on both sides, the pickle's
+- unix stream + wire frames: what the engine uses (app/engine/wire.py): a buffered protocol on both sides, the pickle's
   arrays beside it, a large answer received straight into memory of its own;
 - multiprocessing pipe: ``multiprocessing.Pipe`` with pickle, read by a thread on the client's side.
 
@@ -42,7 +42,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from app.wire import FrameReader
+from app.engine.wire import FrameReader
 from bench.run import cpu_seconds
 
 IN_FLIGHT = 32

@@ -271,7 +271,7 @@ def timed_pass(
 ) -> float:
     """Seconds that ``backend`` takes for the batches of every round but the first (a warm-up), each round's in
     each of ``concurrency`` threads at the same time, each thread with its share of ``threads`` torch threads, as
-    the service's compute lanes run passes side by side (app/compute.py)."""
+    the service's compute lanes run passes side by side (app/engine/compute.py)."""
 
     def each(batches: list[tuple[Tensor, Tensor, Tensor]]) -> None:
         if concurrency > 1:

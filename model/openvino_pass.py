@@ -32,7 +32,7 @@ from model.backends import check_length, row_bucket, takes_whole
 from model.encoder import Encoder
 
 PRECISIONS = {torch.float32: "f32", torch.bfloat16: "bf16"}  # the compute dtype → OpenVINO's precision hint
-CACHE_SHAPES = 64  # as app/compute.py bounds oneDNN's per-shape caches; the padded pass's shapes are bucketed
+CACHE_SHAPES = 64  # as app/engine/compute.py bounds oneDNN's per-shape caches; the padded pass's shapes are bucketed
 QUANTIZERS = ("int8",)  # what the ``quantize`` argument takes: the linear layers' weights in int8
 
 

@@ -25,13 +25,13 @@ from fastapi import FastAPI
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordPiece
 
-from app.admission import Admission
+from app.engine.admission import Admission
+from app.engine.messages import Task
+from app.engine.work_queue import WorkQueue
+from app.engine.worker import Worker
 from app.main import create_app
-from app.messages import Task
-from app.registry import ServedModel
+from app.serving.registry import ServedModel
 from app.settings import Settings
-from app.work_queue import WorkQueue
-from app.worker import Worker
 from model import TextEncoder
 from model.loader import cpu_bfloat16
 

@@ -1,5 +1,5 @@
 """How the packages depend on each other: app/ reaches model/ through its package face alone, and model/ knows
-nothing of app/ or HTTP."""
+nothing of app/ or HTTP; app/'s folders import only downwards."""
 
 from __future__ import annotations
 
@@ -28,6 +28,27 @@ def test_app_imports_model_through_its_package_face() -> None:
     inside = {f: sorted(m for m in names if m.startswith("model.")) for f, names in imported("app").items()}
     assert {f: modules for f, modules in inside.items() if modules} == {}
     assert any("model" in names for names in imported("app").values())  # it does import the package
+
+
+# app/'s folders from the bottom up (docs/ARCHITECTURE.md, "The layout"): each imports only the folders below it
+# and app/'s shared modules, which import no folder; main.py and serve.py, at the top, import any
+FLOORS = ("engine", "serving", "services", "web", "api")
+SHARED = {"errors", "metrics", "logs", "settings", "serialization", "schemas", "download"}
+
+
+def test_apps_folders_import_only_downwards() -> None:
+    folders = {path.name for path in (ROOT / "app").iterdir() if path.is_dir() and path.name != "__pycache__"}
+    assert folders == {*FLOORS, "static"}
+    wrong: dict[str, list[str]] = {}
+    for file, names in imported("app").items():
+        parts = Path(file).parts  # ("app", "engine", "worker.py") or ("app", "errors.py")
+        if len(parts) == 2 and Path(file).stem not in SHARED:
+            continue  # the top: main.py, serve.py, __init__.py
+        allowed = SHARED if len(parts) == 2 else SHARED | set(FLOORS[: FLOORS.index(parts[1]) + 1])
+        named = {module.split(".")[1] for module in names if module.startswith("app.")}
+        if named - allowed:
+            wrong[file] = sorted(named - allowed)
+    assert wrong == {}
 
 
 def test_model_knows_nothing_of_the_service() -> None:

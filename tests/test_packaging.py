@@ -33,7 +33,7 @@ def test_make_serve_installs_the_model_package_without_its_dependencies() -> Non
 def test_serving_never_imports_the_test_references() -> None:
     """The model package declares sentence-transformers; the service must work without it installed."""
     probe = (
-        "import sys; from app.registry import load_registry; from app.metrics import Metrics; "
+        "import sys; from app.serving.registry import load_registry; from app.metrics import Metrics; "
         "from app.settings import Settings; registry = load_registry(Settings(), Metrics()); registry.close(); "
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('transformers', 'sentence_transformers')); "
         "print(loaded)"

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 from tokenizers import Encoding
 
+from app.engine.messages import Task
+from app.engine.work_queue import Timing
 from app.errors import InvalidRequest
-from app.messages import Task
-from app.registry import ServedModel
 from app.schemas import (
     Embedding,
     EncodeRequest,
@@ -38,8 +38,8 @@ from app.schemas import (
     Usage,
 )
 from app.serialization import construct, vectors_as
+from app.serving.registry import ServedModel
 from app.settings import Settings
-from app.work_queue import Timing
 from model import (
     EmbeddingSpec,
     MultiVectorOptions,

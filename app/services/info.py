@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from app import __version__
-from app.registry import ServedModel
 from app.schemas import Architecture, InfoResponse, Limits
+from app.serving.registry import ServedModel
 from app.settings import Settings
 
 

@@ -14,9 +14,9 @@ from typing import Any, Literal
 import numpy as np
 from tokenizers import Encoding
 
+from app.engine.messages import ExplainInputs, HeadChoice, KeyMarks, Task
+from app.engine.work_queue import Timing
 from app.errors import InvalidRequest
-from app.messages import ExplainInputs, HeadChoice, KeyMarks, Task
-from app.registry import ServedModel
 from app.schemas import (
     AttentionRequest,
     AttentionResponse,
@@ -34,8 +34,8 @@ from app.schemas import (
 )
 from app.serialization import construct
 from app.services.embeddings import Embeddings, pair_token_infos, usage
+from app.serving.registry import ServedModel
 from app.settings import Settings
-from app.work_queue import Timing
 from model import (
     HEAD_STATISTICS,
     HEAD_STEP_ARRAYS,

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from app.engine.messages import Task
+from app.engine.work_queue import Timing
 from app.errors import InvalidRequest
-from app.messages import Task
-from app.registry import ServedModel
 from app.schemas import (
     Classified,
     ClassifyRequest,
@@ -22,7 +22,7 @@ from app.schemas import (
 )
 from app.serialization import construct
 from app.services.embeddings import Embeddings, second_segments, usage
-from app.work_queue import Timing
+from app.serving.registry import ServedModel
 from model import YES_NO, EmbeddingSpec, HeadConfig, SparseOptions, TokenIds, TokenSequence, maxsim
 
 

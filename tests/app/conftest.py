@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.registry import ServedModel
+from app.serving.registry import ServedModel
 from app.settings import Settings
 from model import TextEncoder
 from tests.helpers import Service, serving

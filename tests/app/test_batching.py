@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from app.registry import ServedModel, compute_lanes
+from app.serving.registry import ServedModel, compute_lanes
 from app.settings import Settings
 from model import TextEncoder
 from tests.helpers import busy, metric, passes, serving, until_metric

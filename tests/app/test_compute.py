@@ -1,5 +1,5 @@
-"""All of the service's torch work runs on the compute lanes (app/compute.py), whatever asks for it; the lanes run
-passes side by side, each with its share of torch's threads."""
+"""All of the service's torch work runs on the compute lanes (app/engine/compute.py), whatever asks for it; the
+lanes run passes side by side, each with its share of torch's threads."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from app.compute import COMPUTE, ComputeLanes
-from app.registry import compute_lanes
+from app.engine.compute import COMPUTE, ComputeLanes
+from app.serving.registry import compute_lanes
 from app.settings import Settings
 from model import load_model
 from tests.helpers import serving, write_tiny_model

@@ -15,7 +15,7 @@ import torch
 
 from app.main import create_app
 from app.metrics import Metrics
-from app.registry import ModelLoadError, load_registry
+from app.serving.registry import ModelLoadError, load_registry
 from app.settings import Settings
 from model import TextEncoder, load_model
 from model.checkpoint import YES_NO

@@ -1,4 +1,4 @@
-"""The hot routes' short way in (app/fast_path.py) answers exactly as the framework's way does.
+"""The hot routes' short way in (app/web/fast_path.py) answers exactly as the framework's way does.
 
 An ordinary request (JSON, Content-Length) goes the short way; the same body sent chunked (no Content-Length)
 goes the framework's way. Each pair must agree in status, body and headers, for good requests and bad.
@@ -14,8 +14,8 @@ import numpy as np
 import orjson
 import pytest
 
-from app.fast_path import FastPath
 from app.settings import Settings
+from app.web.fast_path import FastPath
 from model import TextEncoder
 from tests.helpers import assert_error, serving
 

@@ -23,15 +23,15 @@ import httpx
 import numpy as np
 import pytest
 
-from app.admission import Admission
-from app.engine import Engine, EngineClient, EngineQueue, wire_task
+from app.engine.admission import Admission
+from app.engine.messages import Task
+from app.engine.remote import Engine, EngineClient, EngineQueue, wire_task
+from app.engine.work_queue import Timing, WorkQueue
+from app.engine.worker import Worker
 from app.errors import InferenceFailed, Overloaded
 from app.main import create_app
-from app.messages import Task
 from app.metrics import Metrics
 from app.settings import Settings
-from app.work_queue import Timing, WorkQueue
-from app.worker import Worker
 from model import EmbeddingSpec, TextEncoder
 from tests.helpers import (
     ROOT,

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, FloatRect, Locator, Page, sync_playwright
 
-from app.routes.viewer import STATIC_DIR
+from app.api.viewer import STATIC_DIR
 from tests.helpers import running_server
 
 pytestmark = pytest.mark.browser

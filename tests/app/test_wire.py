@@ -1,4 +1,4 @@
-"""The frames between a front end and the engine (app/wire.py): messages with arrays arrive whole and equal,
+"""The frames between a front end and the engine (app/engine/wire.py): messages with arrays arrive whole and equal,
 however the stream is cut, large ones into memory of their own."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.wire import COUNTS, LARGE_FRAME_BYTES, LENGTH, FrameReader, frame
+from app.engine.wire import COUNTS, LARGE_FRAME_BYTES, LENGTH, FrameReader, frame
 
 
 def messages() -> list[Any]:

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 from tokenizers import Encoding
 
+from app.engine.messages import KeyMarks, Task
+from app.engine.work_queue import QueueClosed, WorkQueue
+from app.engine.worker import Worker
 from app.errors import InferenceFailed, InvalidRequest
-from app.messages import KeyMarks, Task
+from app.serving.tokenization import Tokenization
 from app.settings import Settings
-from app.tokenization import Tokenization
-from app.work_queue import QueueClosed, WorkQueue
-from app.worker import Worker
 from model import AttentionSelection, EmbeddingSpec, TextEncoder
 from tests.helpers import local_worker, serving, wait_until
 
@@ -395,7 +395,7 @@ async def test_the_worker_finishes_queued_work_when_stopped_then_refuses_more(ti
 async def test_the_idle_hook_runs_once_the_queue_has_emptied_after_work(
     tiny_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("app.worker.IDLE_INTERVAL_S", 0.05)
+    monkeypatch.setattr("app.engine.worker.IDLE_INTERVAL_S", 0.05)
     idle = threading.Event()
     queue = WorkQueue()
     worker = Worker(queue, tiny_model, on_idle=idle.set)
@@ -420,7 +420,7 @@ async def test_tokenization_merges_requests_of_one_turn_and_confines_failures(
     inline: bool,
     failure: type[BaseException],
 ) -> None:
-    monkeypatch.setattr("app.tokenization.INLINE_CHARACTERS", 4096 if inline else 0)
+    monkeypatch.setattr("app.serving.tokenization.INLINE_CHARACTERS", 4096 if inline else 0)
     calls: list[int] = []
     threads: set[str] = set()
     real = tiny_model.tokenizer

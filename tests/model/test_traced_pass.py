@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from app.metrics import Metrics
-from app.registry import load_registry
+from app.serving.registry import load_registry
 from app.settings import Settings
 from model import EmbeddingSpec, TextEncoder, load_model
 from tests.families import FAMILIES, FAMILY_SPECS, write_family_model

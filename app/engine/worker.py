@@ -1,9 +1,9 @@
 """The inference threads: each takes a pass of entries from the queue, runs it on the model, answers each entry.
 
-A pass holds entries of one task kind (app/messages.py), and runs through the model's method for that kind
+A pass holds entries of one task kind (app/engine/messages.py), and runs through the model's method for that kind
 (``PASSES``): the one place where a kind meets the model.
 
-One thread per compute lane for each model (app/compute.py), so that a model may compute as many passes at
+One thread per compute lane for each model (app/engine/compute.py), so that a model may compute as many passes at
 once as there are lanes, and the event loop never waits on it; the passes themselves run on the lanes,
 where all of the service's torch work runs. A failure stays with the requests it concerns: a pass that
 raises is retried request by request, and a request that fails alone gets a 503 ``inference_failed``; the
@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from app.compute import COMPUTE
+from app.engine.compute import COMPUTE
+from app.engine.messages import TaskKind
+from app.engine.work_queue import Entry, Ticket, WorkQueue, settle
 from app.errors import InferenceFailed
-from app.messages import TaskKind
-from app.work_queue import Entry, Ticket, WorkQueue, settle
 from model import TokenSequence
 
 if TYPE_CHECKING:

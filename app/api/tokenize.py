@@ -3,8 +3,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.dependencies import EmbeddingsDep, Registry, ResponderDep
 from app.schemas import ERROR_RESPONSES, TokenizeRequest, TokenizeResponse
+from app.web.dependencies import EmbeddingsDep, Registry, ResponderDep
 
 router = APIRouter(tags=["embeddings"], responses=ERROR_RESPONSES)
 

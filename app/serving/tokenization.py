@@ -40,7 +40,7 @@ class Reading:
 
 
 # The reading of the request whose work is running: the native routes' (the default) unless a translating route
-# set another for its work (app/responding.py, answer_value).
+# set another for its work (app/web/responding.py, answer_value).
 NATIVE_READING = Reading()
 READING: ContextVar[Reading | None] = ContextVar("reading", default=None)
 

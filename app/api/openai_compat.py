@@ -5,7 +5,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.dependencies import EmbeddingsDep, Registry, ResponderDep
 from app.schemas import (
     ERROR_RESPONSES,
     OpenAIEmbeddingsRequest,
@@ -14,6 +13,7 @@ from app.schemas import (
     OpenAIModelList,
 )
 from app.serialization import json_response
+from app.web.dependencies import EmbeddingsDep, Registry, ResponderDep
 
 router = APIRouter(prefix="/v1", tags=["openai"], responses=ERROR_RESPONSES)
 

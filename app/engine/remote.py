@@ -1,8 +1,8 @@
 """The engine: one process that owns the models, their queues, batching and passes, and the front ends' way to it.
 
-Front-end processes (HTTP, validation, tokenisation, serialisation; no weights) send it tasks (app/messages.py)
+Front-end processes (HTTP, validation, tokenisation, serialisation; no weights) send it tasks (app/engine/messages.py)
 over a Unix socket and await the answers; the engine runs each through the served model's queue exactly as a
-single process does. Each message is one frame of app/wire.py: a pickle whose arrays travel beside it, a large
+single process does. Each message is one frame of app/engine/wire.py: a pickle whose arrays travel beside it, a large
 answer read straight into its own memory. A Unix stream costs half the CPU a round trip of the best zmq variant
 measured (BENCHMARKS.md, "How a task crosses between processes").
 
@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.admission import Admission
+from app.engine.admission import Admission
+from app.engine.messages import Task
+from app.engine.wire import FrameReader
+from app.engine.work_queue import QueueClosed, Timing
 from app.errors import ApiError, InferenceFailed, NotReady, Timeout
-from app.messages import Task
 from app.metrics import Metrics
-from app.wire import FrameReader
-from app.work_queue import QueueClosed, Timing
 from model import TokenIds
 
 logger = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class Engine:
     bound of the whole service (ENCODER_MAX_QUEUE_TEXTS: 429 past it, whichever front end the request came to)."""
 
     def __init__(self, registry: Any, admission: Admission, metrics: Metrics) -> None:
-        self.registry = registry  # app.registry.ModelRegistry
+        self.registry = registry  # app.serving.registry.ModelRegistry
         self.admission = admission
         self.metrics = metrics  # the models', their queues' and passes' (the front ends count HTTP)
         self.connections: set[Connection] = set()

@@ -3,7 +3,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.dependencies import EmbeddingsDep, Registry, ResponderDep
 from app.schemas import (
     ERROR_RESPONSES,
     EncodeRequest,
@@ -15,6 +14,7 @@ from app.schemas import (
     SparseEncodeRequest,
     SparseEncodeResponse,
 )
+from app.web.dependencies import EmbeddingsDep, Registry, ResponderDep
 
 router = APIRouter(tags=["embeddings"], responses=ERROR_RESPONSES)
 

@@ -1,5 +1,5 @@
-"""The hot routes' short way in: POST /encode, /v1/embeddings, /tei/embed and /v2/embed without FastAPI's layers,
-answering the same.
+"""The hot routes' short way in: POST /encode, /v1/embeddings, /tei/embed and /v2/embed (app/api/hot.py) without
+FastAPI's layers, answering the same.
 
 Under many small requests the framework costs more than the work: its middleware chain, routing, dependency
 solving and body parsing took about a quarter of the service's CPU on two cores, as much as the pass and
@@ -13,7 +13,7 @@ no behaviour, only a shorter way to the same.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,6 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.dependencies import get_registry, require_api_key
 from app.errors import (
     ApiError,
     InvalidRequest,
@@ -32,9 +31,8 @@ from app.errors import (
     is_json,
     validation_message,
 )
-from app.middleware import RequestLog, replay
-from app.routes import cohere, embeddings, openai_compat, tei
-from app.schemas import EncodeRequest, OpenAIEmbeddingsRequest
+from app.web.dependencies import get_registry, require_api_key
+from app.web.middleware import RequestLog, replay
 
 
 @dataclass(frozen=True)
@@ -48,24 +46,14 @@ class HotRoute:
     endpoint: Callable[..., Awaitable[Any]]
 
 
-HOT_ROUTES = {
-    route.path: route
-    for route in (
-        HotRoute("/encode", EncodeRequest, embeddings.encode),
-        HotRoute("/v1/embeddings", OpenAIEmbeddingsRequest, openai_compat.embeddings),
-        HotRoute("/tei/embed", tei.EmbedRequest, tei.embed_default),
-        HotRoute("/v2/embed", cohere.CohereEmbedRequest, cohere.embed),
-    )
-}
-
-
 class FastPath:
-    """The ASGI layer in front of the framework's own stack (inside OneWriteResponses)."""
+    """The ASGI layer in front of the framework's own stack (inside OneWriteResponses); ``routes``, the hot routes
+    by path (app/api/hot.py's ``HOT_ROUTES``)."""
 
-    def __init__(self, app: ASGIApp, service: FastAPI) -> None:
+    def __init__(self, app: ASGIApp, service: FastAPI, routes: Mapping[str, HotRoute]) -> None:
         self.app = app
         self.service = service
-        self.routes = HOT_ROUTES
+        self.routes = routes
         settings, metrics = getattr(service.state, "settings", None), getattr(service.state, "metrics", None)
         self.logged: ASGIApp = self._answer
         if settings is None or metrics is None:  # not the service's application (a test's bare one): nothing is hot

@@ -3,8 +3,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.dependencies import Registry, ResponderDep, TasksDep
 from app.schemas import ERROR_RESPONSES, ClassifyRequest, ClassifyResponse, RerankRequest, RerankResponse
+from app.web.dependencies import Registry, ResponderDep, TasksDep
 
 router = APIRouter(tags=["tasks"], responses=ERROR_RESPONSES)
 

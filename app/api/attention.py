@@ -5,7 +5,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.dependencies import InspectionDep, Registry, ResponderDep
 from app.schemas import (
     ERROR_RESPONSES,
     AttentionRequest,
@@ -18,6 +17,7 @@ from app.schemas import (
     SimilarityResponse,
 )
 from app.serialization import NPZ_MEDIA_TYPE, accepts_npz
+from app.web.dependencies import InspectionDep, Registry, ResponderDep
 
 router = APIRouter(tags=["inspection"], responses=ERROR_RESPONSES)
 

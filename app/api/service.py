@@ -5,11 +5,11 @@ import os
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.dependencies import Model, SettingsDep, get_registry
 from app.metrics import front_ends_exposition
 from app.schemas import ERROR_RESPONSES, HealthResponse, InfoResponse
 from app.serialization import json_response
 from app.services.info import info as describe
+from app.web.dependencies import Model, SettingsDep, get_registry
 
 info_router = APIRouter(tags=["service"], responses=ERROR_RESPONSES)
 open_router = APIRouter(tags=["service"], responses={503: ERROR_RESPONSES[503]})

@@ -15,10 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
 from app import __version__
-from app.dependencies import EmbeddingsDep, InspectionDep, Registry, ResponderDep, TasksDep, get_registry
+from app.engine.work_queue import Timing
 from app.errors import ApiError, InvalidRequest
-from app.registry import ModelRegistry, ServedModel
-from app.responding import answer_value as answer
 from app.schemas import (
     ClassifyRequest,
     EncodeRequest,
@@ -29,8 +27,10 @@ from app.schemas import (
 )
 from app.serialization import json_response
 from app.services.embeddings import Embeddings
-from app.tokenization import Reading
-from app.work_queue import Timing
+from app.serving.registry import ModelRegistry, ServedModel
+from app.serving.tokenization import Reading
+from app.web.dependencies import EmbeddingsDep, InspectionDep, Registry, ResponderDep, TasksDep, get_registry
+from app.web.responding import answer_value as answer
 from model import TokenIdOutOfRange
 
 TAG = "text-embeddings-inference"
@@ -316,7 +316,7 @@ async def embed(
 async def embed_default(
     body: EmbedRequest, request: Request, registry: ModelRegistry, embeddings: Any, responder: Any
 ) -> Response:
-    """/tei/embed for the default model: the short way in (app/fast_path.py) calls it."""
+    """/tei/embed for the default model: the short way in (app/web/fast_path.py) calls it."""
     return await embed(body, request, registry.get(None), embeddings, responder)
 
 

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.download import DownloadError, default_name, resolve
-from app.engine import EngineClient, EngineQueue, ModelFacts
+from app.engine.remote import EngineClient, EngineQueue, ModelFacts
+from app.engine.work_queue import WorkQueue
 from app.errors import ModelNotFound
 from app.metrics import Metrics
+from app.serving.tokenization import Tokenization
 from app.settings import Settings
-from app.tokenization import Tokenization
-from app.work_queue import WorkQueue
 from model import DEFAULT_MODEL_NAME, GPU_PASS_TOKENS, ModelCard, default_model_path
 
 if TYPE_CHECKING:  # what computes, imported where a model is loaded: a front end (cards only) never loads torch
-    from app.worker import Worker
+    from app.engine.worker import Worker
     from model import TextEncoder
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class ModelLoadError(RuntimeError):
 @dataclass
 class ServedModel:
     """One served model and everything that serves it: in the process that computes, the loaded model, its queue
-    and its inference threads; in a front end, its card and the engine's queue (app/engine.py)."""
+    and its inference threads; in a front end, its card and the engine's queue (app/engine/remote.py)."""
 
     name: str
     card: ModelCard  # what the services need of the model (no weights)
@@ -61,8 +61,8 @@ class ServedModel:
         cls, name: str, model: TextEncoder, settings: Settings, metrics: Metrics, executor: ThreadPoolExecutor
     ) -> ServedModel:
         """Wrap a loaded model: its tokenisation stages, its queue, and its inference threads (started)."""
-        from app.compute import COMPUTE
-        from app.worker import Worker
+        from app.engine.compute import COMPUTE
+        from app.engine.worker import Worker
 
         # Inspection may look at texts longer than the embeddings are made for (all-MiniLM-L6-v2: 256 tokens for
         # sentence-transformers, 512 positions): up to the position table, when the setting asks for it.
@@ -218,7 +218,7 @@ def load_registry(
 
     Raises ModelLoadError naming the model, its directory and the problem.
     """
-    from app.compute import COMPUTE
+    from app.engine.compute import COMPUTE
 
     COMPUTE.configure(compute_lanes(settings))
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
@@ -299,11 +299,11 @@ async def front_end_registry(settings: Settings, engine: str) -> ModelRegistry:
 def compute_lanes(settings: Settings, threads: int | None = None) -> int:
     """Passes computed at once (ENCODER_COMPUTE_LANES), unless set: 3 on a CPU that torch gives 2 threads, 2 on
     one it gives 3, else 1. A lane's share is then one thread, so only lane 0 ever holds an OpenMP team
-    (app/compute.py); with more threads, several lanes would, which was not measured. On 2 threads a third lane
+    (app/engine/compute.py); with more threads, several lanes would, which was not measured. On 2 threads a third lane
     computes while another waits for its share of the queue: under 32 concurrent clients the two lanes were
     idle about a sixth of the time (BENCHMARKS.md). A GPU runs one pass at a time. ``threads``: torch's, unless
     given."""
-    from app.compute import TORCH_THREADS
+    from app.engine.compute import TORCH_THREADS
     from model import resolve_device
 
     if settings.compute_lanes is not None:
@@ -373,7 +373,7 @@ def model_specs_or_error(settings: Settings) -> list[tuple[str, str | Path]]:
 
 def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEncoder:
     """The model loaded (unless given) and warmed up; ModelLoadError naming it and its directory if not."""
-    from app.compute import COMPUTE
+    from app.engine.compute import COMPUTE
     from model import TextEncoder, load_model
 
     directory = source.path if isinstance(source, TextEncoder) else source

@@ -1,6 +1,6 @@
 """Cohere's v2 embed and rerank (/v2/embed, /v2/rerank) and Jina's rerank (/v1/rerank), for their clients.
 
-As app/routes/tei.py: each route translates the request into the native one, calls the same service, and
+As app/api/tei.py: each route translates the request into the native one, calls the same service, and
 reshapes the answer. Cohere's errors are ``{"message": "..."}`` (app/errors.py); Jina's route answers the native
 envelope, as the other /v1 route (OpenAI's) does.
 """
@@ -15,13 +15,13 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from app.dependencies import EmbeddingsDep, Registry, ResponderDep, TasksDep
+from app.engine.work_queue import Timing
 from app.errors import InvalidRequest
-from app.registry import ServedModel
-from app.responding import answer_value as answer
 from app.schemas import ERROR_RESPONSES, EncodeRequest, RerankRequest
 from app.serialization import vectors_as
-from app.work_queue import Timing
+from app.serving.registry import ServedModel
+from app.web.dependencies import EmbeddingsDep, Registry, ResponderDep, TasksDep
+from app.web.responding import answer_value as answer
 
 # input_type → the prompts that stand for it, the first the model has taken
 INPUT_PROMPTS: dict[str, tuple[str, ...]] = {

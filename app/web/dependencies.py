@@ -8,12 +8,12 @@ from typing import Annotated
 from fastapi import Depends, Query, Request
 
 from app.errors import NotReady, Unauthorized
-from app.registry import ModelRegistry, ServedModel
-from app.responding import Responder
 from app.services.embeddings import Embeddings
 from app.services.inspection import Inspection
 from app.services.tasks import Tasks
+from app.serving.registry import ModelRegistry, ServedModel
 from app.settings import Settings
+from app.web.responding import Responder
 
 
 async def get_registry(request: Request) -> ModelRegistry:

@@ -5,8 +5,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from app.dependencies import InspectionDep, Model, ResponderDep
 from app.schemas import ERROR_RESPONSES, PositionalEncodingResponse
+from app.web.dependencies import InspectionDep, Model, ResponderDep
 
 router = APIRouter(tags=["inspection"], responses=ERROR_RESPONSES)
 

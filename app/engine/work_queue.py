@@ -1,12 +1,12 @@
 """The queue between the requests and the inference thread: entries, budgets and dropping.
 
-A request's task (app/messages.py) enters as entries, each carrying the ``Ticket`` of its request (the request's
+A request's task (app/engine/messages.py) enters as entries, each carrying the ``Ticket`` of its request (the request's
 future, resolved once every entry is answered): one entry a text for the kinds whose texts share passes (embed,
 classify), one for the whole task otherwise. The worker takes entries in arrival order: entries of one batched
 kind up to the padded-token budget (rows × longest row) and the batch size, any other entry alone. Entries whose
 request is gone (client disconnected, deadline passed) are dropped unseen.
 
-With several compute lanes (app/compute.py) the queue is shared out between them: a pass takes at most its
+With several compute lanes (app/engine/compute.py) the queue is shared out between them: a pass takes at most its
 fair share, the entries queued and computing divided by the lanes, and a lane that comes free while a pass of
 this queue computes waits (up to ``balance_wait``) until its share has arrived. Without this rule the lanes
 fall into a lopsided rhythm under load: answering one pass brings its clients' next texts back one by one, a
@@ -15,7 +15,7 @@ everything else into one large pass (all-MiniLM-L6-v2 on one core: 59 texts/s in
 of sixteen).
 
 The queue knows entries, their kinds, token counts and tickets; what a kind asks of the model is the worker's
-business (app/worker.py).
+business (app/engine/worker.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.messages import Options, Task, TaskKind
+from app.engine.messages import Options, Task, TaskKind
 from model import TokenSequence
 
 # How long a free lane waits for its fair share while another pass of the same queue computes: about the time

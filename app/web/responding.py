@@ -14,13 +14,13 @@ from typing import Any
 from fastapi import Request
 from starlette.responses import Response
 
-from app.admission import Admission
+from app.engine.admission import Admission
+from app.engine.work_queue import QueueClosed, Timing
 from app.errors import NotReady, Timeout
 from app.metrics import Metrics
 from app.schemas import Reply
 from app.serialization import NPZ_MEDIA_TYPE, dumps, npz
-from app.tokenization import NATIVE_READING, READING, Reading
-from app.work_queue import QueueClosed, Timing
+from app.serving.tokenization import NATIVE_READING, READING, Reading
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ async def answer_value(
     reading: Reading = NATIVE_READING,
 ) -> Response:
     """As Responder.answer, for work that returns a JSON value in another API's shape (TEI's, Cohere's): the same
-    admission, deadline and timing; the work's texts read as ``reading`` says (app/tokenization.py)."""
+    admission, deadline and timing; the work's texts read as ``reading`` says (app/serving/tokenization.py)."""
 
     async def reply(timing: Timing) -> Reply:
         token = READING.set(reading)

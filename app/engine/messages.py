@@ -3,7 +3,7 @@
 A task is one kind of computation (embed, classify, an inspection) on tokenised texts, with that kind's options;
 what comes back is arrays and small records. Every kind is this one type, and it holds token ids, numbers and
 arrays only (no closure, no model object): the queue that carries it knows nothing of the model, the engine runs a
-pass of one kind through the model's method for that kind (``app/worker.py``, ``PASSES``), and the same message
+pass of one kind through the model's method for that kind (``app/engine/worker.py``, ``PASSES``), and the same message
 can cross to another process as it is.
 """
 
