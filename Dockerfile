@@ -28,7 +28,7 @@ RUN pip install --no-deps . \
 
 FROM python:${PYTHON_VERSION}-slim AS runtime
 ARG TORCH_INDEX=cpu
-# A CUDA image: Triton (which PyTorch's CUDA builds bring) compiles the pass's fused norms at start (model/kernels.py)
+# A CUDA image: Triton (which PyTorch's CUDA builds bring) compiles the pass's fused norms at start (model/nn/kernels.py)
 # and builds its launcher with the system's C compiler; without one the service runs torch's norms instead.
 # hadolint ignore=DL3008
 RUN if [ "$TORCH_INDEX" != cpu ]; then \

@@ -65,7 +65,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt scripts/requirements.py
 	$(PIP) --no-deps -e .
 	touch $@
 
-# Development: the test references, browser driver and linters on top. Triton (model/triton_kernels.py's GPU
+# Development: the test references, browser driver and linters on top. Triton (model/nn/triton_kernels.py's GPU
 # kernels, which the tests run in its interpreter on the CPU) in a folder of its own that only those tests' processes
 # read: installed beside transformers, it would be imported by every test that imports transformers, and its
 # bindings report leaks at every exit. PyTorch's CUDA builds bring Triton themselves; serving never installs it.

@@ -76,7 +76,7 @@ Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (B, T) input ids, at
 
 def batches(model_dir: Path, texts: list[str], size: int) -> list[Inputs]:
     """The texts tokenised (the bundled tokenizer, as our loader reads it) and padded into passes of ``size``."""
-    from model.tokenizer import TextTokenizer
+    from model.spec.tokenizer import TextTokenizer
 
     tokenizer = TextTokenizer.from_file(model_dir / "tokenizer.json", 512, 0)
     encodings = tokenizer.encode(texts)

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.int8 [--sentences 1100] [--rounds 3] [--no-write]
 
-Our encoder converted by OpenVINO (model/openvino_pass.py, ``convert``), then quantized by NNCF in each scheme —
+Our encoder converted by OpenVINO (model/runtime/openvino_pass.py, ``convert``), then quantized by NNCF in each scheme —
 weights and activations (W8A8, static, calibrated on 320 generated sentences of the repository's own word list,
 bench/texts.py: no dataset download) with NNCF's transformer preset, with per-layer exceptions (the feed-forward
 contraction, the attention output, the first and last layers kept), with smooth-quant; weights alone (int8,
@@ -10,7 +10,7 @@ asymmetric, per output channel) — and compiled with float32 and with bfloat16 
 where the CPU has it). Each embeds the same sentences as bench.runtimes, through TextEncoder.embed_encodings:
 texts/s in passes of 32 (median of the rounds, the schemes taking turns), and against float32 OpenVINO the least
 and mean cosine and the top-10 neighbour agreement (100 queries among the rest). What the service runs for
-ENCODER_DTYPE=int8 was chosen from this table (model/openvino_pass.py).
+ENCODER_DTYPE=int8 was chosen from this table (model/runtime/openvino_pass.py).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from bench.accuracy import accuracy_cells
 from bench.run import cpu_flags, machine, make_sentences, publish
 from bench.runtimes import embed
 from model import load_model
-from model.loader import cpu_bfloat16, cpu_threads, example_batch
-from model.openvino_pass import OpenVINOPass, compile_for_cpu, convert, int8_weights
+from model.runtime.loader import cpu_bfloat16, cpu_threads, example_batch
+from model.runtime.openvino_pass import OpenVINOPass, compile_for_cpu, convert, int8_weights
 
 SECTION = "int8 on the CPU"
 CALIBRATION = 320  # generated sentences, in passes of 32

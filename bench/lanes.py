@@ -31,8 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from app.engine.compute import TORCH_THREADS, ComputeLanes
 from bench.run import make_sentences
 from model import TextEncoder, load_model
-from model.outputs import EmbeddingSpec
-from model.tokenizer import TokenSequence
+from model.spec.outputs import EmbeddingSpec
+from model.spec.tokenizer import TokenSequence
 
 PASS_TEXTS = 16
 PASS_SIZES = (1, 2, 4, 8, 16, 32)

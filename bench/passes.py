@@ -22,9 +22,9 @@ import torch
 
 from bench.run import make_sentences, write_cross_encoder
 from model import load_model
-from model.loader import trace
-from model.outputs import EmbeddingSpec
-from model.tokenizer import TokenSequence
+from model.runtime.loader import trace
+from model.spec.outputs import EmbeddingSpec
+from model.spec.tokenizer import TokenSequence
 
 BUDGETS = (16384, 8192, 4096, 2048)
 MAX_TEXTS = 128  # what 4 clients × 32 texts put in the queue at once

@@ -44,8 +44,8 @@ import torch
 from bench.accuracy import accuracy_cells
 from bench.run import ROOT, Connection, cpu_flags, drive, free_port, machine, make_sentences, publish, start_service
 from model import EmbeddingSpec, TextEncoder, load_model
-from model.loader import cpu_bfloat16
-from model.openvino_pass import quantizer_available
+from model.runtime.loader import cpu_bfloat16
+from model.runtime.openvino_pass import quantizer_available
 
 SECTION = "Runtimes and precisions (CPU)"
 

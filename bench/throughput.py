@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from model import TextEncoder, load_model
-from model.config import EncoderConfig
+from model.spec.config import EncoderConfig
 
 # Dense (no sparsity) float16 tensor-core peaks from the vendors' datasheets, TFLOP/s, by device-name fragment.
 PEAKS = {

@@ -9,10 +9,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from model.card import DEFAULT_MODEL_NAME, ModelCard, default_model_path
-    from model.checkpoint import YES_NO, HeadConfig, Pooling, PoolingConfig
-    from model.config import EncoderConfig
-    from model.encoder import (
+    from model.nn.encoder import (
         Encoder,
         EncoderLayer,
         EncoderOutput,
@@ -21,11 +18,17 @@ if TYPE_CHECKING:
         scaled_dot_product_attention,
         sinusoidal_positional_encoding,
     )
-    from model.heads import SequenceClassificationHead
-    from model.inspection import attention_rollout, select_attention
-    from model.late_interaction import maxsim
-    from model.loader import load_model, resolve_device
-    from model.outputs import (
+    from model.nn.heads import SequenceClassificationHead
+    from model.nn.inspection import attention_rollout, select_attention
+    from model.nn.pooling import normalize, pool, sentence_embeddings
+    from model.runtime.loader import load_model, resolve_device
+    from model.runtime.text_encoder import TextEncoder
+    from model.runtime.weights import load_weights
+    from model.spec.card import DEFAULT_MODEL_NAME, ModelCard, default_model_path
+    from model.spec.checkpoint import YES_NO, HeadConfig, Pooling, PoolingConfig
+    from model.spec.config import EncoderConfig
+    from model.spec.late_interaction import maxsim
+    from model.spec.outputs import (
         GPU_PASS_TOKENS,
         HEAD_STATISTICS,
         HEAD_STEP_ARRAYS,
@@ -43,9 +46,7 @@ if TYPE_CHECKING:
         resolve_indices,
         unit_rows,
     )
-    from model.pooling import normalize, pool, sentence_embeddings
-    from model.text_encoder import TextEncoder
-    from model.tokenizer import (
+    from model.spec.tokenizer import (
         Batch,
         TextTokenizer,
         Token,
@@ -54,58 +55,57 @@ if TYPE_CHECKING:
         TokenSequence,
         TooManyTokensError,
     )
-    from model.weights import load_weights
 
 WHERE = {
-    "AttentionSelection": "model.outputs",
-    "Batch": "model.tokenizer",
-    "DEFAULT_MODEL_NAME": "model.card",
-    "EmbeddingSpec": "model.outputs",
-    "Encoder": "model.encoder",
-    "EncoderConfig": "model.config",
-    "EncoderLayer": "model.encoder",
-    "EncoderOutput": "model.encoder",
-    "GPU_PASS_TOKENS": "model.outputs",
-    "HEAD_STATISTICS": "model.outputs",
-    "HEAD_STEP_ARRAYS": "model.outputs",
-    "HeadConfig": "model.checkpoint",
-    "IndexOutOfRange": "model.outputs",
-    "ModelCard": "model.card",
-    "MultiHeadAttention": "model.encoder",
-    "MultiVectorOptions": "model.outputs",
-    "MultiVectors": "model.outputs",
-    "Pooling": "model.checkpoint",
-    "PoolingConfig": "model.checkpoint",
-    "PositionQuery": "model.outputs",
-    "PositionwiseFeedForward": "model.encoder",
-    "Scores": "model.outputs",
-    "SequenceClassificationHead": "model.heads",
-    "SparseOptions": "model.outputs",
-    "SparseVector": "model.outputs",
-    "TextEmbedding": "model.outputs",
-    "TextEncoder": "model.text_encoder",
-    "TextTokenizer": "model.tokenizer",
-    "Token": "model.tokenizer",
-    "TokenIdOutOfRange": "model.tokenizer",
-    "TokenIds": "model.tokenizer",
-    "TokenSequence": "model.tokenizer",
-    "TooManyTokensError": "model.tokenizer",
-    "YES_NO": "model.checkpoint",
-    "attention_rollout": "model.inspection",
-    "default_model_path": "model.card",
-    "keep_dimensions": "model.outputs",
-    "load_model": "model.loader",
-    "load_weights": "model.weights",
-    "maxsim": "model.late_interaction",
-    "normalize": "model.pooling",
-    "pool": "model.pooling",
-    "resolve_device": "model.loader",
-    "resolve_indices": "model.outputs",
-    "scaled_dot_product_attention": "model.encoder",
-    "select_attention": "model.inspection",
-    "sentence_embeddings": "model.pooling",
-    "sinusoidal_positional_encoding": "model.encoder",
-    "unit_rows": "model.outputs",
+    "AttentionSelection": "model.spec.outputs",
+    "Batch": "model.spec.tokenizer",
+    "DEFAULT_MODEL_NAME": "model.spec.card",
+    "EmbeddingSpec": "model.spec.outputs",
+    "Encoder": "model.nn.encoder",
+    "EncoderConfig": "model.spec.config",
+    "EncoderLayer": "model.nn.encoder",
+    "EncoderOutput": "model.nn.encoder",
+    "GPU_PASS_TOKENS": "model.spec.outputs",
+    "HEAD_STATISTICS": "model.spec.outputs",
+    "HEAD_STEP_ARRAYS": "model.spec.outputs",
+    "HeadConfig": "model.spec.checkpoint",
+    "IndexOutOfRange": "model.spec.outputs",
+    "ModelCard": "model.spec.card",
+    "MultiHeadAttention": "model.nn.encoder",
+    "MultiVectorOptions": "model.spec.outputs",
+    "MultiVectors": "model.spec.outputs",
+    "Pooling": "model.spec.checkpoint",
+    "PoolingConfig": "model.spec.checkpoint",
+    "PositionQuery": "model.spec.outputs",
+    "PositionwiseFeedForward": "model.nn.encoder",
+    "Scores": "model.spec.outputs",
+    "SequenceClassificationHead": "model.nn.heads",
+    "SparseOptions": "model.spec.outputs",
+    "SparseVector": "model.spec.outputs",
+    "TextEmbedding": "model.spec.outputs",
+    "TextEncoder": "model.runtime.text_encoder",
+    "TextTokenizer": "model.spec.tokenizer",
+    "Token": "model.spec.tokenizer",
+    "TokenIdOutOfRange": "model.spec.tokenizer",
+    "TokenIds": "model.spec.tokenizer",
+    "TokenSequence": "model.spec.tokenizer",
+    "TooManyTokensError": "model.spec.tokenizer",
+    "YES_NO": "model.spec.checkpoint",
+    "attention_rollout": "model.nn.inspection",
+    "default_model_path": "model.spec.card",
+    "keep_dimensions": "model.spec.outputs",
+    "load_model": "model.runtime.loader",
+    "load_weights": "model.runtime.weights",
+    "maxsim": "model.spec.late_interaction",
+    "normalize": "model.nn.pooling",
+    "pool": "model.nn.pooling",
+    "resolve_device": "model.runtime.loader",
+    "resolve_indices": "model.spec.outputs",
+    "scaled_dot_product_attention": "model.nn.encoder",
+    "select_attention": "model.nn.inspection",
+    "sentence_embeddings": "model.nn.pooling",
+    "sinusoidal_positional_encoding": "model.nn.encoder",
+    "unit_rows": "model.spec.outputs",
 }
 __all__ = [
     "AttentionSelection",

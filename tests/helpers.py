@@ -33,7 +33,7 @@ from app.main import create_app
 from app.serving.registry import ServedModel
 from app.settings import Settings
 from model import TextEncoder
-from model.loader import cpu_bfloat16
+from model.runtime.loader import cpu_bfloat16
 
 # bfloat16 on a CPU needs AVX512-BF16 or AMX: elsewhere the service refuses it at start (tests/model/test_openvino.py
 # tests the refusal on every CPU), so the tests that compute in it there run only where the CPU has it.

@@ -57,6 +57,37 @@ def test_model_knows_nothing_of_the_service() -> None:
     assert {f: modules for f, modules in found.items() if modules} == {}
 
 
+def test_models_folders_import_only_downwards() -> None:
+    """model/spec imports nothing above it, and no torch when imported (a method may, where it computes with it);
+    model/nn (the maths) nothing of model/runtime (loading, backends, the loaded model)."""
+    folders = {path.name for path in (ROOT / "model").iterdir() if path.is_dir() and path.name != "__pycache__"}
+    assert folders == {"spec", "nn", "runtime"}
+    above = {"spec": ("model.nn", "model.runtime"), "nn": ("model.runtime",), "runtime": ()}
+    wrong: dict[str, list[str]] = {}
+    for file, names in imported("model").items():
+        parts = Path(file).parts
+        if len(parts) == 2:
+            continue  # model/__init__.py, the package face
+        bad = sorted(name for name in names if any(name == f or name.startswith(f + ".") for f in above[parts[1]]))
+        if parts[1] == "spec":
+            bad += sorted(name for name in on_import(ROOT / file) if name.split(".")[0] == "torch")
+        if bad:
+            wrong[file] = bad
+    assert wrong == {}
+
+
+def on_import(path: Path) -> set[str]:
+    """The modules a file imports when it is imported: its module-level imports, not those of its functions nor
+    those for the type checker alone."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
 def test_every_name_of_the_package_face_resolves_and_is_listed() -> None:
     """model/__init__ loads its names lazily: each one it lists is found in the module it names."""
     import model
@@ -68,13 +99,13 @@ def test_every_name_of_the_package_face_resolves_and_is_listed() -> None:
 
 def test_checkpoint_tensor_names_live_in_one_module() -> None:
     """Every string of model/ that names a checkpoint tensor (``….weight``, ``….bias``, a layer's ``{i}``, a head's
-    part as the tables name it) is in model/tensor_names.py; docstrings and comments aside."""
-    from model.tensor_names import HEAD_TENSORS, LM_HEAD, MASKED_LM_TENSORS
+    part as the tables name it) is in model/spec/tensor_names.py; docstrings and comments aside."""
+    from model.spec.tensor_names import HEAD_TENSORS, LM_HEAD, MASKED_LM_TENSORS
 
     parts = {name for table in (*HEAD_TENSORS.values(), *MASKED_LM_TENSORS.values()) for name in table.values()}
     assert {"classifier", "bert.pooler.dense", "cls.predictions.decoder", "vocab_projector"} <= parts
     found: dict[str, list[str]] = {}
-    for path in sorted((ROOT / "model").glob("*.py")):
+    for path in sorted((ROOT / "model").rglob("*.py")):
         tree = ast.parse(path.read_text())
         docstrings = {
             id(node.body[0].value)

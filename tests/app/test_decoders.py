@@ -18,7 +18,7 @@ from app.metrics import Metrics
 from app.serving.registry import ModelLoadError, load_registry
 from app.settings import Settings
 from model import TextEncoder, load_model
-from model.checkpoint import YES_NO
+from model.spec.checkpoint import YES_NO
 from tests.families import write_family_model
 from tests.helpers import Service, assert_error, wait_until_ready
 

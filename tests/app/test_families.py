@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from app.settings import Settings
 from model import load_model
-from model.config import DECODERS as DECODER_TYPES
+from model.spec.config import DECODERS as DECODER_TYPES
 from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, hf_model, write_family_model
 from tests.helpers import assert_error, serving
 

@@ -88,10 +88,11 @@ def many_shapes(url: str, texts: int) -> None:
 @pytest.mark.parametrize("runtime", ["torch", "openvino"])
 def test_bfloat16_passes_of_new_shapes_keep_memory_bounded(runtime: str) -> None:
     """bfloat16 products go through oneDNN, which keeps a kernel and buffers for every shape it meets: the service
-    bounds its caches (app/engine/compute.py) and rounds the pass's rows up to a few dozen counts (model/backends.py,
+    bounds its caches (app/engine/compute.py) and rounds the pass's rows up to a few dozen counts
+    (model/runtime/backends.py,
     ``BucketedRows``). Before the buckets, the libraries' own capacity grew memory past 120 MiB under this load;
     with the buckets it grew 77 MiB even so. OpenVINO keeps what it prepares for each shape too, 5,000 shapes by
-    default: it grew 254 MiB under this load that way, 36 MiB with its cache bounded (model/openvino_pass.py,
+    default: it grew 254 MiB under this load that way, 36 MiB with its cache bounded (model/runtime/openvino_pass.py,
     CACHE_SHAPES) before its shapes were bucketed too."""
     process, url = start_server({"ENCODER_DTYPE": "bfloat16", "ENCODER_RUNTIME": runtime})
     try:

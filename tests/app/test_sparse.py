@@ -199,7 +199,7 @@ async def test_rerank_by_sparse_dot_product_equals_sparse_encoders(
 def test_a_sparse_linear_of_the_wrong_shape_or_not_a_state_dict_is_refused(tmp_path: Path) -> None:
     import torch
 
-    from model.weights import load_linear
+    from model.runtime.weights import load_linear
 
     torch.save({"weight": torch.zeros(1, 5), "bias": torch.zeros(1)}, tmp_path / "wrong.pt")
     with pytest.raises(ValueError, match="expected"):

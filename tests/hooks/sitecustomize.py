@@ -23,7 +23,7 @@ from typing import Any
 POISON_ID = int(os.environ.get("TEST_POISON_ID", "-1"))
 SLOW_ID = int(os.environ.get("TEST_SLOW_ID", "-1"))
 HELD, RELEASE = Path(os.environ.get("TEST_HELD", "held")), Path(os.environ.get("TEST_RELEASE", "release"))
-MODULE = "model.text_encoder"
+MODULE = "model.runtime.text_encoder"
 
 
 def with_faults(module: ModuleType) -> None:

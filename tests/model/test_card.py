@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from model import ModelCard, default_model_path, load_model
-from model.card import CARD_FIELDS
+from model.spec.card import CARD_FIELDS
 from tests.families import write_family_model
 
 SAME = ("name", "max_tokens", "prompts", "default_prompt_name", "head", "answers", "pooling")
@@ -62,4 +62,3 @@ def test_a_card_says_which_positions_a_model_has(tmp_path: Path) -> None:
     deberta = ModelCard.read(write_family_model(tmp_path / "deberta", "deberta-v2"))
     assert qwen.position_table is None and qwen.relative_buckets is None
     assert deberta.position_table is None and deberta.relative_buckets == 2 * deberta.config.relative_buckets
-    assert deberta.relative_positions(5).shape == (5, 5)

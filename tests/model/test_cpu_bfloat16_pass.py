@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from model import load_model
-from model.backends import BucketedRows, EagerPass, TracedPass, row_bucket
+from model.runtime.backends import BucketedRows, EagerPass, TracedPass, row_bucket
 from tests.helpers import needs_cpu_bfloat16
 
 WORDS = "the quick brown fox jumps over a lazy dog while cats sat on mats and said hello to the world".split()

@@ -17,8 +17,8 @@ from model import (
     scaled_dot_product_attention,
     sinusoidal_positional_encoding,
 )
-from model.config import Activation, PositionEmbedding
-from model.encoder import PositionwiseFeedForward, padding_mask
+from model.nn.encoder import PositionwiseFeedForward, padding_mask
+from model.spec.config import Activation, PositionEmbedding
 
 # Printed in seeds/multi_head_attention_positional_encoding_layernorm.txt for sequence_length=10, d_model=6.
 SEED_PE_10x6 = [
@@ -218,12 +218,13 @@ def test_embeddings_reject_sequences_longer_than_the_position_table() -> None:
 
 def test_every_activation_a_config_or_checkpoint_can_name_is_one_module_of_the_table() -> None:
     """The configs' activations, the heads', Hugging Face's names and sentence-transformers' Dense classes are read
-    without torch (model/config.py, model/checkpoint.py); each must name a module of the one table, ACTIVATIONS."""
+    without torch (model/spec/config.py, model/spec/checkpoint.py); each must name a module of the one table,
+    ACTIVATIONS."""
     from typing import get_args
 
-    from model.checkpoint import DENSE_ACTIVATIONS, HEAD_ACTIVATIONS, HeadActivation
-    from model.config import HF_ACTIVATIONS, Activation
-    from model.encoder import ACTIVATIONS
+    from model.nn.encoder import ACTIVATIONS
+    from model.spec.checkpoint import DENSE_ACTIVATIONS, HEAD_ACTIVATIONS, HeadActivation
+    from model.spec.config import HF_ACTIVATIONS, Activation
 
     named = {
         *get_args(Activation),

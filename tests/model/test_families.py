@@ -12,9 +12,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from model import TextEncoder, load_model
-from model.config import DECODERS as DECODER_TYPES
-from model.encoder import Packing
-from model.tokenizer import Batch
+from model.nn.encoder import Packing
+from model.spec.config import DECODERS as DECODER_TYPES
+from model.spec.tokenizer import Batch
 from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, hf_model, write_family_model
 from tests.helpers import needs_cpu_bfloat16
 
@@ -383,7 +383,7 @@ def test_a_bfloat16_checkpoint_is_kept_in_bfloat16_without_a_float32_copy(
     directory = write_family_model(tmp_path / "qwen3", "qwen3", seed=3)
     weights = load_file(directory / "model.safetensors")
     save_file({name: t.to(torch.bfloat16) for name, t in weights.items()}, directory / "model.safetensors")
-    with caplog.at_level(logging.INFO, logger="model.loader"):
+    with caplog.at_level(logging.INFO, logger="model.runtime.loader"):
         model = load_model(directory, device="cpu", dtype="bfloat16")
     assert model.pass_encoder is None and model.explicit_dtype == model.weights_dtype == torch.bfloat16
     assert {p.dtype for p in model.encoder.parameters()} == {torch.bfloat16}
@@ -422,7 +422,7 @@ def test_a_bare_model_has_no_classification_head(tmp_path: Path) -> None:
 def test_long_inputs_take_the_local_layers_block_by_block_as_transformers_computes_them(tmp_path: Path) -> None:
     """Past four blocks of queries a local layer attends block by block (windowed_attention), eagerly; the states
     equal transformers' whole pass, for a padded batch too."""
-    from model.encoder import windowed
+    from model.nn.encoder import windowed
 
     directory = write_family_model(tmp_path / "modernbert", "modernbert", max_position_embeddings=1024)
     for name, key in (("tokenizer_config.json", "model_max_length"), ("sentence_bert_config.json", "max_seq_length")):

@@ -1,4 +1,5 @@
-"""The embedding pass as CUDA graphs (model/graphs.py): buckets of batch shape, replays equal to the eager pass."""
+"""The embedding pass as CUDA graphs (model/runtime/graphs.py): buckets of batch shape, replays equal to the eager
+pass."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from model import TextEncoder, load_model
-from model.graphs import bucket_sizes
+from model.runtime.graphs import bucket_sizes
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -1,4 +1,4 @@
-"""Attention selection, head mean and rollout (model/inspection.py) against plain numpy."""
+"""Attention selection, head mean and rollout (model/nn/inspection.py) against plain numpy."""
 
 from __future__ import annotations
 

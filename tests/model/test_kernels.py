@@ -1,4 +1,4 @@
-"""The Triton kernel of model/kernels.py (residual + LayerNorm in one pass) against torch's LayerNorm in float64:
+"""The Triton kernel of model/nn/kernels.py (residual + LayerNorm in one pass) against torch's LayerNorm in float64:
 on a CPU through Triton's interpreter, on a GPU compiled."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from model import EncoderConfig
-from model.encoder import EncoderLayer
+from model.nn.encoder import EncoderLayer
 from tests.helpers import with_triton
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -23,7 +23,7 @@ CASES = [(384, True), (768, True), (1024, True), (100, False), (37, True)]
 def errors(device: str, dtype: torch.dtype) -> dict[str, list[float]]:
     """For each case: the kernel's largest distance from LN(x + residual) computed in float64, and torch's
     two-kernel path's (the sum rounded to ``dtype``, then LayerNorm), beyond one rounding to ``dtype``."""
-    from model.kernels import add_layer_norm
+    from model.nn.kernels import add_layer_norm
 
     found: dict[str, list[float]] = {}
     generator = torch.Generator().manual_seed(0)
@@ -72,7 +72,7 @@ EMBEDDINGS: dict[str, dict[str, Any]] = {
 def embedding_errors(device: str, dtype: torch.dtype) -> dict[str, float]:
     """For each of EMBEDDINGS: the largest distance of the fused embeddings (``Embeddings.fuse_norm``) in ``dtype``
     from the module's own float32 forward, on right-padded rows with both segments."""
-    from model.encoder import Embeddings
+    from model.nn.encoder import Embeddings
 
     found = {}
     for name, fields in EMBEDDINGS.items():
@@ -197,8 +197,8 @@ def test_fusing_the_norms_of_a_block_takes_only_where_triton_is() -> None:
 def fusions() -> list[bool]:
     """Whether Triton is there, then whether each takes its fusion: a post-norm block, a pre-norm block, BERT's
     embeddings, ELECTRA-like projected embeddings."""
-    from model.encoder import Embeddings
-    from model.kernels import triton_available
+    from model.nn.encoder import Embeddings
+    from model.nn.kernels import triton_available
 
     pre_norm = EncoderConfig(vocab_size=50, d_model=64, n_heads=4, d_ff=128, pre_norm=True)
     bert = EncoderConfig(vocab_size=50, d_model=64, n_heads=4, d_ff=128)

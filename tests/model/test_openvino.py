@@ -1,5 +1,5 @@
-"""The embedding pass compiled by OpenVINO (model/openvino_pass.py), and how a runtime is chosen at load
-(model/loader.py, ``choose_runtime``): equal to the torch pass in float32 for every family, across shapes;
+"""The embedding pass compiled by OpenVINO (model/runtime/openvino_pass.py), and how a runtime is chosen at load
+(model/runtime/loader.py, ``choose_runtime``): equal to the torch pass in float32 for every family, across shapes;
 bfloat16 and int8 within the bounds measured on the bundled model; the refusals and fall-backs, each with its
 message."""
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from model import TextEncoder, load_model, loader
-from model.backends import TracedPass
-from model.openvino_pass import OpenVINOPass, batch_bucket
+from model.runtime.backends import TracedPass
+from model.runtime.openvino_pass import OpenVINOPass, batch_bucket
 from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, write_family_model
 from tests.helpers import needs_cpu_bfloat16
 
@@ -44,7 +44,7 @@ def load_uncompilable(
         raise RuntimeError("Cannot convert operation aten::made_up")
 
     monkeypatch.setattr(OpenVINOPass, "__init__", refuse)
-    with caplog.at_level(logging.INFO, logger="model.loader"):
+    with caplog.at_level(logging.INFO, logger="model.runtime.loader"):
         return load_model(directory, device="cpu", name="tiny", **options)  # type: ignore[arg-type]
 
 
@@ -141,7 +141,7 @@ def test_int8_on_a_gpu_is_refused() -> None:
 
 
 def test_int8_without_nncf_is_refused_at_start(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("model.openvino_pass.quantizer_available", lambda: False)
+    monkeypatch.setattr("model.runtime.openvino_pass.quantizer_available", lambda: False)
     with pytest.raises(ValueError, match=r"ENCODER_DTYPE=int8 needs NNCF .* install the int8 extra"):
         load_model(tiny_model_dir, device="cpu", dtype="int8", runtime="auto")
 
@@ -161,7 +161,7 @@ def test_torch_asked_for_keeps_the_traced_pass(tiny_model_dir: Path) -> None:
 
 
 def test_auto_times_both_and_says_which_and_why(tiny_model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="model.loader"):
+    with caplog.at_level(logging.INFO, logger="model.runtime.loader"):
         model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto")
     assert model.runtime in ("openvino", "torch (traced)")
     line = next(record.getMessage() for record in caplog.records if record.getMessage().startswith("loaded"))
@@ -186,7 +186,7 @@ def test_a_model_openvino_cannot_compile_keeps_the_torch_pass_and_says_why(
 def test_openvino_asked_for_but_missing_is_refused_at_start(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("model.openvino_pass.available", lambda: False)
+    monkeypatch.setattr("model.runtime.openvino_pass.available", lambda: False)
     with pytest.raises(ValueError, match="ENCODER_RUNTIME=openvino, but the openvino package is not installed"):
         load_model(tiny_model_dir, device="cpu", runtime="openvino")
     assert load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto").runtime == "torch (traced)"

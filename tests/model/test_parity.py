@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from model import AttentionSelection, EmbeddingSpec, TextEncoder, load_model
-from model.loader import cpu_bfloat16
+from model.runtime.loader import cpu_bfloat16
 from tests.helpers import hf_forward
 
 TEXTS = [

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from model import PoolingConfig, TextEncoder, normalize, pool
-from model.checkpoint import Pooling
+from model.spec.checkpoint import Pooling
 
 
 @pytest.fixture
@@ -116,8 +116,8 @@ def test_a_dense_module_computes_what_sentence_transformers_saved(tmp_path: Path
     """Each activation_function a Dense module may name runs as sentence-transformers runs it."""
     from sentence_transformers.sentence_transformer.modules import Dense as STDense
 
-    from model.checkpoint import DenseSpec
-    from model.pooling import Dense
+    from model.nn.pooling import Dense
+    from model.spec.checkpoint import DenseSpec
 
     torch.manual_seed(0)
     reference = STDense(8, 5, bias=True, activation_function=activation())

@@ -14,8 +14,8 @@ import numpy as np
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from model.checkpoint import Pooling
-    from model.config import RopeScaling
+    from model.spec.checkpoint import Pooling
+    from model.spec.config import RopeScaling
 
 
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
@@ -163,7 +163,7 @@ HEAD_STATISTICS = (
 GPU_PASS_TOKENS = 16384  # padded tokens a pass on a GPU, unless set: the largest pass, and the largest bucket
 
 
-# The neuron view's arrays of one head's steps (model/encoder.py's HeadSteps, all but its scale).
+# The neuron view's arrays of one head's steps (model/nn/encoder.py's HeadSteps, all but its scale).
 HEAD_STEP_ARRAYS = ("queries", "keys", "values", "scores", "attention", "context")
 
 

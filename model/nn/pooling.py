@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from torch import Tensor, nn
 
-from model.checkpoint import DENSE_ACTIVATIONS, POOLING_MODES, DenseSpec, Pooling
-from model.encoder import activation_module
+from model.nn.encoder import activation_module
+from model.spec.checkpoint import DENSE_ACTIVATIONS, POOLING_MODES, DenseSpec, Pooling
 
 logger = logging.getLogger(__name__)
 

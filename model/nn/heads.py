@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from model.checkpoint import HeadConfig
-from model.config import EncoderConfig
-from model.encoder import activation_module
-from model.pooling import last_token, pool
+from model.nn.encoder import activation_module
+from model.nn.pooling import last_token, pool
+from model.spec.checkpoint import HeadConfig
+from model.spec.config import EncoderConfig
 
 
 class SequenceClassificationHead(nn.Module):

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from model.encoder import Encoder
-from model.outputs import GPU_PASS_TOKENS
+from model.nn.encoder import Encoder
+from model.spec.outputs import GPU_PASS_TOKENS
 
 logger = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.config import EncoderConfig, RopeScaling
-from model.kernels import add_layer_norm, embed_layer_norm, triton_available
-from model.outputs import HEAD_STEP_ARRAYS, HeadSteps
+from model.nn.kernels import add_layer_norm, embed_layer_norm, triton_available
+from model.spec.config import EncoderConfig, RopeScaling
+from model.spec.outputs import HEAD_STEP_ARRAYS, HeadSteps
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -32,7 +32,7 @@ class Attended(NamedTuple):
     attention: Tensor  # (B, H, T, T): the attention probabilities
 
 
-assert tuple(name for name in HeadSteps._fields if name != "scale") == HEAD_STEP_ARRAYS  # model/outputs.py
+assert tuple(name for name in HeadSteps._fields if name != "scale") == HEAD_STEP_ARRAYS  # model/spec/outputs.py
 
 
 class AttentionResult(NamedTuple):
@@ -575,8 +575,8 @@ class MultiHeadAttention(nn.Module):
         return AttentionResult(self.out(values), attention, norms)  # (B, T, D) or (N, D)
 
 
-# Every non-linearity the models run, by the name the configs use here (model/config.py's HF_ACTIVATIONS reads
-# Hugging Face's names into these; model/pooling.py's DENSE_ACTIVATIONS, sentence-transformers' class paths).
+# Every non-linearity the models run, by the name the configs use here (model/spec/config.py's HF_ACTIVATIONS reads
+# Hugging Face's names into these; model/nn/pooling.py's DENSE_ACTIVATIONS, sentence-transformers' class paths).
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "gelu": nn.GELU,
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
@@ -615,7 +615,8 @@ class PositionwiseFeedForward(nn.Module):
         does) where the activation is a GELU after a biased product: no separate pass over the (N, F) hidden
         values, 13 % of a pass of all-MiniLM-L6-v2 on an H100. On a GPU that GELU is the tanh form (a CPU computes
         the exact one), whose values differ from the exact GELU's by at most 4.7 · 10⁻⁴ (near |x| = 2), within
-        float16's rounding there: for the half-precision passes on a GPU only (model/loader.py). Whether it took."""
+        float16's rounding there: for the half-precision passes on a GPU only (model/runtime/loader.py). Whether it
+        took."""
         self.gelu_in_product = isinstance(self.activation, nn.GELU) and not self.glu and self.expand.bias is not None
         return self.gelu_in_product
 
@@ -658,9 +659,9 @@ class EncoderLayer(nn.Module):
         self.norms_fused = False  # see fuse_norms
 
     def fuse_norms(self) -> bool:
-        """Add the residual and norm the sum in one kernel (model/kernels.py) in a post-norm block whose norms are
+        """Add the residual and norm the sum in one kernel (model/nn/kernels.py) in a post-norm block whose norms are
         LayerNorms: one pass over the tokens instead of two, each LN(x + sublayer(x)). For the half-precision
-        passes on a GPU only (model/loader.py), where Triton is there. Whether it took."""
+        passes on a GPU only (model/runtime/loader.py), where Triton is there. Whether it took."""
         self.norms_fused = (
             not self.pre_norm
             and all(isinstance(n, nn.LayerNorm) for n in (self.attention_norm, self.feed_forward_norm))
@@ -735,9 +736,9 @@ class Embeddings(nn.Module):
         self.norms_fused = False  # see fuse_norm
 
     def fuse_norm(self) -> bool:
-        """Look the rows up, add them and norm the sum in one kernel (model/kernels.py) where the embeddings end
+        """Look the rows up, add them and norm the sum in one kernel (model/nn/kernels.py) where the embeddings end
         in a LayerNorm and are neither scaled nor projected: one pass over the tokens instead of five or six. For
-        the half-precision passes on a GPU only (model/loader.py), where Triton is there. Whether it took."""
+        the half-precision passes on a GPU only (model/runtime/loader.py), where Triton is there. Whether it took."""
         self.norms_fused = (
             isinstance(self.norm, nn.LayerNorm)
             and self.project is None

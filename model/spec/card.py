@@ -2,8 +2,8 @@
 
 Validating a request, tokenising its texts and shaping the answer need the model's config, tokenizer, limits,
 pooling, prompts and head labels, and none of its weights. A ``ModelCard`` holds exactly that; a loaded model
-(``TextEncoder``, model/text_encoder.py; loaded by model/loader.py) is its card plus the weights and what computes
-with them.
+(``TextEncoder``, model/runtime/text_encoder.py; loaded by model/runtime/loader.py) is its card plus the weights and
+what computes with them.
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
-from model.checkpoint import (
+from model.spec.checkpoint import (
     BGE_M3_COLBERT,
     YES_NO,
     HeadConfig,
@@ -24,10 +22,10 @@ from model.checkpoint import (
     SparseSpec,
     sparse_spec,
 )
-from model.config import DECODERS, EncoderConfig
-from model.late_interaction import LateInteraction, read_late_interaction
-from model.tensor_names import MASKED_LM_FAMILIES
-from model.tokenizer import TextTokenizer
+from model.spec.config import DECODERS, EncoderConfig
+from model.spec.late_interaction import LateInteraction, read_late_interaction
+from model.spec.tensor_names import MASKED_LM_FAMILIES
+from model.spec.tokenizer import TextTokenizer
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
@@ -165,19 +163,6 @@ class ModelCard:
         if self.config.position_embedding == "disentangled":
             return 2 * self.config.relative_buckets
         return None
-
-    def relative_positions(self, length: int) -> np.ndarray:
-        """The bucket each query i and key j of a text of ``length`` tokens use: MPNet's bias row, DeBERTa's
-        relative-embedding row. (length, length) int64. (torch is imported here, not with the card: a process that
-        only reads cards, a front end, never loads it.)"""
-        import torch
-
-        from model.encoder import relative_embedding_rows, relative_position_buckets
-
-        config = self.config
-        rows = relative_position_buckets if config.position_embedding == "relative_buckets" else relative_embedding_rows
-        with torch.inference_mode():
-            return rows(length, config.relative_buckets, config.relative_max_distance, torch.device("cpu")).numpy()
 
     def prompt(self, prompt_name: str | None = None, prompt: str | None = None) -> str | None:
         """The prompt to put before each text: ``prompt`` as given, else the named one (or the model's default),

@@ -1,12 +1,13 @@
-"""The checkpoint's tensor names, every table of them, read without torch: what model/weights.py loads each of our
-parameters from, and what a model's card checks a checkpoint has (model/card.py). Nowhere else names them."""
+"""The checkpoint's tensor names, every table of them, read without torch: what model/runtime/weights.py loads each of
+our
+parameters from, and what a model's card checks a checkpoint has (model/spec/card.py). Nowhere else names them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from model.config import DECODERS
+from model.spec.config import DECODERS
 
 # Our parameter name → the checkpoint tensor(s) it is made of, one table per family. Several names are
 # concatenated along the output axis in the order given (q, k, v fused into one projection). "{i}" is
@@ -227,7 +228,7 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-# A sequence-classification head's parts (model/heads.py) → the checkpoint's names, per family.
+# A sequence-classification head's parts (model/nn/heads.py) → the checkpoint's names, per family.
 CLASSIFIER_NAMES = {"dense": "classifier.dense", "out": "classifier.out_proj"}
 
 
@@ -250,7 +251,7 @@ HEAD_TENSORS: dict[str, dict[str, str]] = {
 IGNORED_SUFFIXES = ("position_ids",)
 
 
-# The masked-LM head's parts (model/heads.py) → the checkpoint's names, in each family that has one here (top-level
+# The masked-LM head's parts (model/nn/heads.py) → the checkpoint's names, in each family that has one here (top-level
 # names: the encoder's prefix is not before them): transform (dense D → D), norm, decoder, and the decoder's bias
 # where the checkpoint keeps it apart (masked_lm_tensors).
 MASKED_LM_TENSORS: dict[str, dict[str, str]] = {

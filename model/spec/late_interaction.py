@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from model.checkpoint import DenseSpec, read_json, st_config, st_modules
+from model.spec.checkpoint import DenseSpec, read_json, st_config, st_modules
 
 EXPANSION_KEYS = frozenset({"strategy", "attend", "token", "length"})
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's prompt: the first of these it has

@@ -13,7 +13,7 @@ scheme was chosen from the trade-off measured on the bundled model (BENCHMARKS.m
 weights-and-activations scheme tried lost more of the neighbours (top-10 agreement 0.80–0.94) than the 0.95 the
 service holds to, and none was faster than bfloat16 where the CPU has it.
 
-Which of OpenVINO and torch serves a model is the loader's choice (model/loader.py, ``choose_backend``): on some
+Which of OpenVINO and torch serves a model is the loader's choice (model/runtime/loader.py, ``choose_backend``): on some
 CPUs OpenVINO's pass is the faster, on others torch's (BENCHMARKS.md), so it is measured at start.
 """
 
@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.backends import check_length, row_bucket, takes_whole
-from model.encoder import Encoder
+from model.nn.encoder import Encoder
+from model.runtime.backends import check_length, row_bucket, takes_whole
 
 PRECISIONS = {torch.float32: "f32", torch.bfloat16: "bf16"}  # the compute dtype → OpenVINO's precision hint
 CACHE_SHAPES = 64  # as app/engine/compute.py bounds oneDNN's per-shape caches; the padded pass's shapes are bucketed

@@ -26,8 +26,8 @@ def triton_available() -> bool:
 
 
 def _triton_kernels() -> Any:
-    """model/triton_kernels.py, imported on first use (it needs Triton)."""
-    from model import triton_kernels
+    """model/nn/triton_kernels.py, imported on first use (it needs Triton)."""
+    from model.nn import triton_kernels
 
     return triton_kernels
 

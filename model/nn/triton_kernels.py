@@ -1,6 +1,6 @@
-"""The Triton kernels of model/kernels.py, compiled for the GPU at their first call; run by Triton's interpreter on
+"""The Triton kernels of model/nn/kernels.py, compiled for the GPU at their first call; run by Triton's interpreter on
 CPU tensors where TRITON_INTERPRET=1 was set before this module was imported (the tests). Imported only where
-Triton is installed (model/kernels.py imports it on first use)."""
+Triton is installed (model/nn/kernels.py imports it on first use)."""
 
 import triton
 import triton.language as tl

@@ -1,8 +1,8 @@
 """What a checkpoint directory says beside its weights, read without torch: sentence-transformers' modules
 (modules.json, Pooling, Dense, SpladePooling, config_sentence_transformers.json) and BGE-M3's extra layers.
 
-The services read these through the model's card (model/card.py) in processes that compute nothing; the
-modules that compute (model/pooling.py, model/heads.py) build on them.
+The services read these through the model's card (model/spec/card.py) in processes that compute nothing; the
+modules that compute (model/nn/pooling.py, model/nn/heads.py) build on them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from model.config import DECODERS, HF_ACTIVATIONS, EncoderConfig
+from model.spec.config import DECODERS, HF_ACTIVATIONS, EncoderConfig
 
 Pooling = Literal["mean", "cls", "max", "lasttoken", "mean_sqrt_len_tokens", "weightedmean"]
 
@@ -32,7 +32,7 @@ ST_POOLING_FLAGS: dict[str, Pooling] = {
 
 
 # Dense modules' activation_function values (torch classes, as sentence-transformers saves them) we run, and the
-# activation (model/encoder.py's ACTIVATIONS) each one is.
+# activation (model/nn/encoder.py's ACTIVATIONS) each one is.
 DENSE_ACTIVATIONS: dict[str, str] = {
     "torch.nn.modules.linear.Identity": "identity",
     "torch.nn.modules.activation.Tanh": "tanh",
@@ -44,7 +44,7 @@ DENSE_ACTIVATIONS: dict[str, str] = {
 
 
 # modules.json's kinds; any other is refused. MLMTransformer and SpladePooling make a SPLADE model (sparse_spec).
-# MultiVectorMask makes a ColBERT model (model/late_interaction.py).
+# MultiVectorMask makes a ColBERT model (model/spec/late_interaction.py).
 KNOWN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "MLMTransformer", "SpladePooling", "MultiVectorMask")
 
 

@@ -1,4 +1,5 @@
-"""Loading ``model.safetensors`` checkpoints into our Encoder and its heads, by the tables of model/tensor_names.py."""
+"""Loading ``model.safetensors`` checkpoints into our Encoder and its heads, by the tables of
+model/spec/tensor_names.py."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import torch
 from safetensors import safe_open
 from torch import Tensor, nn
 
-from model.config import EncoderConfig
-from model.encoder import Encoder
-from model.heads import LanguageModelHead, MaskedLanguageModelHead, SequenceClassificationHead
-from model.tensor_names import (
+from model.nn.encoder import Encoder
+from model.nn.heads import LanguageModelHead, MaskedLanguageModelHead, SequenceClassificationHead
+from model.spec.config import EncoderConfig
+from model.spec.tensor_names import (
     FAMILIES,
     HEAD_TENSORS,
     IGNORED_SUFFIXES,

@@ -1,6 +1,6 @@
 """Loading a model: its card and weights from one Hugging Face-layout directory onto a device, in a precision,
 with its embedding pass traced (and on a GPU recorded as CUDA graphs). What a loaded model computes is
-model/text_encoder.py's."""
+model/runtime/text_encoder.py's."""
 
 from __future__ import annotations
 
@@ -16,16 +16,13 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from model.backends import BucketedRows, EagerPass, PassBackend, TracedPass, unwrapped
-from model.card import read_card
-from model.checkpoint import BGE_M3_COLBERT, BGE_M3_SPARSE
-from model.encoder import Embeddings, Encoder, EncoderLayer, PositionwiseFeedForward
-from model.graphs import GraphedPass
-from model.heads import SequenceClassificationHead
-from model.outputs import GPU_PASS_TOKENS
-from model.pooling import Dense
-from model.text_encoder import ExpansionGraph, PassGraph, TextEncoder
-from model.weights import (
+from model.nn.encoder import Embeddings, Encoder, EncoderLayer, PositionwiseFeedForward
+from model.nn.heads import SequenceClassificationHead
+from model.nn.pooling import Dense
+from model.runtime.backends import BucketedRows, EagerPass, PassBackend, TracedPass, unwrapped
+from model.runtime.graphs import GraphedPass
+from model.runtime.text_encoder import ExpansionGraph, PassGraph, TextEncoder
+from model.runtime.weights import (
     checkpoint_dtype,
     load_head,
     load_language_model_rows,
@@ -33,11 +30,15 @@ from model.weights import (
     load_masked_lm_head,
     read_encoder,
 )
+from model.spec.card import read_card
+from model.spec.checkpoint import BGE_M3_COLBERT, BGE_M3_SPARSE
+from model.spec.outputs import GPU_PASS_TOKENS
 
 logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-# Precisions of the CPU's OpenVINO pass alone, its weights quantized (model/openvino_pass.py): the explicit paths and
+# Precisions of the CPU's OpenVINO pass alone, its weights quantized (model/runtime/openvino_pass.py): the explicit
+# paths and
 # the passes OpenVINO does not take run in float32.
 QUANTIZED = ("int8",)
 
@@ -179,7 +180,7 @@ def trace_expansion_pass(
 def fuse_kernels(model: TextEncoder, name: str) -> None:
     """The pass's fusions for half precision on a GPU: the GELU in the first product's epilogue, each residual
     addition with its LayerNorm in one kernel (post-norm blocks), the embeddings' lookups, sum and LayerNorm in
-    one (model/kernels.py). Triton compiles those two at their first run, which needs a C compiler and a writable
+    one (model/nn/kernels.py). Triton compiles those two at their first run, which needs a C compiler and a writable
     cache: they are tried here once, on a batch packed and padded, and where they fail torch's kernels stay."""
     for module in model.passes.modules():
         if isinstance(module, PositionwiseFeedForward):
@@ -292,9 +293,10 @@ def timed_pass(
 def compile_openvino(
     model: TextEncoder, threads: int, dtype: torch.dtype | None = None, quantize: str | None = None
 ) -> PassBackend:
-    """The embedding pass compiled by OpenVINO (model/openvino_pass.py) in ``dtype`` (the model's by default), its
+    """The embedding pass compiled by OpenVINO (model/runtime/openvino_pass.py) in ``dtype`` (the model's by default),
+    its
     weights in ``quantize`` where given; ValueError where it cannot be."""
-    from model.openvino_pass import PRECISIONS, OpenVINOPass
+    from model.runtime.openvino_pass import PRECISIONS, OpenVINOPass
 
     dtype = model.dtype if dtype is None else dtype
     if dtype not in PRECISIONS:
@@ -311,7 +313,7 @@ def quantized_runtime(model: TextEncoder, quantize: str, threads: int) -> str:
     int8 weights: BENCHMARKS.md, "int8 on the CPU"), float32 elsewhere; return why, for the load log. Refused
     (ValueError) where OpenVINO or NNCF is not installed; a model OpenVINO cannot compile keeps the torch pass in
     float32, and the reason says so."""
-    from model.openvino_pass import available, quantizer_available
+    from model.runtime.openvino_pass import available, quantizer_available
 
     if not available():
         raise ValueError(f"ENCODER_DTYPE={quantize} runs on OpenVINO, but the openvino package is not installed")
@@ -343,7 +345,7 @@ def choose_runtime(model: TextEncoder, runtime: str, threads: int, concurrency: 
     precisions (CPU)")."""
     if runtime == "torch":
         return "ENCODER_RUNTIME=torch"
-    from model.openvino_pass import available
+    from model.runtime.openvino_pass import available
 
     if not available():
         if runtime == "openvino":
@@ -390,7 +392,7 @@ def load_model(
     """Load a directory holding config.json, model.safetensors and tokenizer.json (the bundled
     all-MiniLM-L6-v2 when ``path`` is None). With ``traced`` the embedding pass runs as a traced graph
     (``trace``); without it, eagerly. On a GPU, with ``cuda_graphs``, passes of up to ``graph_tokens`` padded
-    tokens replay CUDA graphs instead (model/graphs.py), larger ones take the traced or eager pass. On a CPU,
+    tokens replay CUDA graphs instead (model/runtime/graphs.py), larger ones take the traced or eager pass. On a CPU,
     ``runtime`` says whether OpenVINO's compiled pass serves it (``choose_runtime``: timed alone and
     ``concurrency`` passes at once), computing with ``threads`` (the process's torch threads by default).
     ``dtype="int8"`` is OpenVINO's pass with its weights in int8 (``quantized_runtime``), on a CPU only."""

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from model.outputs import AttentionSelection
+from model.spec.outputs import AttentionSelection
 
 
 def head_mean(attention: Tensor) -> Tensor:

@@ -8,10 +8,10 @@ never come here: they need the attention probabilities, which only the explicit 
 The backends:
 
 - ``EagerPass``: the encoder operation by operation (autocast where the products run lower than the weights);
-- ``TracedPass``: the same pass recorded as a TorchScript graph (``trace_pass`` in model/loader.py), which runs
+- ``TracedPass``: the same pass recorded as a TorchScript graph (``trace_pass`` in model/runtime/loader.py), which runs
   without the GIL;
-- ``GraphedPass`` (model/graphs.py): on a GPU, the pass replayed as CUDA graphs, one per bucket of batch shape;
-- ``OpenVINOPass`` (model/openvino_pass.py): on a CPU, the pass compiled by OpenVINO;
+- ``GraphedPass`` (model/runtime/graphs.py): on a GPU, the pass replayed as CUDA graphs, one per bucket of batch shape;
+- ``OpenVINOPass`` (model/runtime/openvino_pass.py): on a CPU, the pass compiled by OpenVINO;
 - ``BucketedRows``: around the torch passes of a CPU's bfloat16 products, the batch's real tokens rounded up to
   one of a few dozen counts.
 
@@ -27,7 +27,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from model.encoder import Encoder, windowed
+from model.nn.encoder import Encoder, windowed
 
 
 class PassBackend(Protocol):
@@ -106,7 +106,7 @@ class BucketedRows:
     are appended (their outputs dropped), so that the products see a few dozen row counts rather than a new one
     almost every pass.
 
-    Why: the pass packs the real tokens (model/encoder.py, ``Packing``), so each product has as many rows as the
+    Why: the pass packs the real tokens (model/nn/encoder.py, ``Packing``), so each product has as many rows as the
     batch has real tokens. oneDNN, which computes bfloat16 products on a CPU, prepares a kernel for every count
     of rows it meets (a primitive, cached): on an Intel Xeon with AMX that took about 3 ms a product shape, four
     shapes a pass, against a 1.5-ms product (BENCHMARKS.md, "bfloat16 on the CPU: weights cast once, rows in

@@ -1,6 +1,6 @@
-"""A loaded model: its card (model/card.py) and its weights on a device, and what it computes with them — sentence
+"""A loaded model: its card (model/spec/card.py) and its weights on a device, and what it computes with them — sentence
 and token vectors, sparse and multi-vector outputs, scores, attention maps and the inspection views. Loading one is
-model/loader.py's."""
+model/runtime/loader.py's."""
 
 from __future__ import annotations
 
@@ -13,14 +13,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.backends import EagerPass, PassBackend, TracedPass, unwrapped
-from model.card import ModelCard
-from model.checkpoint import Pooling
-from model.encoder import Encoder, EncoderOutput, rotary_angles, sinusoidal_positional_encoding
-from model.graphs import GraphedPass
-from model.heads import LanguageModelHead, MaskedLanguageModelHead, SequenceClassificationHead
-from model.inspection import explain_similarity, head_statistics, merge_words, norm_weighted, select_attention
-from model.outputs import (
+from model.nn.encoder import (
+    Encoder,
+    EncoderOutput,
+    relative_embedding_rows,
+    relative_position_buckets,
+    rotary_angles,
+    sinusoidal_positional_encoding,
+)
+from model.nn.heads import LanguageModelHead, MaskedLanguageModelHead, SequenceClassificationHead
+from model.nn.inspection import explain_similarity, head_statistics, merge_words, norm_weighted, select_attention
+from model.nn.pooling import Dense, last_token, normalize, sentence_embeddings, splade
+from model.runtime.backends import EagerPass, PassBackend, TracedPass, unwrapped
+from model.runtime.graphs import GraphedPass
+from model.spec.card import ModelCard
+from model.spec.checkpoint import Pooling
+from model.spec.outputs import (
     HEAD_STEP_ARRAYS,
     AttentionSelection,
     EmbeddingSpec,
@@ -33,8 +41,7 @@ from model.outputs import (
     SparseVector,
     TextEmbedding,
 )
-from model.pooling import Dense, last_token, normalize, sentence_embeddings, splade
-from model.tokenizer import Batch, TokenSequence
+from model.spec.tokenizer import Batch, TokenSequence
 
 PassGraph = Callable[[Tensor, Tensor, Tensor], Tensor]  # (input ids, mask, segments) (B, T) → last hidden state
 # (input ids, mask, segments, computed positions) (B, T) → last hidden state: ColBERT's query expansion
@@ -59,14 +66,14 @@ class TextEncoder(ModelCard):
     projections: tuple[Dense, ...] = ()  # a ColBERT checkpoint's Dense modules on each token vector
     weights_dtype: torch.dtype | None = None  # what the embedding pass's weights are kept in; ``dtype`` when None
     explicit_dtype: torch.dtype = torch.float32  # what ``encoder``'s weights are kept in
-    # What computes the embedding pass, asked in order (model/backends.py): on a CPU OpenVINO's compiled pass or
+    # What computes the embedding pass, asked in order (model/runtime/backends.py): on a CPU OpenVINO's compiled pass or
     # the traced graph, on a GPU the CUDA graphs; the eager pass, last, takes what none of them takes.
     backends: tuple[PassBackend, ...] = ()
     quantized: str | None = None  # "int8" where the first backend keeps its weights so (OpenVINO's pass on a CPU)
     expansion_graph: ExpansionGraph | None = None  # ColBERT queries' pass, traced (trace_expansion_pass)
     # The embedding and classification passes' own copy of the encoder in a lower dtype: on a GPU under float16 or
     # bfloat16 for a float32 checkpoint, whole; on a CPU under bfloat16 autocast, its linear layers alone, the
-    # rest shared (model/loader.py, ``products_in``). None where they use ``encoder`` itself (float32, or a
+    # rest shared (model/runtime/loader.py, ``products_in``). None where they use ``encoder`` itself (float32, or a
     # checkpoint kept in its own dtype). The explicit paths (/attention, the inspection endpoints) run on
     # ``encoder`` in float32 and equal transformers.
     pass_encoder: Encoder | None = None
@@ -79,7 +86,7 @@ class TextEncoder(ModelCard):
 
     @property
     def graphs(self) -> GraphedPass | None:
-        """On a GPU, the embedding pass as CUDA graphs (model/graphs.py), where it has them."""
+        """On a GPU, the embedding pass as CUDA graphs (model/runtime/graphs.py), where it has them."""
         return next((backend for backend in self.backends if isinstance(backend, GraphedPass)), None)
 
     @property
@@ -108,8 +115,16 @@ class TextEncoder(ModelCard):
             if table is None:
                 raise ValueError(f"model {self.name!r} has no position table")
             return table[: query.length].detach().float().cpu().numpy()
-        if query.kind == "relative":
-            return self.relative_positions(query.length)
+        if query.kind == "relative":  # the bucket each query i and key j use: MPNet's bias row, DeBERTa's embedding row
+            config = self.config
+            rows = (
+                relative_position_buckets
+                if config.position_embedding == "relative_buckets"
+                else relative_embedding_rows
+            )
+            return rows(
+                query.length, config.relative_buckets, config.relative_max_distance, torch.device("cpu")
+            ).numpy()
         if query.kind == "rotary":
             return rotary_angles(query.length, query.d_model, query.base, scaling=query.scaling).numpy()
         return sinusoidal_positional_encoding(query.length, query.d_model, query.base).numpy()
