@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     import torch
 
 
-HTTP_METRICS = frozenset({"encoder_requests", "encoder_request_seconds", "encoder_timeouts"})
+HTTP_METRICS = frozenset(
+    {"encoder_requests", "encoder_request_seconds", "encoder_timeouts", "encoder_short_way_requests"}
+)
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 BATCH_TEXT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -37,6 +39,12 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "encoder_requests", "HTTP requests by route, method and status", ["route", "method", "status"], registry=r
+        )
+        self.short_way = Counter(
+            "encoder_short_way_requests",
+            "Requests to the hot routes answered the short way in, without the framework's layers",
+            ["route"],
+            registry=r,
         )
         self.latency = Histogram(
             "encoder_request_seconds",

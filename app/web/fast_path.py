@@ -56,6 +56,7 @@ class FastPath:
         self.routes = routes
         settings, metrics = getattr(service.state, "settings", None), getattr(service.state, "metrics", None)
         self.logged: ASGIApp = self._answer
+        self.metrics = metrics
         if settings is None or metrics is None:  # not the service's application (a test's bare one): nothing is hot
             self.routes = {}
         else:
@@ -88,6 +89,8 @@ class FastPath:
         scope["app"] = self.service
         scope["route"] = hot
         scope["fast_path"] = (hot, parsed)
+        if self.metrics is not None:  # (always, where any route is hot)
+            self.metrics.short_way.labels(hot.path).inc()
         await self.logged(scope, receive, send)
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -6,6 +6,7 @@ goes the framework's way. Each pair must agree in status, body and headers, for 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,9 +14,9 @@ import httpx
 import numpy as np
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.settings import Settings
-from app.web.fast_path import FastPath
 from model import TextEncoder
 from tests.helpers import assert_error, serving
 
@@ -60,18 +61,13 @@ def assert_same(short: httpx.Response, framework: httpx.Response, request_ids: b
     return one
 
 
-@pytest.fixture
-async def counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The paths of the requests the short way answered."""
-    taken: list[str] = []
-    answer = FastPath._answer
-
-    async def counting(self: FastPath, scope: dict, receive: Any, send: Any) -> None:
-        taken.append(scope["path"])
-        await answer(self, scope, receive, send)
-
-    monkeypatch.setattr(FastPath, "_answer", counting)
-    return taken
+async def short_way(client: httpx.AsyncClient) -> Counter[str]:
+    """The requests each hot route answered the short way, as /metrics counts them."""
+    found: Counter[str] = Counter()
+    for family in text_string_to_metric_families((await client.get("/metrics")).text):
+        if family.name == "encoder_short_way_requests":
+            found.update({s.labels["route"]: int(s.value) for s in family.samples if s.name.endswith("_total")})
+    return +found  # the routes none took left out
 
 
 GOOD = [
@@ -103,27 +99,27 @@ BAD = [
 ]
 
 
-async def test_good_requests_go_the_short_way_and_answer_as_the_framework_does(
-    bundled_model: TextEncoder, counted: list[str]
-) -> None:
+async def test_good_requests_go_the_short_way_and_answer_as_the_framework_does(bundled_model: TextEncoder) -> None:
     async with serving(Settings(), bundled_model) as service:
         for path, body in GOOD:
             short, framework = await both_ways(service.client, path, orjson.dumps(body))
             assert short.status_code == 200, short.text
             assert_same(short, framework)
-        assert counted == [path for path, _ in GOOD]  # the chunked ones went the framework's way
+        assert await short_way(service.client) == Counter(
+            [path for path, _ in GOOD]
+        )  # the chunked ones went the framework's way
 
 
-async def test_bad_requests_get_the_same_envelope_either_way(bundled_model: TextEncoder, counted: list[str]) -> None:
+async def test_bad_requests_get_the_same_envelope_either_way(bundled_model: TextEncoder) -> None:
     async with serving(Settings(), bundled_model) as service:
         for path, body, status, type_, param, _ in BAD:
             short, framework = await both_ways(service.client, path, body)
             error = assert_same(short, framework)["error"]
             assert (short.status_code, error["type"], error["param"]) == (status, type_, param)
-        assert counted == [path for path, *_, short_way in BAD if short_way]
+        assert await short_way(service.client) == Counter([path for path, *_, taken in BAD if taken])
 
 
-async def test_keys_and_content_types(bundled_model: TextEncoder, counted: list[str]) -> None:
+async def test_keys_and_content_types(bundled_model: TextEncoder) -> None:
     async with serving(Settings(api_keys="secret"), bundled_model) as service:
         body = b'{"texts": "x"}'
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic secret"}):
@@ -134,13 +130,13 @@ async def test_keys_and_content_types(bundled_model: TextEncoder, counted: list[
         key = {"Authorization": "Bearer secret"}
         short, framework = await both_ways(service.client, "/encode", body, key)
         assert_same(short, framework)
-        assert counted == ["/encode"] * 4
+        assert await short_way(service.client) == Counter(["/encode"] * 4)
         plain = await service.client.post("/encode", content=body, headers={"Content-Type": "text/plain", **key})
         assert_error(plain, 422, "validation_error", "body", "Content-Type")
-        assert counted == ["/encode"] * 4
+        assert await short_way(service.client) == Counter(["/encode"] * 4)
 
 
-async def test_with_cors_every_request_goes_the_framework_way(bundled_model: TextEncoder, counted: list[str]) -> None:
+async def test_with_cors_every_request_goes_the_framework_way(bundled_model: TextEncoder) -> None:
     """CORS answers (and varies by) every request's origin: those are the framework's."""
     async with serving(Settings(cors_origins="https://notebook.example"), bundled_model) as service:
         origin = {"Origin": "https://notebook.example"}
@@ -148,11 +144,11 @@ async def test_with_cors_every_request_goes_the_framework_way(bundled_model: Tex
         assert response.status_code == 200
         assert response.headers["access-control-allow-origin"] == "https://notebook.example"
         assert (await service.client.post("/encode", json={"texts": "x"})).headers["vary"] == "Origin"
-        assert counted == []
+        assert await short_way(service.client) == Counter([])
 
 
 async def test_an_unexpected_failure_is_the_500_envelope_and_the_service_goes_on(
-    bundled_model: TextEncoder, monkeypatch: pytest.MonkeyPatch, counted: list[str]
+    bundled_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with serving(Settings(), bundled_model) as service:
         embeddings = service.app.state.embeddings
@@ -168,7 +164,7 @@ async def test_an_unexpected_failure_is_the_500_envelope_and_the_service_goes_on
             assert_same(short, framework, request_ids=False)  # the framework's 500 comes from outside the log's layer
             assert_error(short, 500, "internal_error")
         assert (await service.client.post("/encode", json={"texts": "x"})).status_code == 200
-        assert counted == ["/encode", "/encode"]
+        assert await short_way(service.client) == Counter(["/encode", "/encode"])
 
 
 # TEI's and Cohere's embedding routes go the short way too, each answering in its own shape
@@ -188,9 +184,7 @@ OTHER_SHAPES = [
 ]
 
 
-async def test_tei_and_cohere_embeddings_answer_the_same_either_way(
-    bundled_model: TextEncoder, counted: list[str]
-) -> None:
+async def test_tei_and_cohere_embeddings_answer_the_same_either_way(bundled_model: TextEncoder) -> None:
     async with serving(Settings(), bundled_model) as service:
         for path, body, status in OTHER_SHAPES:
             short, framework = await both_ways(service.client, path, body)
@@ -204,4 +198,6 @@ async def test_tei_and_cohere_embeddings_answer_the_same_either_way(
                 np.testing.assert_allclose(one["embeddings"]["float"], other["embeddings"]["float"], atol=1e-6)
                 assert one["texts"] == other["texts"] and one["meta"] == other["meta"]
         # the short way took each but the lone surrogate, which orjson refuses to read (the framework words it)
-        assert counted == [path for path, body, _ in OTHER_SHAPES if b"ud800" not in body]
+        assert await short_way(service.client) == Counter(
+            [path for path, body, _ in OTHER_SHAPES if b"ud800" not in body]
+        )
