@@ -9,6 +9,13 @@ where all of the service's torch work runs. A failure stays with the requests it
 raises is retried request by request, and a request that fails alone gets a 503 ``inference_failed``; the
 threads themselves outlive every failure. When the queue has just emptied and no pass is running, an idle
 hook runs (by default glibc's malloc_trim, which hands the heap that batches took back to the system).
+
+Why a thread that hands its pass to a lane rather than computing it: OpenMP keeps a team of worker threads for
+every thread that computes wide (app/engine/compute.py), so only the lanes compute. Computing each pass on the
+inference thread that took it, with one torch thread and no hand-over, was measured at 1.05× the requests/s and
+0.96× the CPU a request (within the rounds' spread) on the model where the hand-over weighs most, 32 clients × 1
+text (BENCHMARKS.md, "The hand-over to the compute lanes"): the hand-over costs next to nothing, and the lanes'
+design (a lone request computed wide, passes side by side under load) needs it.
 """
 
 from __future__ import annotations
