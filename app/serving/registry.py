@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.download import DownloadError, default_name, resolve
+from app.engine.interface import Runner
 from app.engine.remote import EngineClient, EngineQueue, ModelFacts
 from app.engine.work_queue import WorkQueue
 from app.errors import ModelNotFound
@@ -50,7 +51,7 @@ class ServedModel:
     card: ModelCard  # what the services need of the model (no weights)
     tokens: Tokenization  # for /encode and /tokenize: up to the model's maximum tokens
     attention_tokens: Tokenization  # for /attention: up to max_attention_tokens
-    queue: WorkQueue | EngineQueue
+    queue: Runner  # a WorkQueue where this process computes, else an EngineQueue
     facts: ModelFacts  # where and how it computes
     model: TextEncoder | None = None  # the loaded model, where this process computes
     worker: Worker | None = None
@@ -91,7 +92,7 @@ class ServedModel:
         card: ModelCard,
         settings: Settings,
         executor: ThreadPoolExecutor,
-        queue: WorkQueue | EngineQueue,
+        queue: Runner,
         facts: ModelFacts,
         model: TextEncoder | None = None,
         worker: Worker | None = None,
@@ -239,7 +240,7 @@ def load_registry(
                 model.device,
                 model.precision,
                 model.runtime,
-                served[-1].queue.max_batch_tokens,
+                served[-1].facts.max_batch_tokens,
                 COMPUTE.lanes,
                 time.perf_counter() - started,
                 grown / 2**20,
