@@ -3,27 +3,26 @@
 A task is one kind of computation (embed, classify, an inspection) on tokenised texts, with that kind's options;
 what comes back is arrays and small records. Every kind is this one type, and it holds token ids, numbers and
 arrays only (no closure, no model object): the queue that carries it knows nothing of the model, the engine runs a
-pass of one kind through the model's method for that kind (``app/engine/worker.py``, ``PASSES``), and the same message
-can cross to another process as it is.
+pass of one kind through the model's method for that kind, and the same message can cross to another process as
+it is. Each kind is declared once, in ``KINDS``: whether it is batched, its options, its pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from model import AttentionSelection, EmbeddingSpec, MultiVectorOptions, PositionQuery, SparseOptions, TokenSequence
 
+if TYPE_CHECKING:
+    from model import TextEncoder
+
 TaskKind = Literal[
     "embed", "classify", "sparse", "multi_vector", "attention", "neuron", "head_statistics", "explain", "positions"
 ]
-
-# Kinds whose texts are entries of their own, so that the texts of many requests share a pass; a task of any
-# other kind is one entry and a pass of its own.
-BATCHED: frozenset[TaskKind] = frozenset({"embed", "classify", "sparse", "multi_vector"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +79,48 @@ class Task:
     texts: Sequence[TokenSequence] = ()
     options: Options = None
 
+    def __post_init__(self) -> None:
+        declared = KINDS[self.kind].options
+        if not (self.options is None if declared is None else isinstance(self.options, declared)):
+            wanted = "no options" if declared is None else declared.__name__
+            raise TypeError(f"a task of kind {self.kind!r} takes {wanted}, not {type(self.options).__name__}")
+
     @property
     def batched(self) -> bool:
-        return self.kind in BATCHED
+        return KINDS[self.kind].batched
+
+
+# What a pass of a kind runs: the loaded model's method for it, given the pass's texts and options (for a batched
+# kind one option a text, for another kind the task's one option), returning one result a text for a batched
+# kind and a list of the task's one result otherwise. Called on a compute lane (app/engine/worker.py).
+Pass = Callable[["TextEncoder", Sequence[TokenSequence], Any], list[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One kind of task, declared once: whether its texts are entries of their own, so that the texts of many
+    requests share a pass (``batched``), else the task is one entry and a pass of its own; the type of its options;
+    and its pass."""
+
+    batched: bool
+    options: type | None
+    compute: Pass
+
+
+KINDS: dict[TaskKind, Kind] = {
+    "embed": Kind(True, EmbeddingSpec, lambda model, texts, specs: model.embed_encodings(texts, specs)),
+    "classify": Kind(True, None, lambda model, texts, _: model.scores(texts)),
+    "sparse": Kind(True, SparseOptions, lambda model, texts, options: model.sparse_encodings(texts, options)),
+    "multi_vector": Kind(True, MultiVectorOptions, lambda model, texts, options: model.multi_vectors(texts, options)),
+    "attention": Kind(
+        False, AttentionSelection, lambda model, texts, selection: [model.attention(texts[0], selection)]
+    ),
+    "neuron": Kind(False, HeadChoice, lambda model, texts, choice: [model.neuron(texts[0], choice.layer, choice.head)]),
+    "head_statistics": Kind(
+        False, KeyMarks, lambda model, texts, marks: [model.head_statistics(texts, marks.separators, marks.punctuation)]
+    ),
+    "explain": Kind(
+        False, ExplainInputs, lambda model, _, inputs: [model.explain(inputs.source, inputs.texts, inputs.skip)]
+    ),
+    "positions": Kind(False, PositionQuery, lambda model, _, query: [model.position_encoding(query)]),
+}

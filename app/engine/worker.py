@@ -1,7 +1,7 @@
 """The inference threads: each takes a pass of entries from the queue, runs it on the model, answers each entry.
 
-A pass holds entries of one task kind (app/engine/messages.py), and runs through the model's method for that kind
-(``PASSES``): the one place where a kind meets the model.
+A pass holds entries of one task kind, and runs through the model's method for that kind, declared with the kind
+(app/engine/messages.py, ``KINDS``): the one place where a kind meets the model.
 
 One thread per compute lane for each model (app/engine/compute.py), so that a model may compute as many passes at
 once as there are lanes, and the event loop never waits on it; the passes themselves run on the lanes,
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.engine.compute import COMPUTE
-from app.engine.messages import TaskKind
+from app.engine.messages import KINDS, TaskKind
 from app.engine.work_queue import Entry, Ticket, WorkQueue, settle
 from app.errors import InferenceFailed
 from model import TokenSequence
@@ -41,26 +41,10 @@ logger = logging.getLogger(__name__)
 
 IDLE_INTERVAL_S = 2.0  # the idle hook runs at most this often, and only after work
 
-# What a pass of each task kind runs: the model's method for it, given the pass's texts and options (for a
-# batched kind one option a text, for another kind the task's one option), returning one result a text for a
-# batched kind and a list of the task's one result otherwise.
-Pass = Callable[["TextEncoder", Sequence[TokenSequence], Any], list[Any]]
-PASSES: dict[TaskKind, Pass] = {
-    "embed": lambda model, texts, specs: model.embed_encodings(texts, specs),
-    "classify": lambda model, texts, _: model.scores(texts),
-    "sparse": lambda model, texts, options: model.sparse_encodings(texts, options),
-    "multi_vector": lambda model, texts, options: model.multi_vectors(texts, options),
-    "attention": lambda model, texts, selection: [model.attention(texts[0], selection)],
-    "neuron": lambda model, texts, choice: [model.neuron(texts[0], choice.layer, choice.head)],
-    "head_statistics": lambda model, texts, marks: [model.head_statistics(texts, marks.separators, marks.punctuation)],
-    "explain": lambda model, _, inputs: [model.explain(inputs.source, inputs.texts, inputs.skip)],
-    "positions": lambda model, _, query: [model.position_encoding(query)],
-}
-
 
 def compute(model: TextEncoder, kind: TaskKind, texts: Sequence[TokenSequence], options: Any) -> list[Any]:
-    """One pass of one kind (on a compute lane)."""
-    return PASSES[kind](model, texts, options)
+    """One pass of one kind (on a compute lane): its declared pass (app/engine/messages.py, ``KINDS``)."""
+    return KINDS[kind].compute(model, texts, options)
 
 
 def malloc_trim() -> Callable[[], None] | None:

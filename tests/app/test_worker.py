@@ -496,3 +496,27 @@ async def test_health_fails_if_an_inference_thread_has_stopped(tiny_model: TextE
         assert "inference thread" in response.json()["error"]["message"]
         encode = await service.client.post("/encode", json={"texts": "after"})
         assert encode.status_code == 503
+
+
+def test_every_kind_of_task_is_declared_once_and_its_options_checked() -> None:
+    """Each task kind has one declaration (app/engine/messages.py, ``KINDS``): whether it is batched, its options'
+    type, its pass; a task given the wrong options is refused where it is made, not in the engine."""
+    from typing import get_args
+
+    from app.engine.messages import KINDS, TaskKind
+
+    assert set(KINDS) == set(get_args(TaskKind))
+    assert {kind for kind, declared in KINDS.items() if declared.batched} == {
+        "embed",
+        "classify",
+        "sparse",
+        "multi_vector",
+    }
+    assert Task("embed", [], SPEC).batched and not Task("attention", [], AttentionSelection((0,), (0,))).batched
+    assert Task("classify").options is None
+    with pytest.raises(TypeError, match="a task of kind 'classify' takes no options, not EmbeddingSpec"):
+        Task("classify", [], SPEC)
+    with pytest.raises(TypeError, match="a task of kind 'neuron' takes HeadChoice, not AttentionSelection"):
+        Task("neuron", [], AttentionSelection((0,), (0,)))
+    with pytest.raises(TypeError, match="a task of kind 'embed' takes EmbeddingSpec, not NoneType"):
+        Task("embed", [])
