@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from model import EncoderConfig, TextEncoder, load_model, loader
+from model import EncoderConfig, TextEncoder, load_model
+from model.runtime import loader
 from model.runtime.loader import resolve_device, resolve_precision
 from tests.helpers import needs_cpu_bfloat16, with_triton
 
@@ -89,7 +90,8 @@ def test_half_precision_model_runs_and_stays_close_to_float32(tiny_model_dir, ti
 
 FALLBACK = """
 import json, logging, sys, torch
-from model import load_model, loader
+from model import load_model
+from model.runtime import loader
 from model.nn.encoder import Embeddings, EncoderLayer
 from model.nn.kernels import triton_available
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

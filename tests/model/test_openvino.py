@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from model import TextEncoder, load_model, loader
+from model import TextEncoder, load_model
+from model.runtime import loader
 from model.runtime.backends import TracedPass
 from model.runtime.openvino_pass import OpenVINOPass, batch_bucket
 from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, write_family_model
