@@ -32,7 +32,7 @@ from app.engine.worker import Worker
 from app.main import create_app
 from app.serving.registry import ServedModel
 from app.settings import Settings
-from model import TextEncoder
+from model import PositionQuery, TextEncoder
 from model.runtime.loader import cpu_bfloat16
 
 # bfloat16 on a CPU needs AVX512-BF16 or AMX: elsewhere the service refuses it at start (tests/model/test_openvino.py
@@ -354,8 +354,9 @@ async def busy(served: ServedModel) -> AsyncIterator[None]:
         started.append(None)
         release.wait(60)
 
+    tasks = [Task("positions", [], PositionQuery("sinusoidal", 1, 2)) for _ in range(queue.lanes)]
     model.position_encoding = held  # type: ignore[method-assign,assignment]
-    others = [asyncio.ensure_future(queue.run(Task("positions", [], None))) for _ in range(queue.lanes)]
+    others = [asyncio.ensure_future(queue.run(task)) for task in tasks]
     try:
         # each inference thread took one and cannot take anything else until it is done (held here, or waiting for
         # a compute lane that one holds)
