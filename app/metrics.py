@@ -108,8 +108,21 @@ class Metrics:
             for device in devices:
                 gauge.labels(str(device)).set_function(partial(read, device))
 
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+    def exposition(self, http: bool = True) -> bytes:
+        """The metrics in Prometheus' text format; without ``http``, those of HTTP_METRICS left out: the engine
+        answers no HTTP, and a front end writes every front end's counts of those beside the engine's (one family
+        a name, as the format requires)."""
+        if http:
+            return generate_latest(self.registry)
+        registry = self.registry
+
+        class ModelsOnly(Collector):
+            def collect(self) -> Iterable[Metric]:
+                return [family for family in registry.collect() if family.name not in HTTP_METRICS]
+
+        view = CollectorRegistry()
+        view.register(ModelsOnly())
+        return generate_latest(view)
 
 
 def front_ends_exposition(directory: str) -> bytes:

@@ -92,7 +92,7 @@ class Connection:
         elif kind == "describe":
             self.reply((request_id, "ok", self.engine.describe(), (0.0, 0.0)))
         elif kind == "metrics":
-            self.reply((request_id, "ok", self.engine.metrics.exposition(), (0.0, 0.0)))
+            self.reply((request_id, "ok", self.engine.metrics.exposition(http=False), (0.0, 0.0)))
 
     def reply(self, message: tuple[Any, ...]) -> None:
         try:

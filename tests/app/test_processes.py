@@ -398,6 +398,8 @@ async def test_metrics_are_one_view_whichever_front_end_answers(service: tuple[s
         passes = re.search(r"^encoder_batch_texts_sum (\S+)$", view, re.M)
         assert passes and float(passes.group(1)) >= 30  # and the warm-up's
         assert "encoder_model_info{" in view and 'name="tiny"' in view
+        families = re.findall(r"^# TYPE (\S+) ", view, re.M)  # one family a name, as Prometheus' format requires
+        assert len(families) == len(set(families)) and "encoder_requests_total" in families, families
 
 
 async def test_bad_input_through_one_front_end_harms_no_request_through_another(
