@@ -7,7 +7,7 @@ engine, the one process that has them; any front end's /metrics answers with bot
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -114,26 +114,23 @@ class Metrics:
         a name, as the format requires)."""
         if http:
             return generate_latest(self.registry)
-        registry = self.registry
-
-        class ModelsOnly(Collector):
-            def collect(self) -> Iterable[Metric]:
-                return [family for family in registry.collect() if family.name not in HTTP_METRICS]
-
-        view = CollectorRegistry()
-        view.register(ModelsOnly())
-        return generate_latest(view)
+        return exposition_of(self.registry, lambda name: name not in HTTP_METRICS)
 
 
 def front_ends_exposition(directory: str) -> bytes:
     """The HTTP metrics of every front end, summed, from prometheus-client's multiprocess files."""
     merged = CollectorRegistry()
     MultiProcessCollector(merged, path=directory)
+    return exposition_of(merged, lambda name: name in HTTP_METRICS)
 
-    class HttpOnly(Collector):
+
+def exposition_of(registry: CollectorRegistry, keep: Callable[[str], bool]) -> bytes:
+    """The families of ``registry`` whose names ``keep`` keeps, in Prometheus' text format."""
+
+    class Kept(Collector):
         def collect(self) -> Iterable[Metric]:
-            return [family for family in merged.collect() if family.name in HTTP_METRICS]
+            return [family for family in registry.collect() if keep(family.name)]
 
     view = CollectorRegistry()
-    view.register(HttpOnly())
+    view.register(Kept())
     return generate_latest(view)

@@ -56,11 +56,12 @@ class FastPath:
         self.routes = routes
         settings, metrics = getattr(service.state, "settings", None), getattr(service.state, "metrics", None)
         self.logged: ASGIApp = self._answer
-        self.metrics = metrics
+        self.counted: dict[str, Any] = {}  # each hot route's count in the metrics
         if settings is None or metrics is None:  # not the service's application (a test's bare one): nothing is hot
             self.routes = {}
         else:
             self.logged = RequestLog(self._answer, metrics)
+            self.counted = {path: metrics.short_way.labels(path) for path in self.routes}
         self.max_body_bytes = settings.max_body_bytes if settings is not None else 0
         self.cors = bool(settings is not None and settings.cors_origins)
 
@@ -89,8 +90,7 @@ class FastPath:
         scope["app"] = self.service
         scope["route"] = hot
         scope["fast_path"] = (hot, parsed)
-        if self.metrics is not None:  # (always, where any route is hot)
-            self.metrics.short_way.labels(hot.path).inc()
+        self.counted[hot.path].inc()
         await self.logged(scope, receive, send)
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
