@@ -285,6 +285,8 @@ async def embed(
             else None
         )
 
+        served = served.read_as(reading(body))
+
         async def mixed(timing: Timing) -> Any:
             vectors: list[Any] = [None] * len(items)
             reply = await embeddings.openai(served, native_ids, timing)
@@ -296,7 +298,7 @@ async def embed(
                     vectors[index] = text_item.embedding
             return vectors
 
-        return await answer(request, responder, mixed, len(items), reading(body))
+        return await answer(request, responder, mixed, len(items))
     texts, _ = strings(inputs)
     native = EncodeRequest(
         texts=texts,
@@ -306,11 +308,13 @@ async def embed(
         prompt_name=body.prompt_name,
     )
 
+    served = served.read_as(reading(body))
+
     async def work(timing: Timing) -> Any:
         reply = await embeddings.encode(served, native, timing)
         return [item.embedding for item in reply.body.data]
 
-    return await answer(request, responder, work, len(texts), reading(body))
+    return await answer(request, responder, work, len(texts))
 
 
 async def embed_default(
@@ -338,11 +342,13 @@ async def embed_all(
         prompt_name=body.prompt_name,
     )
 
+    served = served.read_as(reading(body, ids))
+
     async def work(timing: Timing) -> Any:
         reply = await embeddings.encode(served, native, timing)
         return [item.token_embeddings for item in reply.body.data]
 
-    return await answer(request, responder, work, len(texts), reading(body, ids))
+    return await answer(request, responder, work, len(texts))
 
 
 @router.post(
@@ -360,6 +366,8 @@ async def embed_sparse(
         texts, _ = Embeddings.prompted(served, texts, body.prompt_name)
     native = SparseEncodeRequest(texts=texts, truncate=truncates(body))
 
+    served = served.read_as(reading(body, ids))
+
     async def work(timing: Timing) -> Any:
         reply = await embeddings.sparse(served, native, timing)
         return [
@@ -367,7 +375,7 @@ async def embed_sparse(
             for item in reply.body.data
         ]
 
-    return await answer(request, responder, work, len(texts), reading(body, ids))
+    return await answer(request, responder, work, len(texts))
 
 
 @router.post(
@@ -399,12 +407,14 @@ async def predict(
         raw_scores=body.raw_scores,
     )
 
+    served = served.read_as(reading(body))
+
     async def work(timing: Timing) -> Any:
         reply = await tasks.classify(served, native, timing)
         ranked = [[{"score": label.score, "label": label.label} for label in item.labels] for item in reply.body.data]
         return ranked[0] if one else ranked
 
-    return await answer(request, responder, work, len(texts), reading(body))
+    return await answer(request, responder, work, len(texts))
 
 
 @router.post("/rerank", response_model=list[Rank], summary="TEI: the texts' relevance to the query, best first")
@@ -421,6 +431,8 @@ async def rerank(
         truncate=truncates(body),
     )
 
+    served = served.read_as(reading(body))
+
     async def work(timing: Timing) -> Any:
         reply = await tasks.rerank(served, native, timing)
         ranks = []
@@ -432,7 +444,7 @@ async def rerank(
             ranks.append(rank)
         return ranks
 
-    return await answer(request, responder, work, len(body.texts), reading(body))
+    return await answer(request, responder, work, len(body.texts))
 
 
 @router.post(
@@ -452,11 +464,13 @@ async def similarity(
         prompt_name=parameters.prompt_name,
     )
 
+    served = served.read_as(reading(parameters))
+
     async def work(timing: Timing) -> Any:
         reply = await inspection.similarity(served, native, timing)
         return [item.score for item in reply.body.data]
 
-    return await answer(request, responder, work, len(body.inputs.sentences) + 1, reading(parameters))
+    return await answer(request, responder, work, len(body.inputs.sentences) + 1)
 
 
 @router.post("/tokenize", response_model=list[list[SimpleToken]], summary="TEI: tokens with byte offsets")

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +22,7 @@ from app.engine.remote import EngineClient, EngineQueue, ModelFacts
 from app.engine.work_queue import WorkQueue
 from app.errors import ModelNotFound
 from app.metrics import Metrics
-from app.serving.tokenization import Tokenization
+from app.serving.tokenization import Reading, Tokenization
 from app.settings import Settings
 from model import DEFAULT_MODEL_NAME, GPU_PASS_TOKENS, ModelCard, default_model_path
 
@@ -117,6 +117,15 @@ class ServedModel:
     @property
     def max_attention_tokens(self) -> int:
         return self.attention_tokens.max_tokens
+
+    def read_as(self, reading: Reading) -> ServedModel:
+        """This model, its texts read as ``reading`` says (another API's truncation, decoded token ids): the same
+        queue and threads, and tokenisation in the same loop turns."""
+        if reading == self.tokens.reading:
+            return self
+        return replace(
+            self, tokens=self.tokens.read_as(reading), attention_tokens=self.attention_tokens.read_as(reading)
+        )
 
     def close(self) -> None:
         """Finish the queued work and stop the inference threads."""

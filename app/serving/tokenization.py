@@ -15,7 +15,6 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from concurrent.futures import Executor
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from tokenizers import Encoding
@@ -31,18 +30,16 @@ INLINE_CHARACTERS = 4096
 
 @dataclass(frozen=True)
 class Reading:
-    """How another API's request reads its texts (TEI's), set for the request's work by ``reading``: cut at the
-    start rather than the end (``truncation_direction: Left``), and without the post-processor's special tokens
-    (token ids given, decoded, read again as TEI reads them)."""
+    """How a request reads its texts. The native routes' is the default; TEI's routes may cut a text at its start
+    rather than its end (``truncation_direction: Left``), and read token ids they were given, decoded, without the
+    post-processor's special tokens (``plain``). A route that reads otherwise serves the request from a model
+    that reads so (``ServedModel.read_as``), and every tokenisation of its work reads that way."""
 
     left: bool = False
     plain: bool = False
 
 
-# The reading of the request whose work is running: the native routes' (the default) unless a translating route
-# set another for its work (app/web/responding.py, answer_value).
 NATIVE_READING = Reading()
-READING: ContextVar[Reading | None] = ContextVar("reading", default=None)
 
 
 @dataclass(eq=False)
@@ -62,13 +59,28 @@ class _Request:
         return f"{self.param}[{index}]" if self.indexed else self.param
 
 
-class Tokenization:
-    """Tokenises for one model at one length limit; requests of the same loop turn share one call."""
+@dataclass(eq=False)
+class _Turn:
+    """The requests waiting for the event loop's turn to end: shared by a model's every reading (``read_as``)."""
 
-    def __init__(self, tokenizer: TextTokenizer, executor: Executor) -> None:
+    waiting: list[_Request] = field(default_factory=list)
+
+
+class Tokenization:
+    """Tokenises for one model at one length limit, reading texts as ``reading`` says; requests of the same loop
+    turn share one call, whatever their reading."""
+
+    def __init__(
+        self, tokenizer: TextTokenizer, executor: Executor, reading: Reading = NATIVE_READING, turn: _Turn | None = None
+    ) -> None:
         self.tokenizer = tokenizer
         self.executor = executor
-        self._waiting: list[_Request] = []
+        self.reading = reading
+        self._turn = _Turn() if turn is None else turn
+
+    def read_as(self, reading: Reading) -> Tokenization:
+        """This tokenisation reading texts as ``reading`` says, in the same loop turns."""
+        return self if reading == self.reading else Tokenization(self.tokenizer, self.executor, reading, self._turn)
 
     @property
     def max_tokens(self) -> int:
@@ -92,7 +104,7 @@ class Tokenization:
         (``truncate`` is then not read).
         """
         loop = asyncio.get_running_loop()
-        reading = READING.get() or NATIVE_READING
+        reading = self.reading
         special_tokens = special_tokens and not reading.plain
         request = _Request(
             texts,
@@ -105,13 +117,14 @@ class Tokenization:
             whole,
             reading.left,
         )
-        if not self._waiting:
+        turn = self._turn
+        if not turn.waiting:
             loop.call_soon(self._flush, loop)
-        self._waiting.append(request)
+        turn.waiting.append(request)
         return await request.future
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        requests, self._waiting = self._waiting, []
+        requests, self._turn.waiting = self._turn.waiting, []
         requests = [r for r in requests if not r.future.done()]  # cancelled while waiting for the turn
         if not requests:
             return

@@ -20,7 +20,6 @@ from app.errors import NotReady, Timeout
 from app.metrics import Metrics
 from app.schemas import Reply
 from app.serialization import NPZ_MEDIA_TYPE, dumps, npz
-from app.serving.tokenization import NATIVE_READING, READING, Reading
 
 logger = logging.getLogger(__name__)
 
@@ -120,16 +119,11 @@ async def answer_value(
     responder: Responder,
     work: Callable[[Timing], Awaitable[Any]],
     n_texts: int = 1,
-    reading: Reading = NATIVE_READING,
 ) -> Response:
     """As Responder.answer, for work that returns a JSON value in another API's shape (TEI's, Cohere's): the same
-    admission, deadline and timing; the work's texts read as ``reading`` says (app/serving/tokenization.py)."""
+    admission, deadline and timing."""
 
     async def reply(timing: Timing) -> Reply:
-        token = READING.set(reading)
-        try:
-            return Reply(await work(timing))
-        finally:
-            READING.reset(token)
+        return Reply(await work(timing))
 
     return await responder.answer(request, reply, n_texts)

@@ -242,6 +242,34 @@ def test_left_truncation_keeps_the_end_as_tokenizers_cuts_it(server: str, direct
     assert httpx.post(f"{server}/models/ce/tei/rerank", json=pair).status_code == 200
 
 
+async def test_each_request_keeps_its_reading_when_tokenised_in_one_turn(server: str) -> None:
+    """Left-truncated TEI requests, decoded token ids and native requests tokenised in the same loop turns: each
+    reads its own texts as its own route says, none as a neighbour's."""
+    text = " ".join(f"word{i}" for i in range(400))
+    left = {"inputs": text, "truncation_direction": "Left"}
+    ids = {"inputs": [[101, 7592, 2088, 102]]}
+    alone = (
+        httpx.post(f"{server}/tei/embed", json=left).json()[0],
+        native(server, "/encode", {"texts": [text]})["data"][0]["embedding"],
+        httpx.post(f"{server}/tei/embed_all", json=ids).json()[0],
+    )
+    async with httpx.AsyncClient(base_url=server, timeout=60) as client:
+        sent = []
+        for _ in range(4):
+            sent += [
+                client.post("/tei/embed", json=left),
+                client.post("/encode", json={"texts": [text]}),
+                client.post("/tei/embed_all", json=ids),
+            ]
+        answers = await asyncio.gather(*sent)
+    assert all(answer.status_code == 200 for answer in answers), [a.text for a in answers]
+    for at in range(0, len(answers), 3):
+        np.testing.assert_allclose(answers[at].json()[0], alone[0], atol=1e-5)  # batched otherwise: not bit for bit
+        np.testing.assert_allclose(answers[at + 1].json()["data"][0]["embedding"], alone[1], atol=1e-5)
+        np.testing.assert_allclose(answers[at + 2].json()[0], alone[2], atol=1e-5)
+    assert not np.allclose(alone[0], alone[1], atol=1e-3)  # the two readings differ: the check can fail
+
+
 def test_token_ids_are_decoded_and_read_again_as_tei_does(server: str) -> None:
     ids = [101, 7592, 2088, 102]  # [CLS] hello world [SEP]
     every = httpx.post(f"{server}/tei/embed_all", json={"inputs": [ids]}).json()
