@@ -81,11 +81,17 @@ class _Lane:
 
 class ComputeLanes:
     def __init__(
-        self, name: str = "compute", lanes: int = 1, threads: int = TORCH_THREADS, quiet_s: float = QUIET_S
+        self,
+        name: str = "compute",
+        lanes: int = 1,
+        threads: int = TORCH_THREADS,
+        quiet_s: float = QUIET_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._name = name
         self.threads = max(1, threads)
         self.quiet_s = quiet_s
+        self._clock = clock
         self._condition = threading.Condition()
         self._lanes: list[_Lane] = []
         self._share = self.threads
@@ -142,7 +148,7 @@ class ComputeLanes:
                 and spread
                 and not self._waiting
                 and sum(other.busy for other in self._lanes) == 1
-                and time.monotonic() - self._shared_until > self.quiet_s
+                and self._clock() - self._shared_until > self.quiet_s
             )
             self._wide = wide
         try:
@@ -153,7 +159,7 @@ class ComputeLanes:
                 if wide:
                     self._wide = False
                 else:
-                    self._shared_until = time.monotonic()
+                    self._shared_until = self._clock()
                 self._condition.notify_all()
 
     @staticmethod

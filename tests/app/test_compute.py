@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -146,11 +145,14 @@ def test_a_pass_with_every_thread_has_the_cores_to_itself() -> None:
 
 
 def test_no_pass_goes_wide_until_passes_with_a_share_have_stopped_for_a_while() -> None:
-    compute = ComputeLanes("compute-test", lanes=2, threads=2, quiet_s=3.0)
+    now = [100.0]  # the lanes' clock, moved by hand
+    compute = ComputeLanes("compute-test", lanes=2, threads=2, quiet_s=3.0, clock=lambda: now[0])
     assert compute.run(torch.get_num_threads) == 2  # nothing has run yet: quiet
     side_by_side(compute, 2)  # under load: two passes with their shares
     assert compute.run(torch.get_num_threads) == 1  # alone, but load was a moment ago: the next pass is near
-    time.sleep(3.2)
+    now[0] += 2.9
+    assert compute.run(torch.get_num_threads) == 1  # still within quiet_s of the last shared pass
+    now[0] += 3.1
     assert compute.run(torch.get_num_threads) == 2
     one_lane = ComputeLanes("compute-test", lanes=1, threads=2)
     assert [one_lane.run(torch.get_num_threads, spread=spread) for spread in (False, True)] == [2, 2]

@@ -120,13 +120,15 @@ def test_sigterm_answers_every_request_in_flight_then_exits() -> None:
                 await asyncio.sleep(0.05)
             assert "encoder_admitted_texts 128.0" in metrics
             process.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.5)
             refused = False
-            try:  # the listening socket is closed at once
-                async with httpx.AsyncClient(base_url=url, timeout=5) as fresh:
-                    await fresh.get("/health")
-            except httpx.TransportError:
-                refused = True
+            for _ in range(100):  # the listening socket is closed at once: a new connection is soon refused
+                try:
+                    async with httpx.AsyncClient(base_url=url, timeout=5) as fresh:
+                        await fresh.get("/health")
+                except httpx.TransportError:
+                    refused = True
+                    break
+                await asyncio.sleep(0.05)
             return list(await asyncio.gather(*requests)), refused
 
     try:

@@ -6,7 +6,6 @@ import logging
 import os
 import select
 import threading
-import time
 
 from app.logs import BufferedStderrHandler
 
@@ -52,9 +51,7 @@ def test_request_lines_wait_and_any_other_line_writes_everything_at_once() -> No
 def test_held_lines_are_written_within_the_interval_and_on_flush() -> None:
     logger, handler, read = pipe_logger("interval", interval=0.05)
     logger.info("soon")
-    started = time.monotonic()
-    assert read_available(read, 2.0) == b"INFO soon\n"
-    assert time.monotonic() - started < 2.0
+    assert read_available(read, 2.0) == b"INFO soon\n"  # within 2 s, or read_available gives up empty
     slow, slow_handler, slow_read = pipe_logger("flush", interval=30.0)
     slow.info("at exit")
     slow_handler.flush()  # what logging.shutdown does
