@@ -348,7 +348,8 @@ async def test_the_engine_admits_every_front_ends_tasks_against_one_bound(
     blocking = Blocking(tiny_model)
     queue = WorkQueue()
     worker = Worker(queue, blocking)  # type: ignore[arg-type]
-    admission = Admission(4, lambda: None, Metrics())
+    metrics = Metrics()
+    admission = Admission(4, lambda: None, metrics)
     server = await Engine(OneModel(queue), admission, Metrics()).serve(str(tmp_path / "engine.sock"))
     first, second = EngineClient(str(tmp_path / "engine.sock")), EngineClient(str(tmp_path / "engine.sock"))
     try:
@@ -364,7 +365,8 @@ async def test_the_engine_admits_every_front_ends_tasks_against_one_bound(
         with pytest.raises(Overloaded):
             await second.request("task", "tiny", wire_task(task(2)), 30.0)
         admitted = asyncio.ensure_future(second.request("task", "tiny", wire_task(task(1)), 30.0))
-        await wait_until(lambda: admission.admitted == 4)  # the one text admitted beside the three
+        # the one text admitted beside the three, as /metrics says
+        await wait_until(lambda: metrics.registry.get_sample_value("encoder_admitted_texts") == 4)
         blocking.release.set()
         (three, _), (one, _) = await held, await admitted
         assert (len(three), len(one)) == (3, 1)

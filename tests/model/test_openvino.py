@@ -6,7 +6,9 @@ message."""
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -235,16 +237,23 @@ def test_padded_batches_are_rounded_up_to_a_few_shapes(rows: int, length: int, l
     assert batch_bucket(rows, length, longest) == shape
 
 
-class RecordingRequest:
-    """An infer request that records the shapes it is given and passes them on."""
+class RecordingModel:
+    """A compiled model whose infer requests record the shapes they are given (into ``shapes``) and pass them on."""
 
-    def __init__(self, request: object) -> None:
-        self.request = request
+    def __init__(self, compiled: Any) -> None:
+        self.compiled = compiled
         self.shapes: list[tuple[int, ...]] = []
 
-    def infer(self, arrays: list[np.ndarray]) -> object:
-        self.shapes.append(arrays[0].shape)
-        return self.request.infer(arrays)  # type: ignore[attr-defined]
+    def create_infer_request(self) -> RecordingModel.Request:
+        return RecordingModel.Request(self.compiled.create_infer_request(), self.shapes)
+
+    class Request:
+        def __init__(self, request: Any, shapes: list[tuple[int, ...]]) -> None:
+            self.request, self.shapes = request, shapes
+
+        def infer(self, arrays: list[np.ndarray]) -> object:
+            self.shapes.append(arrays[0].shape)
+            return self.request.infer(arrays)
 
 
 @needs_cpu_bfloat16
@@ -257,12 +266,12 @@ def test_bfloat16_and_int8_run_padded_batches_of_bucketed_shapes(tiny_model_dir:
     reference = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="torch")
     ov_pass = compiled.backends[0]
     assert isinstance(ov_pass, OpenVINOPass) and ov_pass.padded
-    recording = RecordingRequest(ov_pass.compiled.create_infer_request())
-    ov_pass._requests.request = recording
+    recording = ov_pass.compiled = RecordingModel(ov_pass.compiled)
     texts = ["the quick brown fox jumps", "hello world", "a lazy dog sat on the mats while the cats said hello"]
     ids, mask, types = compiled.to_tensors(compiled.tokenizer.pad(compiled.tokenizer.encode(texts)))
     assert ids.shape[1] not in (16, 24, 32)
-    hidden = compiled.last_hidden_state(ids, mask, types)
+    with ThreadPoolExecutor(1) as fresh:  # a thread that has no infer request yet: it makes one of the recording's
+        hidden = fresh.submit(compiled.last_hidden_state, ids, mask, types).result()
     assert recording.shapes == [batch_bucket(3, ids.shape[1], compiled.encoder.embeddings.max_length)]
     assert hidden.shape == (3, ids.shape[1], compiled.config.d_model)
     ours, theirs = compiled.embed(texts).double(), reference.embed(texts).double()
