@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import compile_path
+from starlette.types import Scope
 
 from app.serialization import json_response
 
@@ -128,16 +131,21 @@ def error_response(
     return json_response(error_body(type_, message, param, code), status_code=status, headers=headers)
 
 
-def api_error_response(error: ApiError, path: str = "") -> Response:
-    """An ApiError's envelope, logged (its status, type and message; never the body)."""
-    logger.info("%d %s: %s", error.status_code, error.type, error.message)
-    return shaped_error_response(
-        path, error.status_code, error.type, error.message, error.param, error.headers, error.code
-    )
+class ErrorShape(Protocol):
+    """How an API writes its errors: the status, our error type, the message, the request field at fault."""
+
+    def __call__(
+        self,
+        status: int,
+        type_: str,
+        message: str,
+        param: str | None = None,
+        headers: dict | None = None,
+        code: str | None = None,
+    ) -> Response: ...
 
 
-def shaped_error_response(
-    path: str,
+def native_errors(
     status: int,
     type_: str,
     message: str,
@@ -145,41 +153,42 @@ def shaped_error_response(
     headers: dict | None = None,
     code: str | None = None,
 ) -> Response:
-    """An error in the shape of the API the path belongs to: TEI's under /tei, Cohere's under /v2, else ours."""
-    if tei_path(path):
-        return tei_error_response(status, type_, message, headers)
-    if COHERE_PATH.match(path):
-        return json_response({"message": message}, status_code=status, headers=headers)
+    """Ours: the envelope of API.md."""
     return error_response(status, type_, message, param, headers, code)
 
 
-# Text-embeddings-inference's routes (app/api/tei.py) answer errors in its shape: {"error", "error_type"}.
-TEI_PATH = re.compile(r"^(/models/[^/]*)?/tei(/|$)")  # a name of control characters reads as empty
-# our error type → TEI's error_type and status
-TEI_ERRORS: dict[str, tuple[str, int]] = {
-    "validation_error": ("Validation", 422),
-    "payload_too_large": ("Validation", 413),
-    "empty": ("Empty", 400),
-    "wrong_model_kind": ("Backend", 424),
-    "inference_failed": ("Backend", 424),
-    "overloaded": ("Overloaded", 429),
-    "not_ready": ("Unhealthy", 503),
-    "timeout": ("Overloaded", 503),
-}
+def errors_in(shape: ErrorShape) -> type[APIRoute]:
+    """The route class of a router whose routes answer their errors in ``shape`` (``APIRouter(route_class=…)``);
+    including the router elsewhere keeps it."""
+    return type(f"Route_{getattr(shape, '__name__', 'shaped')}", (APIRoute,), {"error_shape": staticmethod(shape)})
 
 
-def tei_path(path: str) -> bool:
-    return bool(TEI_PATH.match(path))
+class ErrorShapes:
+    """Which shape a request's error takes: that of the route it reached (its router's, ``errors_in``), else ours.
+    A request that reached no route (a path nothing serves) takes the shape of the API whose prefix it is under,
+    as the app includes the API's router there (``claim``)."""
+
+    def __init__(self) -> None:
+        self._prefixes: list[tuple[re.Pattern[str], ErrorShape]] = []
+
+    def claim(self, prefix: str, shape: ErrorShape) -> None:
+        """Paths under ``prefix`` (a route path, parameters allowed) that no route takes answer in ``shape``."""
+        for path in (prefix, prefix.rstrip("/") + "/{rest:path}"):
+            # DOTALL: a path the routes could not take for a line break in a model's name is still under the prefix
+            self._prefixes.append((re.compile(compile_path(path)[0].pattern, re.DOTALL), shape))
+
+    def of(self, scope: Scope) -> ErrorShape:
+        shape = getattr(scope.get("route"), "error_shape", None)
+        if shape is not None:
+            return shape
+        path = scope.get("path", "")
+        return next((shape for pattern, shape in self._prefixes if pattern.match(path)), native_errors)
 
 
-# Cohere's routes (app/api/cohere.py) answer errors in its shape: {"message"}.
-COHERE_PATH = re.compile(r"^/v2/")
-
-
-def tei_error_response(status: int, type_: str, message: str, headers: dict | None = None) -> Response:
-    """An error in TEI's shape: its error_type and status where TEI has one for it, else ours with Validation."""
-    error_type, tei_status = TEI_ERRORS.get(type_, ("Validation", status))
-    return json_response({"error": message, "error_type": error_type}, status_code=tei_status, headers=headers)
+def api_error_response(error: ApiError, shape: ErrorShape = native_errors) -> Response:
+    """An ApiError's envelope in ``shape``, logged (its status, type and message; never the body)."""
+    logger.info("%d %s: %s", error.status_code, error.type, error.message)
+    return shape(error.status_code, error.type, error.message, error.param, error.headers, error.code)
 
 
 def internal_error_response(method: str, path: str) -> Response:
@@ -242,10 +251,12 @@ def is_json(content_type: str | None) -> bool:
     return subtype == "json" or subtype.endswith("+json")
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
+    """Every error as an envelope in the shape of the API the request went to (``shapes``)."""
+
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
-        return api_error_response(exc, request.url.path)
+        return api_error_response(exc, shapes.of(request.scope))
 
     @app.exception_handler(RequestValidationError)
     async def request_validation_error(request: Request, exc: RequestValidationError) -> Response:
@@ -260,7 +271,7 @@ def install_error_handlers(app: FastAPI) -> None:
                 sent = f"this request's Content-Type is {content_type!r}" if content_type else "this request has none"
                 message = f"the body must be JSON, sent with Content-Type: application/json; {sent}"
         logger.info("422 validation_error: %s", message)  # the problem, never the body
-        return shaped_error_response(request.url.path, 422, "validation_error", message, param)
+        return shapes.of(request.scope)(422, "validation_error", message, param)
 
     @app.exception_handler(ValidationError)
     async def translated_request_error(request: Request, exc: ValidationError) -> Response:
@@ -269,7 +280,7 @@ def install_error_handlers(app: FastAPI) -> None:
         message, param = validation_message(exc.errors()[0])  # type: ignore[arg-type]
         refused = InvalidRequest(None, message)  # the message names the field already
         refused.param = param
-        return api_error_response(refused, request.url.path)
+        return api_error_response(refused, shapes.of(request.scope))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -280,7 +291,7 @@ def install_error_handlers(app: FastAPI) -> None:
                 message = "malformed JSON body: it could not be decoded as UTF-8 JSON"
             else:
                 message = "malformed JSON body: it could not be parsed"
-            return shaped_error_response(request.url.path, 422, "validation_error", message, "body")
+            return shapes.of(request.scope)(422, "validation_error", message, "body")
         type_ = STATUS_TYPES.get(exc.status_code, "http_error")
         if exc.status_code == 404:
             message = f"no route {request.url.path}"
@@ -288,9 +299,7 @@ def install_error_handlers(app: FastAPI) -> None:
             message = f"method {request.method} is not allowed on {request.url.path}"
         else:
             message = str(exc.detail)
-        return shaped_error_response(
-            request.url.path, exc.status_code, type_, message, None, getattr(exc, "headers", None)
-        )
+        return shapes.of(request.scope)(exc.status_code, type_, message, None, getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def unexpected_error(request: Request, exc: Exception) -> Response:

@@ -39,7 +39,7 @@ from app.api import (
 )
 from app.api.hot import HOT_ROUTES
 from app.engine.admission import Admission
-from app.errors import install_error_handlers
+from app.errors import ErrorShapes, install_error_handlers
 from app.logs import configure_logging
 from app.metrics import Metrics
 from app.services.embeddings import Embeddings
@@ -198,7 +198,11 @@ def create_app(
     app.state.tasks = Tasks(app.state.embeddings)
     app.state.inspection = Inspection(settings, app.state.embeddings)
 
-    install_error_handlers(app)
+    error_shapes = ErrorShapes()  # each router's routes answer in its API's shape; a path none serves, by prefix
+    for prefix in tei.PREFIXES:
+        error_shapes.claim(prefix, tei.tei_errors)
+    error_shapes.claim(cohere.PREFIX, cohere.cohere_errors)
+    install_error_handlers(app, error_shapes)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:
         app.add_middleware(
@@ -212,7 +216,7 @@ def create_app(
     for module in (embeddings, tokenize, attention, positional_encoding, openai_compat, tasks, cohere):
         app.include_router(module.router, dependencies=[ApiKey])
     app.include_router(cohere.jina_router, dependencies=[ApiKey])
-    for prefix in ("/tei", "/models/{model_name:path}/tei"):  # TEI's API, for its clients; names may hold a /
+    for prefix in tei.PREFIXES:  # TEI's API, for its clients
         app.include_router(tei.router, prefix=prefix, dependencies=[ApiKey])
         app.include_router(tei.health_router, prefix=prefix)
     app.include_router(service.info_router, dependencies=[ApiKey])

@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from app.engine.work_queue import Timing
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, errors_in
 from app.schemas import ERROR_RESPONSES, EncodeRequest, RerankRequest
-from app.serialization import vectors_as
+from app.serialization import json_response, vectors_as
 from app.serving.registry import ServedModel
 from app.web.dependencies import EmbeddingsDep, Registry, ResponderDep, TasksDep
 from app.web.responding import answer_value as answer
@@ -137,11 +137,24 @@ class JinaRerankResponse(BaseModel):
     usage: dict[str, int]
 
 
-router = APIRouter(tags=["cohere"], responses=COHERE_RESPONSES)
+def cohere_errors(
+    status: int,
+    type_: str,
+    message: str,
+    param: str | None = None,
+    headers: dict | None = None,
+    code: str | None = None,
+) -> Response:
+    """Cohere's ``{"message"}``."""
+    return json_response({"message": message}, status_code=status, headers=headers)
+
+
+PREFIX = "/v2"  # Cohere's v2 API
+router = APIRouter(prefix=PREFIX, tags=["cohere"], responses=COHERE_RESPONSES, route_class=errors_in(cohere_errors))
 jina_router = APIRouter(tags=["jina"], responses=ERROR_RESPONSES)
 
 
-@router.post("/v2/embed", response_model=CohereEmbedResponse, summary="Cohere v2: embeddings by type")
+@router.post("/embed", response_model=CohereEmbedResponse, summary="Cohere v2: embeddings by type")
 async def embed(
     body: CohereEmbedRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
@@ -183,7 +196,7 @@ async def embed(
 
 
 @router.post(
-    "/v2/rerank",
+    "/rerank",
     response_model=CohereRerankResponse,
     summary="Cohere v2: the documents' relevance to the query, best first",
 )

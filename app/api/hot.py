@@ -12,7 +12,7 @@ HOT_ROUTES = {
     for route in (
         HotRoute("/encode", EncodeRequest, embeddings.encode),
         HotRoute("/v1/embeddings", OpenAIEmbeddingsRequest, openai_compat.embeddings),
-        HotRoute("/tei/embed", tei.EmbedRequest, tei.embed_default),
-        HotRoute("/v2/embed", cohere.CohereEmbedRequest, cohere.embed),
+        HotRoute("/tei/embed", tei.EmbedRequest, tei.embed_default, tei.tei_errors),
+        HotRoute("/v2/embed", cohere.CohereEmbedRequest, cohere.embed, cohere.cohere_errors),
     )
 }

@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from app import __version__
 from app.engine.work_queue import Timing
-from app.errors import ApiError, InvalidRequest
+from app.errors import ApiError, InvalidRequest, errors_in
 from app.schemas import (
     ClassifyRequest,
     EncodeRequest,
@@ -34,6 +34,33 @@ from app.web.responding import answer_value as answer
 from model import TokenIdOutOfRange
 
 TAG = "text-embeddings-inference"
+PREFIXES = ("/tei", "/models/{model_name:path}/tei")  # where the app serves these routes; names may hold a /
+
+# our error type → text-embeddings-inference's error_type and status
+TEI_ERRORS: dict[str, tuple[str, int]] = {
+    "validation_error": ("Validation", 422),
+    "payload_too_large": ("Validation", 413),
+    "empty": ("Empty", 400),
+    "wrong_model_kind": ("Backend", 424),
+    "inference_failed": ("Backend", 424),
+    "overloaded": ("Overloaded", 429),
+    "not_ready": ("Unhealthy", 503),
+    "timeout": ("Overloaded", 503),
+}
+
+
+def tei_errors(
+    status: int,
+    type_: str,
+    message: str,
+    param: str | None = None,
+    headers: dict | None = None,
+    code: str | None = None,
+) -> Response:
+    """text-embeddings-inference's ``{"error", "error_type"}``: its error_type and status where TEI has one for the
+    error, else ours with Validation."""
+    error_type, tei_status = TEI_ERRORS.get(type_, ("Validation", status))
+    return json_response({"error": message, "error_type": error_type}, status_code=tei_status, headers=headers)
 
 
 class Backend(ApiError):
@@ -247,7 +274,7 @@ def strings(inputs: Input, served: ServedModel | None = None) -> tuple[list[str]
 
 # ---- the routes ----
 
-router = APIRouter(tags=[TAG], responses=TEI_RESPONSES)
+router = APIRouter(tags=[TAG], responses=TEI_RESPONSES, route_class=errors_in(tei_errors))
 
 
 @router.post("/embed", response_model=list[list[float]], summary="TEI: pooled embeddings, [[float]]")
@@ -590,7 +617,11 @@ async def dispatch(
         raise InvalidRequest(where, str(first.get("msg", "invalid"))) from None
 
 
-health_router = APIRouter(tags=[TAG], responses={status: TEI_RESPONSES[status] for status in (404, 503)})
+health_router = APIRouter(
+    tags=[TAG],
+    responses={status: TEI_RESPONSES[status] for status in (404, 503)},
+    route_class=errors_in(tei_errors),
+)
 
 
 @health_router.head("/health", include_in_schema=False)  # as GET; not a second operation in the schema

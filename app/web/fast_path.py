@@ -25,10 +25,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import (
     ApiError,
+    ErrorShape,
     InvalidRequest,
     api_error_response,
     internal_error_response,
     is_json,
+    native_errors,
     validation_message,
 )
 from app.web.dependencies import get_registry, require_api_key
@@ -37,13 +39,14 @@ from app.web.middleware import RequestLog, replay
 
 @dataclass(frozen=True)
 class HotRoute:
-    """A route taken the short way: its path, schema and function (whose dependencies are resolved here). It is
-    the request's ``scope["route"]`` as the framework's route would be: what the metrics and timings label by is
-    its ``path``."""
+    """A route taken the short way: its path, schema and function (whose dependencies are resolved here), and the
+    shape of its API's errors. It is the request's ``scope["route"]`` as the framework's route would be: what the
+    metrics and timings label by is its ``path``."""
 
     path: str
     schema: type[BaseModel]
     endpoint: Callable[..., Awaitable[Any]]
+    error_shape: ErrorShape = native_errors
 
 
 class FastPath:
@@ -105,10 +108,10 @@ class FastPath:
                 body=body, request=request, registry=registry, embeddings=state.embeddings, responder=state.responder
             )
         except ApiError as error:
-            response = api_error_response(error, scope["path"])
+            response = api_error_response(error, hot.error_shape)
         except ValidationError as error:  # the body translated into a native request that refused it (TEI's, Cohere's)
             message, _ = validation_message(error.errors()[0])  # type: ignore[arg-type]
-            response = api_error_response(InvalidRequest(None, message), scope["path"])
+            response = api_error_response(InvalidRequest(None, message), hot.error_shape)
         except Exception:  # as the framework answers one: the 500 envelope, the traceback logged
             response = internal_error_response(scope["method"], scope["path"])
         await response(scope, receive, send)

@@ -149,6 +149,31 @@ async def test_unknown_route_is_404_and_wrong_method_is_405(limited: httpx.Async
     assert_error(await limited.delete("/attention"), 405, "method_not_allowed")
 
 
+async def test_an_error_takes_the_shape_of_the_api_its_route_or_its_prefix_belongs_to(
+    limited: httpx.AsyncClient,
+) -> None:
+    """Each API's routes answer errors in its shape, the framework's own (405, a body that is no JSON) too; a path
+    that no route serves, in the shape of the API whose prefix it is under; elsewhere ours."""
+    tei = await limited.get("/tei/embed")  # the route's, for a method it does not take
+    assert (tei.status_code, tei.json()) == (
+        405,
+        {"error": "method GET is not allowed on /tei/embed", "error_type": "Validation"},
+    )
+    malformed = await limited.post("/v2/embed", content=b"{", headers={"content-type": "application/json"})
+    assert malformed.status_code == 422 and list(malformed.json()) == ["message"], malformed.text
+    assert malformed.json()["message"].startswith("malformed JSON body")
+    for path, body in (
+        ("/tei/nothing", {"error": "no route /tei/nothing", "error_type": "Validation"}),
+        ("/models/a/b/tei/nothing", {"error": "no route /models/a/b/tei/nothing", "error_type": "Validation"}),
+        ("/v2/nothing", {"message": "no route /v2/nothing"}),
+    ):
+        response = await limited.get(path)
+        assert (response.status_code, response.json()) == (404, body), path
+    assert_error(await limited.get("/teidings"), 404, "not_found", None, "/teidings")  # a prefix is a whole segment
+    jina = await limited.post("/v1/rerank", content=b"{", headers={"content-type": "application/json"})
+    assert_error(jina, 422, "validation_error", "body", "malformed JSON")  # Jina's rerank answers in ours
+
+
 async def test_body_over_the_limit_is_413_before_parsing(limited: httpx.AsyncClient) -> None:
     body = b'{"texts": "' + b"a" * 5000 + b'"}'
     response = await limited.post("/encode", content=body, headers={"content-type": "application/json"})
