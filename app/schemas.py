@@ -124,6 +124,13 @@ class Request(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
+    @property
+    def admitted_texts(self) -> int:
+        """What admission counts this request as (ENCODER_MAX_QUEUE_TEXTS): its texts, else one. Every API's route
+        that translates into this request is counted the same."""
+        texts = getattr(self, "texts", None)
+        return len(texts) if isinstance(texts, list) else 1
+
 
 # ---- /encode ----
 
@@ -433,6 +440,10 @@ class SimilarityRequest(Request):
         }
     )
 
+    @property
+    def admitted_texts(self) -> int:
+        return len(self.texts) + 1  # the source too
+
 
 class Explanation(BaseModel):
     source_tokens: list[str]
@@ -520,6 +531,10 @@ class OpenAIEmbeddingsRequest(Request):
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"input": ["The quick brown fox."]}]})
 
+    @property
+    def admitted_texts(self) -> int:
+        return 1 if isinstance(self.input, str) or isinstance(self.input[0], int) else len(self.input)
+
 
 class OpenAIEmbedding(BaseModel):
     object: Literal["embedding"] = "embedding"
@@ -587,6 +602,10 @@ class RerankRequest(Request):
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"query": "What is a fox?", "documents": ["A fox is an animal.", "Paris."]}]}
     )
+
+    @property
+    def admitted_texts(self) -> int:
+        return len(self.documents)
 
 
 class RerankResult(BaseModel):

@@ -39,9 +39,10 @@ async def attention(
 ) -> Response:
     """Per-layer, per-head attention matrices for a text (or text pair): optionally norm-weighted, averaged or
     rolled out, merged into words; as JSON, or as a NumPy .npz archive with `Accept: application/x-npz`."""
-    model = registry.get(body.model)
     binary = accepts_npz(request.headers.get("accept"))
-    return await responder.answer(request, lambda timing: inspection.attention(model, body, timing, binary))
+    return await responder.serve(
+        request, registry, body, lambda model, body, timing: inspection.attention(model, body, timing, binary)
+    )
 
 
 @router.post("/attention/neuron", response_model=NeuronResponse)
@@ -50,8 +51,7 @@ async def attention_neuron(
 ) -> Response:
     """One layer and head, step by step: queries, keys, values, the scaled scores, the softmax and the context
     vectors (the seed notebooks' computation on the model's own weights)."""
-    model = registry.get(body.model)
-    return await responder.answer(request, lambda timing: inspection.neuron(model, body, timing))
+    return await responder.serve(request, registry, body, inspection.neuron)
 
 
 @router.post("/attention/heads", response_model=HeadStatisticsResponse)
@@ -64,10 +64,7 @@ async def attention_heads(
 ) -> Response:
     """Statistics of every layer and head (entropy, distance, attention to [CLS], [SEP], punctuation, self and
     neighbours), averaged over the texts."""
-    model = registry.get(body.model)
-    return await responder.answer(
-        request, lambda timing: inspection.head_statistics(model, body, timing), len(body.texts)
-    )
+    return await responder.serve(request, registry, body, inspection.head_statistics)
 
 
 @router.post("/similarity", response_model=SimilarityResponse)
@@ -75,7 +72,4 @@ async def similarity(
     body: SimilarityRequest, request: Request, registry: Registry, inspection: InspectionDep, responder: ResponderDep
 ) -> Response:
     """Cosine similarity of a source text with each text; with `explain`, which token pairs made each score."""
-    model = registry.get(body.model)
-    return await responder.answer(
-        request, lambda timing: inspection.similarity(model, body, timing), len(body.texts) + 1
-    )
+    return await responder.serve(request, registry, body, inspection.similarity)

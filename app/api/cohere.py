@@ -192,7 +192,7 @@ async def embed(
             "response_type": "embeddings_by_type",
         }
 
-    return await answer(request, responder, work, len(body.texts))
+    return await answer(request, responder, work, native.admitted_texts)
 
 
 @router.post(
@@ -214,7 +214,7 @@ async def rerank(
         results = [{"index": r.index, "relevance_score": r.relevance_score} for r in reply.body.results]
         return {"id": str(uuid.uuid4()), "results": results, "meta": meta(reply.body.usage.total_tokens)}
 
-    return await answer(request, responder, work, len(documents))
+    return await answer(request, responder, work, native.admitted_texts)
 
 
 @jina_router.post(
@@ -239,4 +239,4 @@ async def jina_rerank(
         tokens = reply.body.usage.total_tokens
         return {"model": served.name, "results": results, "usage": {"total_tokens": tokens, "prompt_tokens": tokens}}
 
-    return await answer(request, responder, work, len(body.documents))
+    return await answer(request, responder, work, native.admitted_texts)

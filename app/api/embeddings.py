@@ -24,8 +24,7 @@ async def encode(
     body: EncodeRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
     """Sentence embeddings (and, on request, tokens and per-token vectors) for one or more texts."""
-    model = registry.get(body.model)
-    return await responder.answer(request, lambda timing: embeddings.encode(model, body, timing), len(body.texts))
+    return await responder.serve(request, registry, body, embeddings.encode)
 
 
 @router.post("/encode/sparse", response_model=SparseEncodeResponse)
@@ -33,8 +32,7 @@ async def encode_sparse(
     body: SparseEncodeRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
     """Sparse vectors of a SPLADE model: one weight for each vocabulary entry the text activates, the rest zero."""
-    model = registry.get(body.model)
-    return await responder.answer(request, lambda timing: embeddings.sparse(model, body, timing), len(body.texts))
+    return await responder.serve(request, registry, body, embeddings.sparse)
 
 
 @router.post("/encode/late-chunks", response_model=LateChunksResponse)
@@ -42,8 +40,7 @@ async def encode_late_chunks(
     body: LateChunksRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
     """Late chunking: one pass over the whole text, then each chunk's embedding from its own tokens' final vectors."""
-    model = registry.get(body.model)
-    return await responder.answer(request, lambda timing: embeddings.late_chunks(model, body, timing))
+    return await responder.serve(request, registry, body, embeddings.late_chunks)
 
 
 @router.post("/encode/multi-vector", response_model=MultiVectorResponse)
@@ -51,5 +48,4 @@ async def encode_multi_vector(
     body: MultiVectorRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
     """One vector a token, for late interaction (MaxSim), from a multi-vector model."""
-    model = registry.get(body.model)
-    return await responder.answer(request, lambda timing: embeddings.multi_vector(model, body, timing), len(body.texts))
+    return await responder.serve(request, registry, body, embeddings.multi_vector)

@@ -34,6 +34,4 @@ async def embeddings(
     responder: ResponderDep,
 ) -> Response:
     """Embeddings in OpenAI's shape: strings or token ids in, pooled L2-normalised vectors out."""
-    model = registry.get(body.model)
-    n_inputs = 1 if isinstance(body.input, str) or isinstance(body.input[0], int) else len(body.input)
-    return await responder.answer(request, lambda timing: embeddings.openai(model, body, timing), n_inputs)
+    return await responder.serve(request, registry, body, embeddings.openai)

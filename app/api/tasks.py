@@ -14,8 +14,7 @@ async def rerank(
     body: RerankRequest, request: Request, registry: Registry, tasks: TasksDep, responder: ResponderDep
 ) -> Response:
     """Documents ranked by a cross-encoder's relevance to the query, best first."""
-    model = registry.get(body.model)
-    return await responder.answer(request, lambda timing: tasks.rerank(model, body, timing), len(body.documents))
+    return await responder.serve(request, registry, body, tasks.rerank)
 
 
 @router.post("/classify", response_model=ClassifyResponse)
@@ -23,5 +22,4 @@ async def classify(
     body: ClassifyRequest, request: Request, registry: Registry, tasks: TasksDep, responder: ResponderDep
 ) -> Response:
     """Labels and scores of a sequence classifier for one or more texts (or pairs, as NLI takes them)."""
-    model = registry.get(body.model)
-    return await responder.answer(request, lambda timing: tasks.classify(model, body, timing), len(body.texts))
+    return await responder.serve(request, registry, body, tasks.classify)

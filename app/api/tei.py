@@ -325,7 +325,8 @@ async def embed(
                     vectors[index] = text_item.embedding
             return vectors
 
-        return await answer(request, responder, mixed, len(items))
+        admitted = native_ids.admitted_texts + (native_texts.admitted_texts if native_texts is not None else 0)
+        return await answer(request, responder, mixed, admitted)
     texts, _ = strings(inputs)
     native = EncodeRequest(
         texts=texts,
@@ -341,7 +342,7 @@ async def embed(
         reply = await embeddings.encode(served, native, timing)
         return [item.embedding for item in reply.body.data]
 
-    return await answer(request, responder, work, len(texts))
+    return await answer(request, responder, work, native.admitted_texts)
 
 
 async def embed_default(
@@ -375,7 +376,7 @@ async def embed_all(
         reply = await embeddings.encode(served, native, timing)
         return [item.token_embeddings for item in reply.body.data]
 
-    return await answer(request, responder, work, len(texts))
+    return await answer(request, responder, work, native.admitted_texts)
 
 
 @router.post(
@@ -402,7 +403,7 @@ async def embed_sparse(
             for item in reply.body.data
         ]
 
-    return await answer(request, responder, work, len(texts))
+    return await answer(request, responder, work, native.admitted_texts)
 
 
 @router.post(
@@ -441,7 +442,7 @@ async def predict(
         ranked = [[{"score": label.score, "label": label.label} for label in item.labels] for item in reply.body.data]
         return ranked[0] if one else ranked
 
-    return await answer(request, responder, work, len(texts))
+    return await answer(request, responder, work, native.admitted_texts)
 
 
 @router.post("/rerank", response_model=list[Rank], summary="TEI: the texts' relevance to the query, best first")
@@ -471,7 +472,7 @@ async def rerank(
             ranks.append(rank)
         return ranks
 
-    return await answer(request, responder, work, len(body.texts))
+    return await answer(request, responder, work, native.admitted_texts)
 
 
 @router.post(
@@ -497,7 +498,7 @@ async def similarity(
         reply = await inspection.similarity(served, native, timing)
         return [item.score for item in reply.body.data]
 
-    return await answer(request, responder, work, len(body.inputs.sentences) + 1)
+    return await answer(request, responder, work, native.admitted_texts)
 
 
 @router.post("/tokenize", response_model=list[list[SimpleToken]], summary="TEI: tokens with byte offsets")

@@ -14,5 +14,4 @@ async def tokenize(
     body: TokenizeRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
     """The model's tokens for one or more texts (optionally paired), with ids, character spans and segments."""
-    model = registry.get(body.model)
-    return await responder.answer(request, lambda _: embeddings.tokenize(model, body), len(body.texts))
+    return await responder.serve(request, registry, body, lambda model, body, _: embeddings.tokenize(model, body))

@@ -9,7 +9,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Request
 from starlette.responses import Response
@@ -19,9 +19,13 @@ from app.engine.work_queue import QueueClosed, Timing
 from app.errors import NotReady, Timeout
 from app.metrics import Metrics
 from app.schemas import Reply
+from app.schemas import Request as Body
 from app.serialization import NPZ_MEDIA_TYPE, dumps, npz
+from app.serving.registry import ModelRegistry, ServedModel
 
 logger = logging.getLogger(__name__)
+
+B = TypeVar("B", bound=Body)
 
 # Responses with more numbers than this are serialised in a worker thread, not on the event loop.
 RENDER_IN_THREAD_VALUES = 100_000
@@ -66,6 +70,18 @@ class Responder:
         self.admission = admission
         self.metrics = metrics
         self.request_timeout_s = request_timeout_s
+
+    async def serve(
+        self,
+        request: Request,
+        registry: ModelRegistry,
+        body: B,
+        work: Callable[[ServedModel, B, Timing], Awaitable[Reply]],
+    ) -> Response:
+        """A native route's whole way: the model the body names (404 if none), admitted for the texts the body
+        brings (``admitted_texts``), ``work(model, body, timing)`` answered."""
+        served = registry.get(getattr(body, "model", None))
+        return await self.answer(request, lambda timing: work(served, body, timing), body.admitted_texts)
 
     async def answer(self, request: Request, work: Callable[[Timing], Awaitable[Reply]], n_texts: int = 1) -> Response:
         """Admit the request (429 past the limit), await its work within the deadline, serialise it.

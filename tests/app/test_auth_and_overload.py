@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import operator
 
 import httpx
 import pytest
@@ -73,3 +75,27 @@ async def test_full_queue_answers_429_with_retry_after_then_recovers(bundled_mod
             assert (await client.get("/health")).status_code == 200  # the loop still answers
         assert [r.status_code for r in await asyncio.gather(*blockers)] == [200, 200]
         assert (await client.post("/encode", json={"texts": "x"})).status_code == 200
+
+
+async def test_every_api_counts_a_request_as_the_texts_of_its_native_request(bundled_model: TextEncoder) -> None:
+    """Admission counts what a request brings to the queue, whichever API's shape it came in: the texts (or inputs,
+    or documents) and, for a similarity, its source too."""
+    sent = [
+        ("/encode", {"texts": ["a", "b", "c"]}, 3),
+        ("/v1/embeddings", {"input": ["a", "b"]}, 2),
+        ("/v1/embeddings", {"input": [101, 102]}, 1),  # one text's token ids
+        ("/tei/embed", {"inputs": ["a", "b", "c", "d"]}, 4),
+        ("/similarity", {"source": "a", "texts": ["b"]}, 2),
+        ("/tei/similarity", {"inputs": {"source_sentence": "a", "sentences": ["b", "c"]}}, 3),
+    ]
+    async with serving(Settings(), bundled_model) as service:
+        client = service.client
+        async with busy(service.model):
+            admitted, waiting = 0, []
+            for path, body, texts in sent:
+                waiting.append(asyncio.ensure_future(client.post(path, json=body)))
+                admitted += texts
+                await until_metric(
+                    client, "encoder_admitted_texts", functools.partial(operator.eq, admitted), timeout=10
+                )
+        assert [r.status_code for r in await asyncio.gather(*waiting)] == [200] * len(sent)
