@@ -120,7 +120,7 @@ async def record(out: Path) -> None:
         models = {
             name: load_model(path, device="cpu", dtype="float32", name=name) for name, path in directories.items()
         }
-        app = create_app(Settings(), models)
+        app = create_app(Settings(compute_lanes=1), models)  # every pass with the same threads: the same bits
         lines = []
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)

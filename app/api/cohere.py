@@ -10,7 +10,6 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-import numpy as np
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
@@ -181,9 +180,8 @@ async def embed(
     )
 
     async def work(timing: Timing) -> Any:
-        reply = await embeddings.encode(served, native, timing)
-        vectors = np.stack([item.embedding for item in reply.body.data])  # (B, D), as /encode gives them
-        tokens = reply.body.usage.prompt_tokens
+        embedded = await embeddings.encode(served, native, timing)
+        vectors, tokens = embedded.vectors, embedded.tokens_used  # (B, D), as /encode gives them
         return {
             "id": str(uuid.uuid4()),
             "embeddings": {kind: vectors_as(kind, vectors) for kind in wanted},

@@ -1,20 +1,28 @@
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
+from tokenizers import Encoding
 
 from app.schemas import (
     ERROR_RESPONSES,
+    Embedding,
     EncodeRequest,
     EncodeResponse,
     LateChunksRequest,
     LateChunksResponse,
     MultiVectorRequest,
     MultiVectorResponse,
+    Reply,
     SparseEncodeRequest,
     SparseEncodeResponse,
 )
+from app.serialization import construct, vectors_as
+from app.services.embeddings import Embedded, token_infos
 from app.web.dependencies import EmbeddingsDep, Registry, ResponderDep
+from app.web.responding import rendered
 
 router = APIRouter(tags=["embeddings"], responses=ERROR_RESPONSES)
 
@@ -24,7 +32,30 @@ async def encode(
     body: EncodeRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
     """Sentence embeddings (and, on request, tokens and per-token vectors) for one or more texts."""
-    return await responder.serve(request, registry, body, embeddings.encode)
+    return await responder.serve(request, registry, body, rendered(embeddings.encode, encoded))
+
+
+def encoded(request: EncodeRequest, embedded: Embedded) -> Reply:
+    """/encode's answer: each text's embedding in the request's encoding_format, with its tokens and its tokens'
+    vectors where asked."""
+    vectors = vectors_as(request.encoding_format, embedded.vectors)
+    width = embedded.vectors.shape[1]
+    data = []
+    n_values = 0
+    for index, encoding in enumerate(embedded.encodings):
+        item: dict[str, Any] = {"index": index, "embedding": vectors[index]}
+        if request.return_tokens:
+            assert isinstance(encoding, Encoding), "/encode's texts are tokenised here, never given as ids"
+            item["tokens"] = token_infos(encoding)
+        tokens = embedded.token_vectors[index]
+        if tokens is not None:
+            float_ = request.encoding_format == "float"
+            item["token_embeddings"] = tokens if float_ else vectors_as(request.encoding_format, tokens)
+            n_values += tokens.size
+        n_values += width
+        data.append(construct(Embedding, **item))
+    response = construct(EncodeResponse, model=embedded.model, dim=width, data=data, usage=embedded.usage())
+    return Reply(response, n_values)
 
 
 @router.post("/encode/sparse", response_model=SparseEncodeResponse)

@@ -7,13 +7,17 @@ from starlette.responses import Response
 
 from app.schemas import (
     ERROR_RESPONSES,
+    OpenAIEmbedding,
     OpenAIEmbeddingsRequest,
     OpenAIEmbeddingsResponse,
     OpenAIModel,
     OpenAIModelList,
+    Reply,
 )
-from app.serialization import json_response
+from app.serialization import construct, json_response, vectors_as
+from app.services.embeddings import Embedded
 from app.web.dependencies import EmbeddingsDep, Registry, ResponderDep
+from app.web.responding import rendered
 
 router = APIRouter(prefix="/v1", tags=["openai"], responses=ERROR_RESPONSES)
 
@@ -34,4 +38,16 @@ async def embeddings(
     responder: ResponderDep,
 ) -> Response:
     """Embeddings in OpenAI's shape: strings or token ids in, pooled L2-normalised vectors out."""
-    return await responder.serve(request, registry, body, embeddings.openai)
+    return await responder.serve(request, registry, body, rendered(embeddings.openai, openai_embeddings))
+
+
+def openai_embeddings(request: OpenAIEmbeddingsRequest, embedded: Embedded) -> Reply:
+    """/v1/embeddings' answer, in OpenAI's shape."""
+    data = [
+        construct(OpenAIEmbedding, object="embedding", index=index, embedding=embedding)
+        for index, embedding in enumerate(vectors_as(request.encoding_format, embedded.vectors))
+    ]
+    response = construct(
+        OpenAIEmbeddingsResponse, object="list", data=data, model=embedded.model, usage=embedded.usage()
+    )
+    return Reply(response, int(embedded.vectors.size))

@@ -316,13 +316,13 @@ async def embed(
 
         async def mixed(timing: Timing) -> Any:
             vectors: list[Any] = [None] * len(items)
-            reply = await embeddings.openai(served, native_ids, timing)
-            for index, item in zip(id_rows, reply.body.data, strict=True):
-                vectors[index] = item.embedding
+            by_ids = await embeddings.openai(served, native_ids, timing)
+            for index, vector in zip(id_rows, by_ids.vectors, strict=True):
+                vectors[index] = vector
             if native_texts is not None:
-                encoded = await embeddings.encode(served, native_texts, timing)
-                for index, text_item in zip(text_rows, encoded.body.data, strict=True):
-                    vectors[index] = text_item.embedding
+                by_texts = await embeddings.encode(served, native_texts, timing)
+                for index, vector in zip(text_rows, by_texts.vectors, strict=True):
+                    vectors[index] = vector
             return vectors
 
         admitted = native_ids.admitted_texts + (native_texts.admitted_texts if native_texts is not None else 0)
@@ -339,8 +339,7 @@ async def embed(
     served = served.read_as(reading(body))
 
     async def work(timing: Timing) -> Any:
-        reply = await embeddings.encode(served, native, timing)
-        return [item.embedding for item in reply.body.data]
+        return list((await embeddings.encode(served, native, timing)).vectors)
 
     return await answer(request, responder, work, native.admitted_texts)
 
@@ -373,8 +372,7 @@ async def embed_all(
     served = served.read_as(reading(body, ids))
 
     async def work(timing: Timing) -> Any:
-        reply = await embeddings.encode(served, native, timing)
-        return [item.token_embeddings for item in reply.body.data]
+        return (await embeddings.encode(served, native, timing)).token_vectors
 
     return await answer(request, responder, work, native.admitted_texts)
 

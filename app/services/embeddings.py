@@ -14,18 +14,14 @@ from app.engine.messages import Task
 from app.engine.work_queue import Timing
 from app.errors import InvalidRequest
 from app.schemas import (
-    Embedding,
     EncodeRequest,
-    EncodeResponse,
     LateChunk,
     LateChunksRequest,
     LateChunksResponse,
     MultiVectorEmbedding,
     MultiVectorRequest,
     MultiVectorResponse,
-    OpenAIEmbedding,
     OpenAIEmbeddingsRequest,
-    OpenAIEmbeddingsResponse,
     PairTokenInfo,
     Reply,
     SparseEmbedding,
@@ -61,6 +57,25 @@ class SideTokens:
     ids: list[int]
     type_ids: list[int]
     tokens: list[str]
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """Texts' embeddings as the service computes them, for any API to write: the vectors (each text's first
+    ``dimensions`` where asked), each text's tokens and, where asked, its tokens' vectors."""
+
+    model: str  # the served model's name
+    vectors: np.ndarray  # (B, D) float32
+    encodings: Sequence[TokenSequence]  # each text's tokens, as the request gave or the tokenizer made them
+    token_vectors: list[np.ndarray | None]  # each text's (T, D) token vectors, where asked
+    tokens_used: int  # the tokens computed, as OpenAI counts them: every window's, where a text was chunked
+
+    def usage(self) -> Usage:
+        return construct(Usage, prompt_tokens=self.tokens_used, total_tokens=self.tokens_used)
+
+
+def tokens_in(encodings: Sequence[TokenSequence]) -> int:
+    return sum(len(e.ids) for e in encodings)
 
 
 def token_infos(encoding: Encoding) -> list[TokenInfo]:
@@ -112,7 +127,8 @@ class Embeddings:
         if n_texts > self.max_batch_texts:
             raise InvalidRequest(param, f"at most {self.max_batch_texts} texts per request, got {n_texts}")
 
-    async def encode(self, served: ServedModel, request: EncodeRequest, timing: Timing | None = None) -> Reply:
+    async def encode(self, served: ServedModel, request: EncodeRequest, timing: Timing | None = None) -> Embedded:
+        """/encode's embeddings (pooled as the request asks, prompted, chunked, cut to ``dimensions``)."""
         model = served.card
         self.check_batch(len(request.texts))
         try:
@@ -142,31 +158,8 @@ class Embeddings:
             sentences, counted = np.stack([result.sentence for result in results]), encodings  # (B, D)
         if request.dimensions is not None:
             sentences = keep_dimensions(sentences, request.dimensions, normalize_again=request.normalize)
-
-        embeddings = vectors_as(request.encoding_format, sentences)
-        data = []
-        n_values = 0
-        for index, (encoding, result) in enumerate(zip(encodings, results)):
-            item: dict[str, Any] = {"index": index, "embedding": embeddings[index]}
-            if request.return_tokens:
-                item["tokens"] = token_infos(encoding)
-            if result.tokens is not None:
-                item["token_embeddings"] = (
-                    result.tokens
-                    if request.encoding_format == "float"
-                    else vectors_as(request.encoding_format, result.tokens)
-                )
-                n_values += result.tokens.size
-            n_values += sentences.shape[1]
-            data.append(construct(Embedding, **item))
-        response = construct(
-            EncodeResponse,
-            model=served.name,
-            dim=sentences.shape[1],
-            data=data,
-            usage=usage(counted),
-        )
-        return Reply(response, n_values)
+        tokens = [result.tokens for result in results]
+        return Embedded(served.name, sentences, encodings, tokens, tokens_in(counted))
 
     async def chunked(
         self,
@@ -238,7 +231,7 @@ class Embeddings:
 
     async def openai(
         self, served: ServedModel, request: OpenAIEmbeddingsRequest, timing: Timing | None = None
-    ) -> Reply:
+    ) -> Embedded:
         """OpenAI's /v1/embeddings: the model's pooled, normalised embeddings; texts truncated, token ids as
         they are."""
         model = served.card
@@ -278,14 +271,7 @@ class Embeddings:
             sentences = np.stack([result.sentence for result in results])  # (B, D)
         if request.dimensions is not None:
             sentences = keep_dimensions(sentences, request.dimensions)
-        data = [
-            construct(OpenAIEmbedding, object="embedding", index=index, embedding=embedding)
-            for index, embedding in enumerate(vectors_as(request.encoding_format, sentences))
-        ]
-        response = construct(
-            OpenAIEmbeddingsResponse, object="list", data=data, model=served.name, usage=usage(counted)
-        )
-        return Reply(response, int(sentences.size))
+        return Embedded(served.name, sentences, encodings, [None] * len(encodings), tokens_in(counted))
 
     async def late_chunks(self, served: ServedModel, request: LateChunksRequest, timing: Timing | None = None) -> Reply:
         """Late chunking: one pass over the whole text (in windows overlapping by half where it is longer than the

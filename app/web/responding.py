@@ -26,6 +26,20 @@ from app.serving.registry import ModelRegistry, ServedModel
 logger = logging.getLogger(__name__)
 
 B = TypeVar("B", bound=Body)
+R = TypeVar("R")
+
+
+def rendered(
+    compute: Callable[[ServedModel, B, Timing], Awaitable[R]], render: Callable[[B, R], Reply]
+) -> Callable[[ServedModel, B, Timing], Awaitable[Reply]]:
+    """A service's computation (its domain result) written as the route's API writes it: the work of
+    ``Responder.serve``."""
+
+    async def work(served: ServedModel, body: B, timing: Timing) -> Reply:
+        return render(body, await compute(served, body, timing))
+
+    return work
+
 
 # Responses with more numbers than this are serialised in a worker thread, not on the event loop.
 RENDER_IN_THREAD_VALUES = 100_000
