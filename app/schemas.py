@@ -214,6 +214,11 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+def usage_of(tokens: int) -> Usage:
+    """The tokens a request was computed on, as OpenAI counts them."""
+    return Usage.model_construct(prompt_tokens=tokens, total_tokens=tokens)
+
+
 # ---- /encode/late-chunks ----
 
 Span = Annotated[list[int], Field(min_length=2, max_length=2)]

@@ -9,15 +9,21 @@ from app.schemas import (
     ERROR_RESPONSES,
     AttentionRequest,
     AttentionResponse,
+    Explanation,
     HeadStatisticsRequest,
     HeadStatisticsResponse,
     NeuronRequest,
     NeuronResponse,
+    Reply,
+    Similarity,
     SimilarityRequest,
     SimilarityResponse,
+    usage_of,
 )
-from app.serialization import NPZ_MEDIA_TYPE, accepts_npz
+from app.serialization import NPZ_MEDIA_TYPE, accepts_npz, construct
+from app.services.inspection import Similarities
 from app.web.dependencies import InspectionDep, Registry, ResponderDep
+from app.web.responding import rendered
 
 router = APIRouter(tags=["inspection"], responses=ERROR_RESPONSES)
 
@@ -72,4 +78,23 @@ async def similarity(
     body: SimilarityRequest, request: Request, registry: Registry, inspection: InspectionDep, responder: ResponderDep
 ) -> Response:
     """Cosine similarity of a source text with each text; with `explain`, which token pairs made each score."""
-    return await responder.serve(request, registry, body, inspection.similarity)
+    return await responder.serve(request, registry, body, rendered(inspection.similarity, similar))
+
+
+def similar(request: SimilarityRequest, similarities: Similarities) -> Reply:
+    """/similarity's answer: each text's score, with its explanation where asked."""
+    data = []
+    for index, score in enumerate(similarities.scores):
+        item: dict[str, Any] = {"index": index, "score": score}
+        if similarities.explanations is not None:
+            explained = similarities.explanations[index]
+            item["explanation"] = construct(
+                Explanation,
+                source_tokens=explained.source_tokens,
+                tokens=explained.tokens,
+                contributions=explained.contributions,
+                method=explained.method,
+            )
+        data.append(construct(Similarity, **item))
+    usage = usage_of(similarities.tokens_used)
+    return Reply(construct(SimilarityResponse, model=similarities.model, data=data, usage=usage), similarities.n_values)

@@ -208,9 +208,9 @@ async def rerank(
     native = RerankRequest(query=body.query, documents=documents, top_n=body.top_n, model=body.model)
 
     async def work(timing: Timing) -> Any:
-        reply = await tasks.rerank(served, native, timing)
-        results = [{"index": r.index, "relevance_score": r.relevance_score} for r in reply.body.results]
-        return {"id": str(uuid.uuid4()), "results": results, "meta": meta(reply.body.usage.total_tokens)}
+        ranked = await tasks.rerank(served, native, timing)
+        results = [{"index": i, "relevance_score": float(ranked.scores[i])} for i in ranked.order]
+        return {"id": str(uuid.uuid4()), "results": results, "meta": meta(ranked.tokens_used)}
 
     return await answer(request, responder, work, native.admitted_texts)
 
@@ -227,14 +227,14 @@ async def jina_rerank(
     native = RerankRequest(query=body.query, documents=body.documents, top_n=body.top_n, model=body.model)
 
     async def work(timing: Timing) -> Any:
-        reply = await tasks.rerank(served, native, timing)
+        ranked = await tasks.rerank(served, native, timing)
         results = []
-        for r in reply.body.results:
-            result: dict[str, Any] = {"index": r.index, "relevance_score": r.relevance_score}
+        for i in ranked.order:
+            result: dict[str, Any] = {"index": i, "relevance_score": float(ranked.scores[i])}
             if body.return_documents:
-                result["document"] = {"text": body.documents[r.index]}
+                result["document"] = {"text": body.documents[i]}
             results.append(result)
-        tokens = reply.body.usage.total_tokens
+        tokens = ranked.tokens_used
         return {"model": served.name, "results": results, "usage": {"total_tokens": tokens, "prompt_tokens": tokens}}
 
     return await answer(request, responder, work, native.admitted_texts)

@@ -16,11 +16,13 @@ from app.schemas import (
     MultiVectorRequest,
     MultiVectorResponse,
     Reply,
+    SparseEmbedding,
     SparseEncodeRequest,
     SparseEncodeResponse,
+    usage_of,
 )
 from app.serialization import construct, vectors_as
-from app.services.embeddings import Embedded, token_infos
+from app.services.embeddings import Embedded, SparseEncoded, token_infos
 from app.web.dependencies import EmbeddingsDep, Registry, ResponderDep
 from app.web.responding import rendered
 
@@ -54,7 +56,9 @@ def encoded(request: EncodeRequest, embedded: Embedded) -> Reply:
             n_values += tokens.size
         n_values += width
         data.append(construct(Embedding, **item))
-    response = construct(EncodeResponse, model=embedded.model, dim=width, data=data, usage=embedded.usage())
+    response = construct(
+        EncodeResponse, model=embedded.model, dim=width, data=data, usage=usage_of(embedded.tokens_used)
+    )
     return Reply(response, n_values)
 
 
@@ -63,7 +67,7 @@ async def encode_sparse(
     body: SparseEncodeRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
     """Sparse vectors of a SPLADE model: one weight for each vocabulary entry the text activates, the rest zero."""
-    return await responder.serve(request, registry, body, embeddings.sparse)
+    return await responder.serve(request, registry, body, rendered(embeddings.sparse, sparse_encoded))
 
 
 @router.post("/encode/late-chunks", response_model=LateChunksResponse)
@@ -80,3 +84,15 @@ async def encode_multi_vector(
 ) -> Response:
     """One vector a token, for late interaction (MaxSim), from a multi-vector model."""
     return await responder.serve(request, registry, body, embeddings.multi_vector)
+
+
+def sparse_encoded(request: SparseEncodeRequest, encoded: SparseEncoded) -> Reply:
+    """/encode/sparse's answer: each text's vocabulary ids and weights, with their entries where asked."""
+    data = []
+    for index, vector in enumerate(encoded.vectors):
+        item: dict[str, Any] = {"index": index, "indices": vector.indices, "values": vector.values}
+        if encoded.entries is not None:
+            item["tokens"] = encoded.entries[index]
+        data.append(construct(SparseEmbedding, **item))
+    response = construct(SparseEncodeResponse, model=encoded.model, data=data, usage=usage_of(encoded.tokens_used))
+    return Reply(response, sum(2 * vector.indices.size for vector in encoded.vectors))

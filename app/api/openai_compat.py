@@ -13,6 +13,7 @@ from app.schemas import (
     OpenAIModel,
     OpenAIModelList,
     Reply,
+    usage_of,
 )
 from app.serialization import construct, json_response, vectors_as
 from app.services.embeddings import Embedded
@@ -48,6 +49,6 @@ def openai_embeddings(request: OpenAIEmbeddingsRequest, embedded: Embedded) -> R
         for index, embedding in enumerate(vectors_as(request.encoding_format, embedded.vectors))
     ]
     response = construct(
-        OpenAIEmbeddingsResponse, object="list", data=data, model=embedded.model, usage=embedded.usage()
+        OpenAIEmbeddingsResponse, object="list", data=data, model=embedded.model, usage=usage_of(embedded.tokens_used)
     )
     return Reply(response, int(embedded.vectors.size))

@@ -395,10 +395,10 @@ async def embed_sparse(
     served = served.read_as(reading(body, ids))
 
     async def work(timing: Timing) -> Any:
-        reply = await embeddings.sparse(served, native, timing)
+        encoded = await embeddings.sparse(served, native, timing)
         return [
-            [{"index": int(i), "value": float(v)} for i, v in zip(item.indices, item.values, strict=True)]
-            for item in reply.body.data
+            [{"index": int(i), "value": float(v)} for i, v in zip(vector.indices, vector.values, strict=True)]
+            for vector in encoded.vectors
         ]
 
     return await answer(request, responder, work, native.admitted_texts)
@@ -436,8 +436,8 @@ async def predict(
     served = served.read_as(reading(body))
 
     async def work(timing: Timing) -> Any:
-        reply = await tasks.classify(served, native, timing)
-        ranked = [[{"score": label.score, "label": label.label} for label in item.labels] for item in reply.body.data]
+        labelled = await tasks.classify(served, native, timing)
+        ranked = [[{"score": score, "label": label} for label, score in labels] for labels in labelled.labels]
         return ranked[0] if one else ranked
 
     return await answer(request, responder, work, native.admitted_texts)
@@ -460,13 +460,13 @@ async def rerank(
     served = served.read_as(reading(body))
 
     async def work(timing: Timing) -> Any:
-        reply = await tasks.rerank(served, native, timing)
+        ranked = await tasks.rerank(served, native, timing)
         ranks = []
-        for result in reply.body.results:
-            rank: dict[str, Any] = {"index": result.index}
+        for index in ranked.order:
+            rank: dict[str, Any] = {"index": index}
             if body.return_text:
-                rank["text"] = result.document
-            rank["score"] = result.relevance_score
+                rank["text"] = body.texts[index]
+            rank["score"] = float(ranked.scores[index])
             ranks.append(rank)
         return ranks
 
@@ -493,8 +493,7 @@ async def similarity(
     served = served.read_as(reading(parameters))
 
     async def work(timing: Timing) -> Any:
-        reply = await inspection.similarity(served, native, timing)
-        return [item.score for item in reply.body.data]
+        return (await inspection.similarity(served, native, timing)).scores
 
     return await answer(request, responder, work, native.admitted_texts)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 from tokenizers import Encoding
@@ -24,14 +23,13 @@ from app.schemas import (
     OpenAIEmbeddingsRequest,
     PairTokenInfo,
     Reply,
-    SparseEmbedding,
     SparseEncodeRequest,
-    SparseEncodeResponse,
     TokenInfo,
     Tokenized,
     TokenizeRequest,
     TokenizeResponse,
     Usage,
+    usage_of,
 )
 from app.serialization import construct, vectors_as
 from app.serving.registry import ServedModel
@@ -41,6 +39,7 @@ from model import (
     MultiVectorOptions,
     MultiVectors,
     SparseOptions,
+    SparseVector,
     TextEmbedding,
     TextTokenizer,
     TokenIdOutOfRange,
@@ -70,8 +69,15 @@ class Embedded:
     token_vectors: list[np.ndarray | None]  # each text's (T, D) token vectors, where asked
     tokens_used: int  # the tokens computed, as OpenAI counts them: every window's, where a text was chunked
 
-    def usage(self) -> Usage:
-        return construct(Usage, prompt_tokens=self.tokens_used, total_tokens=self.tokens_used)
+
+@dataclass(frozen=True)
+class SparseEncoded:
+    """Texts' sparse vectors, for any API to write."""
+
+    model: str
+    vectors: list[SparseVector]  # each text's vocabulary ids and weights
+    entries: list[list[str]] | None  # each vector's vocabulary entries, where asked
+    tokens_used: int
 
 
 def tokens_in(encodings: Sequence[TokenSequence]) -> int:
@@ -94,8 +100,7 @@ def pair_token_infos(encoding: Encoding) -> list[PairTokenInfo]:
 
 def usage(encodings: Sequence[TokenSequence]) -> Usage:
     """The tokens a request was computed on, as OpenAI counts them."""
-    n_tokens = sum(len(e.ids) for e in encodings)
-    return construct(Usage, prompt_tokens=n_tokens, total_tokens=n_tokens)
+    return usage_of(tokens_in(encodings))
 
 
 def second_segments(texts: Sequence[str], text_pair: str | Sequence[str | None] | None) -> list[str | None] | None:
@@ -443,7 +448,9 @@ class Embeddings:
             sides.append(SideTokens([ids[p] for p in kept], [types[p] for p in kept], [tokens[p] for p in kept]))
         return sides
 
-    async def sparse(self, served: ServedModel, request: SparseEncodeRequest, timing: Timing | None = None) -> Reply:
+    async def sparse(
+        self, served: ServedModel, request: SparseEncodeRequest, timing: Timing | None = None
+    ) -> SparseEncoded:
         """A sparse model's vectors (SPLADE's, BGE-M3's): vocabulary ids and weights (and, on request, the vocabulary
         entries)."""
         model = served.card
@@ -464,14 +471,10 @@ class Embeddings:
                 f"these texts' sparse vectors hold {weights:,} non-zero weights, more than the limit of "
                 f"{self.max_sparse_weights:,} a request: send fewer texts, or top_k to keep each text's largest",
             )
-        data = []
-        for index, vector in enumerate(vectors):
-            item: dict[str, Any] = {"index": index, "indices": vector.indices, "values": vector.values}
-            if request.return_tokens:
-                item["tokens"] = model.tokenizer.vocabulary_entries(vector.indices.tolist())
-            data.append(construct(SparseEmbedding, **item))
-        response = construct(SparseEncodeResponse, model=served.name, data=data, usage=usage(encodings))
-        return Reply(response, sum(2 * vector.indices.size for vector in vectors))
+        entries = None
+        if request.return_tokens:
+            entries = [model.tokenizer.vocabulary_entries(vector.indices.tolist()) for vector in vectors]
+        return SparseEncoded(served.name, list(vectors), entries, tokens_in(encodings))
 
     async def tokenize(self, served: ServedModel, request: TokenizeRequest) -> Reply:
         self.check_batch(len(request.texts))

@@ -8,8 +8,8 @@ import math
 import unicodedata
 import warnings
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 from tokenizers import Encoding
@@ -20,20 +20,17 @@ from app.errors import InvalidRequest
 from app.schemas import (
     AttentionRequest,
     AttentionResponse,
-    Explanation,
     HeadStatisticsRequest,
     HeadStatisticsResponse,
     NeuronRequest,
     NeuronResponse,
     PositionalEncodingResponse,
     Reply,
-    Similarity,
     SimilarityRequest,
-    SimilarityResponse,
     Word,
 )
 from app.serialization import construct
-from app.services.embeddings import Embeddings, pair_token_infos, usage
+from app.services.embeddings import Embeddings, pair_token_infos, tokens_in
 from app.serving.registry import ServedModel
 from app.settings import Settings
 from model import (
@@ -47,6 +44,27 @@ from model import (
     maxsim,
     resolve_indices,
 )
+
+
+@dataclass(frozen=True)
+class Explained:
+    """A similarity split into its terms: ``contributions[i][j]`` of source token i and text token j."""
+
+    source_tokens: list[str]
+    tokens: list[str]
+    contributions: np.ndarray  # (S, T)
+    method: str
+
+
+@dataclass(frozen=True)
+class Similarities:
+    """The source's similarity with each text, for any API to write."""
+
+    model: str
+    scores: list[float]  # one for each text
+    explanations: list[Explained] | None  # one for each text, where asked
+    tokens_used: int
+    n_values: int  # the numbers the explanations hold
 
 
 def statistics_slices(lengths: Sequence[int], per_token_squared: int, slice_values: int) -> list[list[int]]:
@@ -225,7 +243,9 @@ class Inspection:
         )
         return Reply(response, means.size)
 
-    async def similarity(self, served: ServedModel, request: SimilarityRequest, timing: Timing | None = None) -> Reply:
+    async def similarity(
+        self, served: ServedModel, request: SimilarityRequest, timing: Timing | None = None
+    ) -> Similarities:
         """Cosine similarity of the source's sentence embedding with each text's, from one shared pass; with
         ``explain`` each score split into source token × text token contributions (explain_similarity)."""
         settings = self.settings
@@ -275,29 +295,15 @@ class Inspection:
             inputs = ExplainInputs(results[0].tokens, tuple(result.tokens for result in results[1:]), skip)
             (explained,) = await served.queue.run(Task("explain", options=inputs), timing)
             explanations = [
-                construct(
-                    Explanation,
-                    source_tokens=list(source_encoding.tokens),
-                    tokens=list(encoding.tokens),
-                    contributions=contributions,
-                    method=method,
-                )
+                Explained(list(source_encoding.tokens), list(encoding.tokens), contributions, method)
                 for encoding, (contributions, method) in zip(encodings, explained, strict=True)
             ]
-        data = []
-        for index, score in enumerate(scores):
-            item: dict[str, Any] = {"index": index, "score": float(score)}
-            if explanations is not None:
-                item["explanation"] = explanations[index]
-            data.append(construct(Similarity, **item))
-        response = construct(
-            SimilarityResponse, model=served.name, data=data, usage=usage([source_encoding, *encodings])
-        )
-        return Reply(response, n_values)
+        used = tokens_in([source_encoding, *encodings])
+        return Similarities(served.name, [float(score) for score in scores], explanations, used, n_values)
 
     async def late_similarity(
         self, served: ServedModel, request: SimilarityRequest, timing: Timing | None = None
-    ) -> Reply:
+    ) -> Similarities:
         """/similarity on a multi-vector model: MaxSim of the source read as a query with each text read as a
         document (as /rerank scores them); with ``explain`` each score's terms, [i][j] the dot product of the
         source's vector i and the text's vector j where j is i's best match and 0 elsewhere (divided by the
@@ -318,25 +324,18 @@ class Inspection:
             )
         late = served.card.late_interaction
         mean = late is None or late.mean
-        data = []
-        for index, (result, names) in enumerate(zip(results, tokens, strict=True)):
-            item: dict[str, Any] = {"index": index, "score": maxsim(query, result.vectors, mean)}
-            if request.explain:
+        scores = [maxsim(query, result.vectors, mean) for result in results]
+        explanations = None
+        if request.explain:
+            explanations = []
+            for result, names in zip(results, tokens, strict=True):
                 products = query @ result.vectors.T  # (q, d)
                 contributions = np.zeros_like(products)
                 if products.size:
                     rows, best = np.arange(len(query)), products.argmax(axis=1)
                     contributions[rows, best] = products[rows, best] / (len(query) if mean else 1)
-                item["explanation"] = construct(
-                    Explanation,
-                    source_tokens=source_tokens,
-                    tokens=names,
-                    contributions=contributions,
-                    method="maxsim",
-                )
-            data.append(construct(Similarity, **item))
-        response = construct(SimilarityResponse, model=served.name, data=data, usage=usage([source, *documents]))
-        return Reply(response, n_values)
+                explanations.append(Explained(source_tokens, names, contributions, "maxsim"))
+        return Similarities(served.name, scores, explanations, tokens_in([source, *documents]), n_values)
 
     async def positional_encoding(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -11,17 +12,10 @@ from app.engine.messages import Task
 from app.engine.work_queue import Timing
 from app.errors import InvalidRequest
 from app.schemas import (
-    Classified,
     ClassifyRequest,
-    ClassifyResponse,
-    LabelScore,
-    Reply,
     RerankRequest,
-    RerankResponse,
-    RerankResult,
 )
-from app.serialization import construct
-from app.services.embeddings import Embeddings, second_segments, usage
+from app.services.embeddings import Embeddings, second_segments, tokens_in
 from app.serving.registry import ServedModel
 from model import YES_NO, EmbeddingSpec, HeadConfig, SparseOptions, TokenIds, TokenSequence, maxsim
 
@@ -55,11 +49,31 @@ QUERY_PROMPTS = ("query",)
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")
 
 
+@dataclass(frozen=True)
+class Ranked:
+    """Documents scored against a query, for any API to write."""
+
+    model: str
+    method: str  # how they were scored (RerankMethod)
+    order: list[int]  # the documents best first, as many as asked (top_n)
+    scores: np.ndarray  # (B,) each document's score
+    tokens_used: int
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """Texts' labels with their scores, best first, for any API to write."""
+
+    model: str
+    labels: list[list[tuple[str, float]]]  # each text's labels (as many as asked: top_k) and scores, best first
+    tokens_used: int
+
+
 class Tasks:
     def __init__(self, embeddings: Embeddings) -> None:
         self.embeddings = embeddings  # for its limits
 
-    async def rerank(self, served: ServedModel, request: RerankRequest, timing: Timing | None = None) -> Reply:
+    async def rerank(self, served: ServedModel, request: RerankRequest, timing: Timing | None = None) -> Ranked:
         """Documents by relevance to the query: a cross-encoder's score of each (query, document) pair, a yes/no
         reranker's answer to each pair formatted in its template, or the similarity of the query's and each
         document's vectors (sparse or dense)."""
@@ -94,20 +108,10 @@ class Tasks:
         method: str,
         scores: np.ndarray,
         encodings: Sequence[TokenSequence],
-    ) -> Reply:
-        """The documents best first by ``scores`` (B,), as /rerank answers."""
-        order = np.argsort(-scores, kind="stable")[: request.top_n]
-        results = [
-            construct(
-                RerankResult,
-                index=int(i),
-                relevance_score=float(scores[i]),
-                **({"document": request.documents[i]} if request.return_documents else {}),
-            )
-            for i in order
-        ]
-        response = construct(RerankResponse, model=served.name, method=method, results=results, usage=usage(encodings))
-        return Reply(response)
+    ) -> Ranked:
+        """The documents best first by ``scores`` (B,), as many as the request asks."""
+        order = [int(i) for i in np.argsort(-scores, kind="stable")[: request.top_n]]
+        return Ranked(served.name, method, order, scores, tokens_in(encodings))
 
     async def cosine(
         self, served: ServedModel, request: RerankRequest, timing: Timing | None
@@ -202,7 +206,7 @@ class Tasks:
                     )
         return [model.tokenizer.around(prefix, encoding.ids, suffix) for encoding in encodings]
 
-    async def classify(self, served: ServedModel, request: ClassifyRequest, timing: Timing | None = None) -> Reply:
+    async def classify(self, served: ServedModel, request: ClassifyRequest, timing: Timing | None = None) -> Labelled:
         """Labels with their scores: softmax over the labels, or a sigmoid per label for multi-label heads (the
         logits with ``raw_scores``)."""
         head = head_of(served, "classify")
@@ -211,10 +215,8 @@ class Tasks:
         encodings = await served.tokens.encode(request.texts, pairs, truncate=request.truncate, param="texts")
         scores = await served.queue.run(Task("classify", encodings), timing)
         probabilities = np.stack([row.logits if request.raw_scores else row.probabilities for row in scores])
-        labels = head.labels
-        data = []
-        for index, row in enumerate(probabilities):
-            order = np.argsort(-row, kind="stable")[: request.top_k]
-            ranked = [construct(LabelScore, label=labels[j], score=float(row[j])) for j in order]
-            data.append(construct(Classified, index=index, labels=ranked))
-        return Reply(construct(ClassifyResponse, model=served.name, data=data, usage=usage(encodings)))
+        labels = [
+            [(head.labels[j], float(row[j])) for j in np.argsort(-row, kind="stable")[: request.top_k]]
+            for row in probabilities
+        ]
+        return Labelled(served.name, labels, tokens_in(encodings))
