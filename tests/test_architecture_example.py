@@ -25,7 +25,7 @@ TEXTS = ["The quick brown fox jumps over the lazy dog.", "Hi", "Attention is all
 def example_blocks() -> list[tuple[str, str]]:
     """The python blocks of the section on adding a task, each with the module its first line names."""
     text = DOC.read_text()
-    section = text[text.index("**A task**, in four places.") : text.index("**A model in the same process.**")]
+    section = text[text.index("**A task**, in four places.") : text.index("## Tests")]
     blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
     named = []
     for block in blocks:
