@@ -79,6 +79,14 @@ class InvalidRequest(ApiError):
         super().__init__(f"{param}: {problem}" if param else problem, param)
 
 
+class ModelLacks(InvalidRequest):
+    """The model a request names has not what the request needs (a head, an output): a 422 on ``model`` that names
+    the model, what it lacks, and where a model has it."""
+
+    def __init__(self, name: str, lacks: str) -> None:
+        super().__init__("model", f"model {name!r} has no {lacks}")
+
+
 class PayloadTooLarge(ApiError):
     status_code = 413
     type = "payload_too_large"

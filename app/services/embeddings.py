@@ -11,7 +11,7 @@ from tokenizers import Encoding
 
 from app.engine.messages import Task
 from app.engine.work_queue import Timing
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, ModelLacks
 from app.schemas import (
     EncodeRequest,
     LateChunk,
@@ -356,11 +356,7 @@ class Embeddings:
         """A multi-vector model's vectors (a ColBERT checkpoint's, BGE-M3's), with the token each is of."""
         model = served.card
         if model.multi_vector is None:
-            raise InvalidRequest(
-                "model",
-                f"model {served.name!r} has no multi-vector output (a ColBERT checkpoint, or BGE-M3's "
-                "colbert_linear.pt)",
-            )
+            raise ModelLacks(served.name, "multi-vector output (a ColBERT checkpoint, or BGE-M3's colbert_linear.pt)")
         self.check_batch(len(request.texts))
         sides, results, tokens = await self.late_vectors(
             served, request.texts, query=request.is_query, truncate=request.truncate, timing=timing
@@ -455,10 +451,9 @@ class Embeddings:
         entries)."""
         model = served.card
         if model.sparse is None:
-            raise InvalidRequest(
-                "model",
-                f"model {served.name!r} has no sparse output (a SPLADE model's, a masked LM with SpladePooling, or "
-                "BGE-M3's lexical weights)",
+            raise ModelLacks(
+                served.name,
+                "sparse output (a SPLADE model's, a masked LM with SpladePooling, or BGE-M3's lexical weights)",
             )
         self.check_batch(len(request.texts))
         encodings = await served.tokens.encode(request.texts, truncate=request.truncate, param="texts")

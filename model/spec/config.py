@@ -49,17 +49,18 @@ HF_ACTIVATIONS: dict[str, Activation] = {
 }
 SUPPORTED_MODEL_TYPES: tuple[Family, ...] = get_args(Family)  # the model types read, in Family's order
 ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")
-DECODERS = ("qwen2", "qwen3", "llama", "mistral", "gemma3_text")  # read as transformers reads them: causal
 DISENTANGLED_TERMS = ("c2p", "p2c")  # DeBERTa's content-to-position and position-to-content terms
-# What transformers assumes for a decoder config that omits a field: (num_key_value_heads, head_dim); None is
-# the number of query heads, and hidden_size // num_attention_heads.
-DECODER_DEFAULTS: dict[str, tuple[int | None, int | None]] = {
+# The decoder families (read as transformers reads them: causal), each with what transformers assumes for a config
+# that omits a field: (num_key_value_heads, head_dim); None is the number of query heads, and
+# hidden_size // num_attention_heads.
+DECODER_DEFAULTS: dict[Family, tuple[int | None, int | None]] = {
     "qwen2": (32, None),
     "qwen3": (32, 128),
     "llama": (None, None),
     "mistral": (8, None),
     "gemma3_text": (4, 256),
 }
+DECODERS: tuple[Family, ...] = tuple(DECODER_DEFAULTS)
 
 
 @dataclass(frozen=True)
