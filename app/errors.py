@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -139,30 +140,25 @@ def error_response(
     return json_response(error_body(type_, message, param, code), status_code=status, headers=headers)
 
 
-class ErrorShape(Protocol):
-    """How an API writes its errors: the status, our error type, the message, the request field at fault."""
+@dataclass(frozen=True)
+class Failure:
+    """An error to write: its status, our error type, the message, the request field at fault, headers, a code."""
 
-    def __call__(
-        self,
-        status: int,
-        type_: str,
-        message: str,
-        param: str | None = None,
-        headers: dict | None = None,
-        code: str | None = None,
-    ) -> Response: ...
+    status: int
+    type: str
+    message: str
+    param: str | None = None
+    headers: dict | None = None
+    code: str | None = None
 
 
-def native_errors(
-    status: int,
-    type_: str,
-    message: str,
-    param: str | None = None,
-    headers: dict | None = None,
-    code: str | None = None,
-) -> Response:
+ErrorShape = Callable[[Failure], Response]  # how an API writes its errors
+
+
+def native_errors(failure: Failure) -> Response:
     """Ours: the envelope of API.md."""
-    return error_response(status, type_, message, param, headers, code)
+    body = error_body(failure.type, failure.message, failure.param, failure.code)
+    return json_response(body, status_code=failure.status, headers=failure.headers)
 
 
 def errors_in(shape: ErrorShape) -> type[APIRoute]:
@@ -196,7 +192,7 @@ class ErrorShapes:
 def api_error_response(error: ApiError, shape: ErrorShape = native_errors) -> Response:
     """An ApiError's envelope in ``shape``, logged (its status, type and message; never the body)."""
     logger.info("%d %s: %s", error.status_code, error.type, error.message)
-    return shape(error.status_code, error.type, error.message, error.param, error.headers, error.code)
+    return shape(Failure(error.status_code, error.type, error.message, error.param, error.headers, error.code))
 
 
 def internal_error_response(method: str, path: str) -> Response:
@@ -279,7 +275,7 @@ def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
                 sent = f"this request's Content-Type is {content_type!r}" if content_type else "this request has none"
                 message = f"the body must be JSON, sent with Content-Type: application/json; {sent}"
         logger.info("422 validation_error: %s", message)  # the problem, never the body
-        return shapes.of(request.scope)(422, "validation_error", message, param)
+        return shapes.of(request.scope)(Failure(422, "validation_error", message, param))
 
     @app.exception_handler(ValidationError)
     async def translated_request_error(request: Request, exc: ValidationError) -> Response:
@@ -299,7 +295,7 @@ def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
                 message = "malformed JSON body: it could not be decoded as UTF-8 JSON"
             else:
                 message = "malformed JSON body: it could not be parsed"
-            return shapes.of(request.scope)(422, "validation_error", message, "body")
+            return shapes.of(request.scope)(Failure(422, "validation_error", message, "body"))
         type_ = STATUS_TYPES.get(exc.status_code, "http_error")
         if exc.status_code == 404:
             message = f"no route {request.url.path}"
@@ -307,7 +303,7 @@ def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
             message = f"method {request.method} is not allowed on {request.url.path}"
         else:
             message = str(exc.detail)
-        return shapes.of(request.scope)(exc.status_code, type_, message, None, getattr(exc, "headers", None))
+        return shapes.of(request.scope)(Failure(exc.status_code, type_, message, None, getattr(exc, "headers", None)))
 
     @app.exception_handler(Exception)
     async def unexpected_error(request: Request, exc: Exception) -> Response:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from app.engine.work_queue import Timing
-from app.errors import InvalidRequest, errors_in
+from app.errors import Failure, InvalidRequest, errors_in
 from app.schemas import ERROR_RESPONSES, EncodeRequest, RerankRequest
 from app.serialization import json_response, vectors_as
 from app.serving.registry import ServedModel
@@ -136,16 +136,9 @@ class JinaRerankResponse(BaseModel):
     usage: dict[str, int]
 
 
-def cohere_errors(
-    status: int,
-    type_: str,
-    message: str,
-    param: str | None = None,
-    headers: dict | None = None,
-    code: str | None = None,
-) -> Response:
+def cohere_errors(failure: Failure) -> Response:
     """Cohere's ``{"message"}``."""
-    return json_response({"message": message}, status_code=status, headers=headers)
+    return json_response({"message": failure.message}, status_code=failure.status, headers=failure.headers)
 
 
 PREFIX = "/v2"  # Cohere's v2 API

@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from app import __version__
 from app.engine.work_queue import Timing
-from app.errors import ApiError, InvalidRequest, errors_in
+from app.errors import ApiError, Failure, InvalidRequest, errors_in
 from app.schemas import (
     ClassifyRequest,
     EncodeRequest,
@@ -49,18 +49,13 @@ TEI_ERRORS: dict[str, tuple[str, int]] = {
 }
 
 
-def tei_errors(
-    status: int,
-    type_: str,
-    message: str,
-    param: str | None = None,
-    headers: dict | None = None,
-    code: str | None = None,
-) -> Response:
+def tei_errors(failure: Failure) -> Response:
     """text-embeddings-inference's ``{"error", "error_type"}``: its error_type and status where TEI has one for the
     error, else ours with Validation."""
-    error_type, tei_status = TEI_ERRORS.get(type_, ("Validation", status))
-    return json_response({"error": message, "error_type": error_type}, status_code=tei_status, headers=headers)
+    error_type, status = TEI_ERRORS.get(failure.type, ("Validation", failure.status))
+    return json_response(
+        {"error": failure.message, "error_type": error_type}, status_code=status, headers=failure.headers
+    )
 
 
 class Backend(ApiError):

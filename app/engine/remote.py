@@ -26,7 +26,7 @@ from typing import Any
 from app.engine.admission import Admission
 from app.engine.messages import Task
 from app.engine.wire import FrameReader
-from app.engine.work_queue import QueueClosed, Timing
+from app.engine.work_queue import Timing
 from app.errors import ApiError, InferenceFailed, NotReady, Timeout
 from app.metrics import Metrics
 from model import TokenIds
@@ -152,12 +152,6 @@ class Engine:
             return  # cancelled by its front end: nobody waits for an answer
         except TimeoutError:
             reply: tuple[Any, ...] = (request_id, "error", error_of(Timeout("the request was not answered in time")))
-        except QueueClosed:
-            reply = (
-                request_id,
-                "error",
-                error_of(NotReady("the service is shutting down", headers={"Retry-After": "1"})),
-            )
         except ApiError as error:
             reply = (request_id, "error", error_of(error))
         except Exception:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.engine.messages import Options, Task, TaskKind
+from app.errors import NotReady
 from model import TokenSequence
 
 # How long a free lane waits for its fair share while another pass of the same queue computes: about the time
@@ -36,8 +37,12 @@ from model import TokenSequence
 BALANCE_WAIT_S = 0.02
 
 
-class QueueClosed(RuntimeError):
-    """Work was submitted after the queue closed (the service is shutting down)."""
+class QueueClosed(NotReady):
+    """Work was submitted after the queue closed: the service is shutting down, a 503 to retry in a second (the
+    same error in either process mode, raised where it happens)."""
+
+    def __init__(self) -> None:
+        super().__init__("the service is shutting down", headers={"Retry-After": "1"})
 
 
 @dataclass
@@ -198,7 +203,7 @@ class WorkQueue:
     def put(self, entries: Sequence[Entry]) -> None:
         with self._condition:
             if self._closed:
-                raise QueueClosed("the service is shutting down")
+                raise QueueClosed()
             self._entries.extend(entries)
             if self.lanes > 1:
                 self._condition.notify_all()  # a worker waiting for its share re-counts

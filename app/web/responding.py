@@ -15,8 +15,8 @@ from fastapi import Request
 from starlette.responses import Response
 
 from app.engine.admission import Admission
-from app.engine.work_queue import QueueClosed, Timing
-from app.errors import NotReady, Timeout
+from app.engine.work_queue import Timing
+from app.errors import Timeout
 from app.metrics import Metrics
 from app.schemas import Reply
 from app.schemas import Request as Body
@@ -108,8 +108,6 @@ class Responder:
             try:
                 async with asyncio.timeout(self.request_timeout_s):  # no task of its own, unlike wait_for
                     reply: Reply = await until_disconnected(request, work(timing))
-            except QueueClosed:
-                raise NotReady("the service is shutting down", headers={"Retry-After": "1"}) from None
             except ClientGone:
                 logger.info("client gone: %s %s dropped", request.method, request.url.path)
                 return Response(status_code=499)
