@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from tokenizers import Encoding
 
 from app.errors import EntryError
-from model import Pooling
+from model import Pooling, TextTokenizer
 
 
 def _text(text: str) -> str:
@@ -196,6 +197,24 @@ class TokenInfo(BaseModel):
 
 class PairTokenInfo(TokenInfo):
     segment: int = Field(description="0 for the text, 1 for text_pair")
+
+
+def token_infos(encoding: Encoding) -> list[TokenInfo]:
+    """A text's tokens as the native answers list them."""
+    return [
+        TokenInfo.model_construct(id=t.id, text=t.text, start=t.start, end=t.end, special=t.special)
+        for t in TextTokenizer.tokens(encoding)
+    ]
+
+
+def pair_token_infos(encoding: Encoding) -> list[PairTokenInfo]:
+    """A text's (or pair's) tokens with their segments, as the native answers list them."""
+    return [
+        PairTokenInfo.model_construct(
+            id=t.id, text=t.text, start=t.start, end=t.end, special=t.special, segment=t.segment
+        )
+        for t in TextTokenizer.tokens(encoding)
+    ]
 
 
 class Embedding(BaseModel):

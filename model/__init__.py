@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         HEAD_STEP_ARRAYS,
         AttentionSelection,
         EmbeddingSpec,
+        HeadSteps,
         IndexOutOfRange,
         MultiVectorOptions,
         MultiVectors,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
         TokenIds,
         TokenSequence,
         TooManyTokensError,
+        Word,
     )
 
 WHERE = {
@@ -69,6 +71,7 @@ WHERE = {
     "HEAD_STATISTICS": "model.spec.outputs",
     "HEAD_STEP_ARRAYS": "model.spec.outputs",
     "HeadConfig": "model.spec.checkpoint",
+    "HeadSteps": "model.spec.outputs",
     "IndexOutOfRange": "model.spec.outputs",
     "ModelCard": "model.spec.card",
     "MultiHeadAttention": "model.nn.encoder",
@@ -90,6 +93,7 @@ WHERE = {
     "TokenIds": "model.spec.tokenizer",
     "TokenSequence": "model.spec.tokenizer",
     "TooManyTokensError": "model.spec.tokenizer",
+    "Word": "model.spec.tokenizer",
     "YES_NO": "model.spec.checkpoint",
     "attention_rollout": "model.nn.inspection",
     "default_model_path": "model.spec.card",
@@ -120,6 +124,7 @@ __all__ = [
     "HEAD_STATISTICS",
     "HEAD_STEP_ARRAYS",
     "HeadConfig",
+    "HeadSteps",
     "IndexOutOfRange",
     "ModelCard",
     "MultiHeadAttention",
@@ -141,6 +146,7 @@ __all__ = [
     "TokenIds",
     "TokenSequence",
     "TooManyTokensError",
+    "Word",
     "YES_NO",
     "attention_rollout",
     "default_model_path",

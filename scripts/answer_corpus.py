@@ -6,20 +6,23 @@ Run it in two checkouts (say main and a branch that moves code around) and compa
 ``diff`` for the line at fault): each line is one request (method, path, body) with the status, the content
 type and the body of its answer. The service runs in process (the whole ASGI stack, the short way in included)
 on the bundled all-MiniLM-L6-v2 and three tiny random models written by the tests' helpers (a cross-encoder, a
-3-label classifier, a SPLADE model), so the answers depend on the code alone. The corpus covers every route of
-every API with good input and bad; what changes from run to run (Cohere's random ``id``, a model's ``created``,
-timing headers) is left out, and floats are rounded to 5 decimals, since passes batched differently may differ
-in the last bits.
+3-label classifier, a SPLADE model), on one compute lane, so the answers depend on the code alone. The corpus
+covers every route of every API with good input and bad (``?npz`` at the end of a path: asked with ``Accept:
+application/x-npz``); what changes from run to run (Cohere's random ``id``, a model's ``created``, timing
+headers) is left out, and floats are rounded to 5 decimals.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path.cwd()
 sys.path.insert(0, str(ROOT))
@@ -47,11 +50,16 @@ CORPUS: list[tuple[str, str, Any]] = [
     ("POST", "/tokenize", {"texts": ["a"], "text_pair": ["b", "c"]}),
     ("POST", "/attention", {"text": "The fox jumps.", "layers": [0], "heads": [0, 1]}),
     ("POST", "/attention", {"text": "The fox jumps.", "layers": [99]}),
+    ("POST", "/attention?npz", {"text": "The fox jumps.", "layers": [0], "heads": [0, 1]}),
     ("POST", "/attention/neuron", {"text": "The fox jumps.", "layer": 1, "head": 2}),
     ("POST", "/attention/heads", {"texts": TEXTS[:2]}),
     ("POST", "/similarity", {"source": "A fox.", "texts": TEXTS, "explain": True}),
     ("GET", "/positional-encoding?length=4&d_model=6", None),
     ("GET", "/positional-encoding?length=0&d_model=6", None),
+    ("GET", "/positional-encoding?length=3&kind=learned", None),
+    ("GET", "/positional-encoding?length=3&kind=rotary&d_model=4", None),
+    ("GET", "/positional-encoding?length=3&kind=relative", None),
+    ("POST", "/attention", {"text": "The fox jumps.", "layers": [-1], "aggregate": "mean", "level": "word"}),
     ("POST", "/rerank", {"query": "a fox", "documents": TEXTS, "model": "ce", "return_documents": True}),
     ("POST", "/rerank", {"query": "a fox", "documents": TEXTS}),
     ("POST", "/rerank", {"query": "a fox", "documents": []}),
@@ -127,12 +135,15 @@ async def record(out: Path) -> None:
             async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=120) as client:
                 await wait_until_ready(client)
                 for method, path, body in CORPUS:
-                    response = await client.request(method, path, json=body)
+                    binary = path.endswith("?npz")
+                    headers = {"accept": "application/x-npz"} if binary else {}
+                    response = await client.request(method, path.removesuffix("?npz"), json=body, headers=headers)
                     kind = response.headers.get("content-type", "")
                     try:
                         answer: Any = rounded(response.json())
-                    except ValueError:
-                        answer = response.text
+                    except ValueError:  # an archive: what it holds, rounded
+                        with np.load(io.BytesIO(response.content)) as archive:
+                            answer = {name: rounded(archive[name].tolist()) for name in sorted(archive.files)}
                     lines.append(json.dumps([method, path, body, response.status_code, kind, answer], sort_keys=True))
     out.write_text("\n".join(lines) + "\n")
     print(f"{len(lines)} answers written to {out}")

@@ -11,18 +11,21 @@ from app.schemas import (
     Embedding,
     EncodeRequest,
     EncodeResponse,
+    LateChunk,
     LateChunksRequest,
     LateChunksResponse,
+    MultiVectorEmbedding,
     MultiVectorRequest,
     MultiVectorResponse,
     Reply,
     SparseEmbedding,
     SparseEncodeRequest,
     SparseEncodeResponse,
+    token_infos,
     usage_of,
 )
 from app.serialization import construct, vectors_as
-from app.services.embeddings import Embedded, SparseEncoded, token_infos
+from app.services.embeddings import Chunked, Embedded, SparseEncoded, TokenVectors
 from app.web.dependencies import EmbeddingsDep, Registry, ResponderDep
 from app.web.responding import rendered
 
@@ -75,7 +78,17 @@ async def encode_late_chunks(
     body: LateChunksRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
     """Late chunking: one pass over the whole text, then each chunk's embedding from its own tokens' final vectors."""
-    return await responder.serve(request, registry, body, embeddings.late_chunks)
+    return await responder.serve(request, registry, body, rendered(embeddings.late_chunks, late_chunked))
+
+
+def late_chunked(request: LateChunksRequest, chunked: Chunked) -> Reply:
+    """/encode/late-chunks' answer: each chunk's span and embedding."""
+    data = [
+        construct(LateChunk, index=index, start=start, end=end, embedding=embedding)
+        for index, ((start, end), embedding) in enumerate(zip(chunked.spans, chunked.vectors, strict=True))
+    ]
+    response = construct(LateChunksResponse, model=chunked.model, data=data, usage=usage_of(chunked.tokens_used))
+    return Reply(response, sum(vector.size for vector in chunked.vectors))
 
 
 @router.post("/encode/multi-vector", response_model=MultiVectorResponse)
@@ -83,7 +96,20 @@ async def encode_multi_vector(
     body: MultiVectorRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
     """One vector a token, for late interaction (MaxSim), from a multi-vector model."""
-    return await responder.serve(request, registry, body, embeddings.multi_vector)
+    return await responder.serve(request, registry, body, rendered(embeddings.multi_vector, multi_vectors))
+
+
+def multi_vectors(request: MultiVectorRequest, found: TokenVectors) -> Reply:
+    """/encode/multi-vector's answer: each text's vectors in the request's encoding_format, with their tokens."""
+    data = [
+        construct(
+            MultiVectorEmbedding, index=index, embeddings=vectors_as(request.encoding_format, vectors), tokens=names
+        )
+        for index, (vectors, names) in enumerate(zip(found.vectors, found.tokens, strict=True))
+    ]
+    dim = int(found.vectors[0].shape[1])
+    response = construct(MultiVectorResponse, model=found.model, dim=dim, data=data, usage=usage_of(found.tokens_used))
+    return Reply(response, sum(vectors.size for vectors in found.vectors))
 
 
 def sparse_encoded(request: SparseEncodeRequest, encoded: SparseEncoded) -> Reply:

@@ -5,7 +5,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from app.schemas import ERROR_RESPONSES, PositionalEncodingResponse
+from app.engine.work_queue import Timing
+from app.schemas import ERROR_RESPONSES, PositionalEncodingResponse, Reply
+from app.serialization import construct
+from app.services.inspection import Positions
 from app.web.dependencies import InspectionDep, Model, ResponderDep
 
 router = APIRouter(tags=["inspection"], responses=ERROR_RESPONSES)
@@ -39,4 +42,23 @@ async def positional_encoding(
 ) -> Response:
     """Positional encodings: the sinusoid of "Attention Is All You Need", the model's learned table, rotary
     angles, or the relative-position buckets."""
-    return await responder.answer(request, lambda _: inspection.positional_encoding(model, kind, length, d_model, base))
+
+    async def work(_: Timing) -> Reply:
+        return positions_answer(await inspection.positional_encoding(model, kind, length, d_model, base))
+
+    return await responder.answer(request, work)
+
+
+def positions_answer(positions: Positions) -> Reply:
+    """/positional-encoding's answer: the table, with what it is (``buckets`` for relative positions)."""
+    extra = {} if positions.buckets is None else {"buckets": positions.buckets}
+    response = construct(
+        PositionalEncodingResponse,
+        kind=positions.kind,
+        length=positions.length,
+        d_model=positions.d_model,
+        base=positions.base,
+        **extra,
+        encoding=positions.encoding,
+    )
+    return Reply(response, positions.encoding.size)

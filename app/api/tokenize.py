@@ -3,7 +3,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.schemas import ERROR_RESPONSES, TokenizeRequest, TokenizeResponse
+from app.engine.work_queue import Timing
+from app.schemas import ERROR_RESPONSES, Reply, Tokenized, TokenizeRequest, TokenizeResponse, pair_token_infos
+from app.serialization import construct
+from app.services.embeddings import Tokenised
+from app.serving.registry import ServedModel
 from app.web.dependencies import EmbeddingsDep, Registry, ResponderDep
 
 router = APIRouter(tags=["embeddings"], responses=ERROR_RESPONSES)
@@ -14,4 +18,14 @@ async def tokenize(
     body: TokenizeRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
     """The model's tokens for one or more texts (optionally paired), with ids, character spans and segments."""
-    return await responder.serve(request, registry, body, lambda model, body, _: embeddings.tokenize(model, body))
+
+    async def work(served: ServedModel, body: TokenizeRequest, _: Timing) -> Reply:
+        return tokenized(body, await embeddings.tokenize(served, body))
+
+    return await responder.serve(request, registry, body, work)
+
+
+def tokenized(request: TokenizeRequest, tokenised: Tokenised) -> Reply:
+    """/tokenize's answer: each text's tokens with their ids, spans, segments and whether they are special."""
+    data = [construct(Tokenized, index=i, tokens=pair_token_infos(e)) for i, e in enumerate(tokenised.encodings)]
+    return Reply(construct(TokenizeResponse, model=tokenised.model, data=data))

@@ -14,24 +14,12 @@ from app.engine.work_queue import Timing
 from app.errors import InvalidRequest, ModelLacks
 from app.schemas import (
     EncodeRequest,
-    LateChunk,
     LateChunksRequest,
-    LateChunksResponse,
-    MultiVectorEmbedding,
     MultiVectorRequest,
-    MultiVectorResponse,
     OpenAIEmbeddingsRequest,
-    PairTokenInfo,
-    Reply,
     SparseEncodeRequest,
-    TokenInfo,
-    Tokenized,
     TokenizeRequest,
-    TokenizeResponse,
-    Usage,
-    usage_of,
 )
-from app.serialization import construct, vectors_as
 from app.serving.registry import ServedModel
 from app.settings import Settings
 from model import (
@@ -41,7 +29,6 @@ from model import (
     SparseOptions,
     SparseVector,
     TextEmbedding,
-    TextTokenizer,
     TokenIdOutOfRange,
     TokenSequence,
     keep_dimensions,
@@ -71,6 +58,34 @@ class Embedded:
 
 
 @dataclass(frozen=True)
+class Chunked:
+    """A text's chunks (late chunking): each chunk's span of the text and its embedding."""
+
+    model: str
+    spans: list[tuple[int, int]]  # each chunk's start and end in the text
+    vectors: list[np.ndarray]  # each chunk's embedding (D,)
+    tokens_used: int
+
+
+@dataclass(frozen=True)
+class TokenVectors:
+    """Texts' vectors a token (multi-vector models), with the token each is of."""
+
+    model: str
+    vectors: list[np.ndarray]  # each text's (n, D')
+    tokens: list[list[str]]  # each text's tokens, one a vector
+    tokens_used: int
+
+
+@dataclass(frozen=True)
+class Tokenised:
+    """Texts (or pairs) as the model's tokenizer reads them."""
+
+    model: str
+    encodings: list[Encoding]
+
+
+@dataclass(frozen=True)
 class SparseEncoded:
     """Texts' sparse vectors, for any API to write."""
 
@@ -82,25 +97,6 @@ class SparseEncoded:
 
 def tokens_in(encodings: Sequence[TokenSequence]) -> int:
     return sum(len(e.ids) for e in encodings)
-
-
-def token_infos(encoding: Encoding) -> list[TokenInfo]:
-    return [
-        construct(TokenInfo, id=t.id, text=t.text, start=t.start, end=t.end, special=t.special)
-        for t in TextTokenizer.tokens(encoding)
-    ]
-
-
-def pair_token_infos(encoding: Encoding) -> list[PairTokenInfo]:
-    return [
-        construct(PairTokenInfo, id=t.id, text=t.text, start=t.start, end=t.end, special=t.special, segment=t.segment)
-        for t in TextTokenizer.tokens(encoding)
-    ]
-
-
-def usage(encodings: Sequence[TokenSequence]) -> Usage:
-    """The tokens a request was computed on, as OpenAI counts them."""
-    return usage_of(tokens_in(encodings))
 
 
 def second_segments(texts: Sequence[str], text_pair: str | Sequence[str | None] | None) -> list[str | None] | None:
@@ -278,7 +274,9 @@ class Embeddings:
             sentences = keep_dimensions(sentences, request.dimensions)
         return Embedded(served.name, sentences, encodings, [None] * len(encodings), tokens_in(counted))
 
-    async def late_chunks(self, served: ServedModel, request: LateChunksRequest, timing: Timing | None = None) -> Reply:
+    async def late_chunks(
+        self, served: ServedModel, request: LateChunksRequest, timing: Timing | None = None
+    ) -> Chunked:
         """Late chunking: one pass over the whole text (in windows overlapping by half where it is longer than the
         model's), then each chunk the mean of the final vectors of the tokens wholly inside it."""
         model = served.card
@@ -340,19 +338,17 @@ class Embeddings:
             placed.append((best[1], best[2]))
         spec = EmbeddingSpec(layer=model.config.n_layers, pooling="mean", normalize=False, token_vectors=True)
         results = await served.queue.run(Task("embed", windows, spec), timing)
-        data = []
-        for index, ((start, end, inside), (window, shift)) in enumerate(zip(chunks, placed)):
+        embeddings = []
+        for (_, _, inside), (window, shift) in zip(chunks, placed):
             vectors = results[window].tokens[[position + shift for position in inside]]  # (n, D)
             embedding = vectors.mean(axis=0)
-            if request.normalize:
-                embedding = unit_rows(embedding)
-            data.append(construct(LateChunk, index=index, start=start, end=end, embedding=embedding))
-        response = construct(LateChunksResponse, model=served.name, data=data, usage=usage(windows))
-        return Reply(response, len(data) * model.config.d_model)
+            embeddings.append(unit_rows(embedding) if request.normalize else embedding)
+        spans = [(start, end) for start, end, _ in chunks]
+        return Chunked(served.name, spans, embeddings, tokens_in(windows))
 
     async def multi_vector(
         self, served: ServedModel, request: MultiVectorRequest, timing: Timing | None = None
-    ) -> Reply:
+    ) -> TokenVectors:
         """A multi-vector model's vectors (a ColBERT checkpoint's, BGE-M3's), with the token each is of."""
         model = served.card
         if model.multi_vector is None:
@@ -361,18 +357,7 @@ class Embeddings:
         sides, results, tokens = await self.late_vectors(
             served, request.texts, query=request.is_query, truncate=request.truncate, timing=timing
         )
-        data = [
-            construct(
-                MultiVectorEmbedding,
-                index=index,
-                embeddings=vectors_as(request.encoding_format, result.vectors),
-                tokens=names,
-            )
-            for index, (result, names) in enumerate(zip(results, tokens))
-        ]
-        dim = int(results[0].vectors.shape[1])
-        response = construct(MultiVectorResponse, model=served.name, dim=dim, data=data, usage=usage(sides))
-        return Reply(response, sum(result.vectors.size for result in results))
+        return TokenVectors(served.name, [result.vectors for result in results], list(tokens), tokens_in(sides))
 
     async def late_vectors(
         self,
@@ -471,13 +456,8 @@ class Embeddings:
             entries = [model.tokenizer.vocabulary_entries(vector.indices.tolist()) for vector in vectors]
         return SparseEncoded(served.name, list(vectors), entries, tokens_in(encodings))
 
-    async def tokenize(self, served: ServedModel, request: TokenizeRequest) -> Reply:
+    async def tokenize(self, served: ServedModel, request: TokenizeRequest) -> Tokenised:
         self.check_batch(len(request.texts))
         pairs = second_segments(request.texts, request.text_pair)
         encodings = await served.tokens.encode(request.texts, pairs, truncate=request.truncate, param="texts")
-        response = construct(
-            TokenizeResponse,
-            model=served.name,
-            data=[construct(Tokenized, index=i, tokens=pair_token_infos(e)) for i, e in enumerate(encodings)],
-        )
-        return Reply(response)
+        return Tokenised(served.name, list(encodings))

@@ -19,31 +19,70 @@ from app.engine.work_queue import Timing
 from app.errors import InvalidRequest
 from app.schemas import (
     AttentionRequest,
-    AttentionResponse,
     HeadStatisticsRequest,
-    HeadStatisticsResponse,
     NeuronRequest,
-    NeuronResponse,
-    PositionalEncodingResponse,
-    Reply,
     SimilarityRequest,
-    Word,
 )
-from app.serialization import construct
-from app.services.embeddings import Embeddings, pair_token_infos, tokens_in
+from app.services.embeddings import Embeddings, tokens_in
 from app.serving.registry import ServedModel
 from app.settings import Settings
 from model import (
-    HEAD_STATISTICS,
-    HEAD_STEP_ARRAYS,
     AttentionSelection,
     EmbeddingSpec,
+    HeadSteps,
     IndexOutOfRange,
     PositionQuery,
     TextTokenizer,
+    Word,
     maxsim,
     resolve_indices,
 )
+
+
+@dataclass(frozen=True)
+class Attended:
+    """A text's (or pair's) selected attention maps, for any API to write."""
+
+    model: str
+    weights: np.ndarray  # (L', H', T', T') as selected and aggregated, rounded where asked
+    tokens: list[str]  # the maps' rows: the tokens, or the words they were merged into
+    encoding: Encoding  # the text's tokens
+    words: list[Word] | None  # the words and their tokens, where the maps are merged into words
+    selection: AttentionSelection
+
+
+@dataclass(frozen=True)
+class Steps:
+    """One head of one layer step by step (the neuron view), for any API to write."""
+
+    model: str
+    encoding: Encoding
+    layer: int
+    head: int
+    steps: HeadSteps
+
+
+@dataclass(frozen=True)
+class HeadMeans:
+    """Every layer's and head's statistics, averaged over the texts, for any API to write."""
+
+    model: str
+    layers: int
+    heads: int
+    n_texts: int
+    means: np.ndarray  # (S, L, H), one (L, H) table a statistic of HEAD_STATISTICS
+
+
+@dataclass(frozen=True)
+class Positions:
+    """A table of positional encodings (or, ``kind=relative``, of relative-position buckets)."""
+
+    kind: str
+    length: int
+    d_model: int
+    base: float | None
+    encoding: np.ndarray  # (length, d_model)
+    buckets: int | None = None
 
 
 @dataclass(frozen=True)
@@ -129,8 +168,8 @@ class Inspection:
 
     async def attention(
         self, served: ServedModel, request: AttentionRequest, timing: Timing | None = None, binary: bool = False
-    ) -> Reply:
-        """The selected maps; with ``binary`` as a NumPy .npz archive, under its own, larger bound."""
+    ) -> Attended:
+        """The selected maps; with ``binary`` (for a NumPy .npz archive) under its own, larger bound."""
         config = served.card.config
         (encoding,) = await served.attention_tokens.encode(
             [request.text], [request.text_pair], truncate=request.truncate, param="text", indexed=False
@@ -159,31 +198,9 @@ class Inspection:
         if request.decimals is not None:
             weights = np.round(weights, request.decimals)
         tokens = [word.text for word in words] if words is not None else list(encoding.tokens)
-        if binary:
-            archive = {
-                "attention": np.ascontiguousarray(weights, dtype=np.float32),
-                "tokens": np.array(tokens, dtype=np.str_),
-                "layers": np.array(selection.layers, dtype=np.int64),
-                "heads": np.array(selection.heads, dtype=np.int64),
-            }
-            return Reply(construct(AttentionResponse), weights.size, archive=archive)
-        response = construct(
-            AttentionResponse,
-            model=served.name,
-            tokens=tokens,
-            token_details=pair_token_infos(encoding),
-            **({"words": [construct(Word, text=w.text, tokens=list(w.positions)) for w in words]} if words else {}),
-            layers=list(selection.layers),
-            heads=list(selection.heads),
-            aggregate=selection.aggregate,
-            weighting=selection.weighting,
-            level=request.level,
-            shape=list(weights.shape),
-            attention=weights,
-        )
-        return Reply(response, weights.size)
+        return Attended(served.name, weights, tokens, encoding, words, selection)
 
-    async def neuron(self, served: ServedModel, request: NeuronRequest, timing: Timing | None = None) -> Reply:
+    async def neuron(self, served: ServedModel, request: NeuronRequest, timing: Timing | None = None) -> Steps:
         """One head of one layer, step by step (the seeds' computation on the real weights)."""
         config = served.card.config
         (layer,) = resolve([request.layer], config.n_layers, "layer")
@@ -192,22 +209,11 @@ class Inspection:
             [request.text], [request.text_pair], truncate=request.truncate, param="text", indexed=False
         )
         (steps,) = await served.queue.run(Task("neuron", [encoding], HeadChoice(layer, head)), timing)
-        arrays = {name: getattr(steps, name) for name in HEAD_STEP_ARRAYS}
-        response = construct(
-            NeuronResponse,
-            model=served.name,
-            tokens=list(encoding.tokens),
-            token_details=pair_token_infos(encoding),
-            layer=layer,
-            head=head,
-            scale=steps.scale,
-            **arrays,
-        )
-        return Reply(response, sum(a.size for a in arrays.values()))
+        return Steps(served.name, encoding, layer, head, steps)
 
     async def head_statistics(
         self, served: ServedModel, request: HeadStatisticsRequest, timing: Timing | None = None
-    ) -> Reply:
+    ) -> HeadMeans:
         """API.md's statistics of every layer and head, averaged over the texts: the texts are cut into slices
         of at most ``inspection_slice_values`` attention weights, each one pass of the explicit path."""
         settings = self.settings
@@ -233,15 +239,7 @@ class Inspection:
         with warnings.catch_warnings():  # a statistic no text has (to_next of one-token texts) stays NaN → null
             warnings.simplefilter("ignore", RuntimeWarning)
             means = np.nanmean(per_text_statistics, axis=1)  # (S, L, H)
-        response = construct(
-            HeadStatisticsResponse,
-            model=served.name,
-            layers=config.n_layers,
-            heads=config.n_heads,
-            n_texts=len(encodings),
-            statistics={name: means[s] for s, name in enumerate(HEAD_STATISTICS)},
-        )
-        return Reply(response, means.size)
+        return HeadMeans(served.name, config.n_layers, config.n_heads, len(encodings), means)
 
     async def similarity(
         self, served: ServedModel, request: SimilarityRequest, timing: Timing | None = None
@@ -344,7 +342,7 @@ class Inspection:
         length: int,
         d_model: int | None,
         base: float | None,
-    ) -> Reply:
+    ) -> Positions:
         model, config, settings = served.card, served.card.config, self.settings
         if kind == "learned":
             table = model.position_table
@@ -357,15 +355,7 @@ class Inspection:
             if length > table[0]:
                 raise InvalidRequest("length", f"must be at most {table[0]}, the model's positions, got {length}")
             (encoding,) = await served.queue.run(Task("positions", options=PositionQuery(kind, length)))  # (length, E)
-            response = construct(
-                PositionalEncodingResponse,
-                kind=kind,
-                length=length,
-                d_model=table[1],
-                base=None,
-                encoding=encoding,
-            )
-            return Reply(response, encoding.size)
+            return Positions(kind, length, table[1], None, encoding)
         if kind == "relative":
             buckets = model.relative_buckets
             if buckets is None:
@@ -382,16 +372,7 @@ class Inspection:
             (matrix,) = await served.queue.run(
                 Task("positions", options=PositionQuery(kind, length))
             )  # (length, length)
-            response = construct(
-                PositionalEncodingResponse,
-                kind=kind,
-                length=length,
-                d_model=length,
-                base=None,
-                buckets=buckets,
-                encoding=matrix,
-            )
-            return Reply(response, matrix.size)
+            return Positions(kind, length, length, None, matrix, buckets)
 
         rotary = kind == "rotary"
         own = rotary and config.position_embedding == "rotary" and base is None  # the model's own angles
@@ -415,7 +396,4 @@ class Inspection:
             raise InvalidRequest("base", f"must be a finite number greater than 1, got {base}")
         query = PositionQuery(kind, length, d_model, base, scaling)
         (encoding,) = await served.queue.run(Task("positions", options=query))
-        response = construct(
-            PositionalEncodingResponse, kind=kind, length=length, d_model=d_model, base=base, encoding=encoding
-        )
-        return Reply(response, encoding.size)
+        return Positions(kind, length, d_model, base, encoding)
