@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, APIRouter
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
@@ -165,6 +165,12 @@ def errors_in(shape: ErrorShape) -> type[APIRoute]:
     """The route class of a router whose routes answer their errors in ``shape`` (``APIRouter(route_class=…)``);
     including the router elsewhere keeps it."""
     return type(f"Route_{getattr(shape, '__name__', 'shaped')}", (APIRoute,), {"error_shape": staticmethod(shape)})
+
+
+def shape_of(router: APIRouter) -> ErrorShape:
+    """The shape the router's routes write their errors in (``errors_in``; ours by default)."""
+    shape: ErrorShape = getattr(router.route_class, "error_shape", native_errors)
+    return shape
 
 
 class ErrorShapes:

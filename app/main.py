@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
@@ -39,7 +39,7 @@ from app.api import (
 )
 from app.api.hot import HOT_ROUTES
 from app.engine.admission import Admission
-from app.errors import ErrorShapes, install_error_handlers
+from app.errors import ErrorShapes, install_error_handlers, native_errors, shape_of
 from app.logs import configure_logging
 from app.metrics import Metrics
 from app.services.embeddings import Embeddings
@@ -199,9 +199,6 @@ def create_app(
     app.state.inspection = Inspection(settings, app.state.embeddings)
 
     error_shapes = ErrorShapes()  # each router's routes answer in its API's shape; a path none serves, by prefix
-    for prefix in tei.PREFIXES:
-        error_shapes.claim(prefix, tei.tei_errors)
-    error_shapes.claim(cohere.PREFIX, cohere.cohere_errors)
     install_error_handlers(app, error_shapes)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:
@@ -213,14 +210,22 @@ def create_app(
             expose_headers=TIMING_HEADERS,
         )
     app.add_middleware(RequestLog, metrics=metrics)  # outermost: sees every request and its final status
+
+    def include(router: APIRouter, prefix: str = "", keyed: bool = True) -> None:
+        """The router's routes, behind the API key unless not ``keyed``; a path under its prefix that none of them
+        serves answers in the router's error shape too."""
+        app.include_router(router, prefix=prefix, dependencies=[ApiKey] if keyed else [])
+        if prefix + router.prefix and shape_of(router) is not native_errors:
+            error_shapes.claim(prefix + router.prefix, shape_of(router))
+
     for module in (embeddings, tokenize, attention, positional_encoding, openai_compat, tasks, cohere):
-        app.include_router(module.router, dependencies=[ApiKey])
-    app.include_router(cohere.jina_router, dependencies=[ApiKey])
+        include(module.router)
+    include(cohere.jina_router)
     for prefix in tei.PREFIXES:  # TEI's API, for its clients
-        app.include_router(tei.router, prefix=prefix, dependencies=[ApiKey])
-        app.include_router(tei.health_router, prefix=prefix)
-    app.include_router(service.info_router, dependencies=[ApiKey])
-    app.include_router(service.open_router)  # /health and /metrics: probes and scrapers come without a key
-    app.include_router(viewer.router)  # the page is static and open; its API calls carry the key
+        include(tei.router, prefix)
+        include(tei.health_router, prefix, keyed=False)
+    include(service.info_router)
+    include(service.open_router, keyed=False)  # /health and /metrics: probes and scrapers come without a key
+    include(viewer.router, keyed=False)  # the page is static and open; its API calls carry the key
     app.mount("/static", StaticFiles(directory=viewer.STATIC_DIR), name="static")
     return app

@@ -1,8 +1,8 @@
 """Cohere's v2 embed and rerank (/v2/embed, /v2/rerank) and Jina's rerank (/v1/rerank), for their clients.
 
 As app/api/tei.py: each route translates the request into the native one, calls the same service, and
-reshapes the answer. Cohere's errors are ``{"message": "..."}`` (app/errors.py); Jina's route answers the native
-envelope, as the other /v1 route (OpenAI's) does.
+reshapes the answer. Cohere's errors are ``{"message": "..."}`` (``cohere_errors``, its router's shape); Jina's
+route answers the native envelope, as the other /v1 route (OpenAI's) does.
 """
 
 from __future__ import annotations

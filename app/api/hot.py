@@ -1,9 +1,10 @@
-"""The routes taken the short way in (app/web/fast_path.py), each with its schema and its function: the API's
-hot routes, by path."""
+"""The routes taken the short way in (app/web/fast_path.py), each with its schema, its function and its router's
+error shape: the API's hot routes, by path."""
 
 from __future__ import annotations
 
 from app.api import cohere, embeddings, openai_compat, tei
+from app.errors import shape_of
 from app.schemas import EncodeRequest, OpenAIEmbeddingsRequest
 from app.web.fast_path import HotRoute
 
@@ -12,7 +13,7 @@ HOT_ROUTES = {
     for route in (
         HotRoute("/encode", EncodeRequest, embeddings.encode),
         HotRoute("/v1/embeddings", OpenAIEmbeddingsRequest, openai_compat.embeddings),
-        HotRoute("/tei/embed", tei.EmbedRequest, tei.embed_default, tei.tei_errors),
-        HotRoute("/v2/embed", cohere.CohereEmbedRequest, cohere.embed, cohere.cohere_errors),
+        HotRoute("/tei/embed", tei.EmbedRequest, tei.embed_default, shape_of(tei.router)),
+        HotRoute("/v2/embed", cohere.CohereEmbedRequest, cohere.embed, shape_of(cohere.router)),
     )
 }

@@ -2,8 +2,8 @@
 
 Every route translates TEI's request into the native one, calls the same service as the native route, and
 reshapes the answer into TEI's; errors take TEI's body ``{"error", "error_type"}`` and TEI's statuses
-(app/errors.py). TEI's clients (huggingface_hub's InferenceClient, LangChain's and LlamaIndex's TEI classes)
-work unchanged with the URL http://host:port/tei.
+(``tei_errors``, the routers' error shape). TEI's clients (huggingface_hub's InferenceClient, LangChain's and
+LlamaIndex's TEI classes) work unchanged with the URL http://host:port/tei.
 """
 
 from __future__ import annotations

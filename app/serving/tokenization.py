@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 from tokenizers import Encoding
 
-from app.errors import InvalidRequest, NotReady
+from app.engine.work_queue import QueueClosed
+from app.errors import InvalidRequest
 from model import TextTokenizer, TooManyTokensError
 
 logger = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ class Tokenization:
         try:
             self.executor.submit(self._tokenize, loop, requests)
         except RuntimeError:  # the executor has shut down: the service is stopping
-            _settle([(r, NotReady("the service is shutting down")) for r in requests])
+            _settle([(r, QueueClosed()) for r in requests])
 
     # ---- on the tokenisation thread (or, for a small turn, the event loop) ----
 

@@ -1,6 +1,9 @@
 """How a route's work becomes an answer: admission, the deadline, a client that leaves, serialisation.
 
-Routes hand over a coroutine function that takes the request's ``Timing`` and returns a ``Reply``.
+A native route is ``Responder.serve(request, registry, body, work)``: the model the body names, the texts it
+brings admitted, and ``work(model, body, timing)``, most often ``rendered(service.method, writer)``: the service's
+data written in the route's API's shape, a ``Reply``. Another API's routes (TEI's, Cohere's) hand
+``answer_value`` a coroutine function of the request's ``Timing`` that returns their JSON.
 """
 
 from __future__ import annotations

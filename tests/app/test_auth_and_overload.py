@@ -87,6 +87,12 @@ async def test_every_api_counts_a_request_as_the_texts_of_its_native_request(bun
         ("/tei/embed", {"inputs": ["a", "b", "c", "d"]}, 4),
         ("/similarity", {"source": "a", "texts": ["b"]}, 2),
         ("/tei/similarity", {"inputs": {"source_sentence": "a", "sentences": ["b", "c"]}}, 3),
+        ("/tei/embed", {"inputs": [[101, 102], "a", "b"]}, 3),  # token ids and texts in one batch
+        ("/rerank", {"query": "a", "documents": ["b", "c"]}, 2),
+        ("/tei/rerank", {"query": "a", "texts": ["b", "c", "d"]}, 3),
+        ("/v1/rerank", {"query": "a", "documents": ["b"]}, 1),
+        ("/v2/rerank", {"model": bundled_model.name, "query": "a", "documents": ["b", "c"]}, 2),
+        ("/v2/embed", {"model": bundled_model.name, "texts": ["a", "b"], "input_type": "search_query"}, 2),
     ]
     async with serving(Settings(), bundled_model) as service:
         client = service.client

@@ -221,3 +221,23 @@ async def test_a_bad_text_on_the_new_routes_fails_alone_among_concurrent_ones(cl
             if got is not None:
                 for item, reference in zip(got, want["data"], strict=True):
                     np.testing.assert_allclose(item["embedding"], reference["embedding"], atol=1e-5)
+
+
+async def test_readings_tokenised_in_one_loop_turn_each_read_as_their_own(bundled_model: TextEncoder) -> None:
+    """A native request, a left-truncating one and a plain one (TEI's decoded ids) in the same loop turn go into
+    one tokenisation turn, and each text is read as its own request says: the same tokens as asked alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.serving.tokenization import Reading, Tokenization
+
+    long = " ".join(f"word{i}" for i in range(400))
+    with ThreadPoolExecutor(1) as executor:
+        native = Tokenization(bundled_model.tokenizer, executor)
+        left, plain = native.read_as(Reading(left=True)), native.read_as(Reading(plain=True))
+        assert native.read_as(Reading()) is native
+        alone = [await way.encode([long, "[CLS] hello [SEP]"]) for way in (native, left, plain)]
+        together = await asyncio.gather(*(way.encode([long, "[CLS] hello [SEP]"]) for way in (native, left, plain)))
+    ids = [[encoding.ids for encoding in encodings] for encodings in together]
+    assert ids == [[encoding.ids for encoding in encodings] for encodings in alone]
+    assert ids[0][0][1:3] != ids[1][0][1:3] and ids[0][0][-1] == ids[1][0][-1] == 102  # kept its start, its end
+    assert ids[2][1] == [101, 7592, 102] and ids[0][1] == [101, 101, 7592, 102, 102]  # no special tokens added

@@ -166,6 +166,7 @@ async def test_an_error_takes_the_shape_of_the_api_its_route_or_its_prefix_belon
         ("/tei/nothing", {"error": "no route /tei/nothing", "error_type": "Validation"}),
         ("/models/a/b/tei/nothing", {"error": "no route /models/a/b/tei/nothing", "error_type": "Validation"}),
         ("/v2/nothing", {"message": "no route /v2/nothing"}),
+        ("/v2", {"message": "no route /v2"}),  # Cohere's prefix itself
     ):
         response = await limited.get(path)
         assert (response.status_code, response.json()) == (404, body), path
@@ -220,6 +221,7 @@ def test_every_api_error_crosses_to_a_front_end_whole() -> None:
     import pickle
 
     from app import errors
+    from app.engine.work_queue import QueueClosed
 
     sent = [
         errors.ModelNotFound("nobody", ["minilm", "tiny"]),
@@ -227,6 +229,8 @@ def test_every_api_error_crosses_to_a_front_end_whole() -> None:
         errors.Overloaded("the queue is full", headers={"Retry-After": "2"}),
         errors.NotReady("the service is shutting down", headers={"Retry-After": "1"}),
         errors.Timeout("the request was not answered in time"),
+        QueueClosed(),  # a constructor without arguments
+        errors.ModelLacks("minilm", "sparse output"),
     ]
     for error in sent:
         received = pickle.loads(pickle.dumps(error))
@@ -234,3 +238,5 @@ def test_every_api_error_crosses_to_a_front_end_whole() -> None:
         assert (received.message, received.param, received.headers) == (error.message, error.param, error.headers)
         assert str(received) == str(error) and received.status_code == error.status_code
     assert sent[0].message == "model: no model named 'nobody' is served (served: minilm, tiny)"
+    assert (sent[5].status_code, sent[5].type, sent[5].headers) == (503, "not_ready", {"Retry-After": "1"})
+    assert (sent[6].param, sent[6].message) == ("model", "model: model 'minilm' has no sparse output")
