@@ -192,7 +192,8 @@ def create_app(
         loaded = registry()
         return loaded.seconds_per_text() if loaded is not None else None
 
-    admission = Admission(settings.max_queue_texts, seconds_per_text, metrics)
+    # One bound on the texts held: here, or where the engine is a process of its own, the engine's (Admission)
+    admission = Admission(settings.max_queue_texts if engine is None else None, seconds_per_text, metrics)
     app.state.responder = Responder(admission, metrics, settings.request_timeout_s)
     app.state.embeddings = Embeddings(settings)
     app.state.tasks = Tasks(app.state.embeddings)

@@ -14,7 +14,11 @@ from app.metrics import Metrics
 
 
 class Admission:
-    def __init__(self, limit: int, seconds_per_text: Callable[[], float | None], metrics: Metrics) -> None:
+    """The one bound on the texts the service holds. Where the engine is a process of its own, a front end's
+    admission has no ``limit`` (None): it counts its requests' texts, and the engine holds the bound for every
+    front end's tasks at once (app/engine/remote.py, ``Engine.run``), refusing past it as here."""
+
+    def __init__(self, limit: int | None, seconds_per_text: Callable[[], float | None], metrics: Metrics) -> None:
         self.limit = limit
         self.seconds_per_text = seconds_per_text  # the recent compute cost of a text, None before any
         self.admitted = 0  # texts admitted and not yet answered
@@ -27,7 +31,7 @@ class Admission:
         A single request larger than the whole limit is still admitted when nothing else is in, so that a
         limit below max_batch_texts cannot make a valid request impossible.
         """
-        if self.admitted and self.admitted + n_texts > self.limit:
+        if self.limit is not None and self.admitted and self.admitted + n_texts > self.limit:
             raise Overloaded(
                 f"the work queue is full ({self.admitted} texts in, at most {self.limit}); retry after the "
                 "Retry-After seconds",
