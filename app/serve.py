@@ -28,6 +28,7 @@ import logging
 import math
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -203,6 +204,7 @@ class Supervisor:
         self.context = multiprocessing.get_context("spawn")
         self.listener = listener  # bound and listening (listen_or_exit)
         self.path = str(Path(tempfile.mkdtemp(prefix="encoder-engine-")) / "engine.sock")
+        self.made = [Path(self.path).parent]  # temporary directories, removed when the service stops
         self.front_ends: dict[int, BaseProcess] = {}
         self.stopping = False
 
@@ -244,6 +246,15 @@ class Supervisor:
                 process.kill()
 
     def run(self) -> int:
+        """Serve until stopped (SIGTERM, SIGINT) or the engine exits; the exit status. The temporary directories
+        made for the engine's socket and the front ends' metrics go with the service."""
+        try:
+            return self.serve()
+        finally:
+            for directory in self.made:
+                shutil.rmtree(directory, ignore_errors=True)
+
+    def serve(self) -> int:
         def stop(signum: int, frame: object) -> None:
             self.stopping = True
 
@@ -258,6 +269,7 @@ class Supervisor:
         # the front ends' HTTP metrics, summed over them (app/metrics.py); set after the engine started: it
         # counts its own
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="encoder-metrics-")
+        self.made.append(Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
         for index in range(self.workers):
             self.start_front_end(index)
         logger.info(

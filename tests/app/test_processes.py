@@ -269,6 +269,20 @@ async def test_sigterm_answers_what_is_in_flight_then_every_process_exits_zero(
     assert not any(Path(f"/proc/{pid}").exists() for pid in processes), "a child outlived the supervisor"
 
 
+def test_the_service_leaves_nothing_in_the_temporary_directory(models: str, tmp_path: Path) -> None:
+    """The engine's socket and the front ends' metrics files live in temporary directories of their own: gone
+    once the service has stopped."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    with supervised({"ENCODER_MODELS": models, "ENCODER_WORKERS": "2", "TMPDIR": str(scratch)}) as (process, url):
+        assert httpx.post(f"{url}/encode", json={"texts": ["a"], "model": "tiny"}, timeout=30).status_code == 200
+        made = sorted(path.name.rsplit("-", 1)[0] for path in scratch.iterdir())
+        assert made == ["encoder-engine", "encoder-metrics"], made  # the test looks where the service writes
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+    assert list(scratch.iterdir()) == []
+
+
 class Blocking:
     """The tiny model, whose embedding passes wait for ``release``."""
 
