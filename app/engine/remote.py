@@ -151,6 +151,7 @@ class Engine:
         except asyncio.CancelledError:
             return  # cancelled by its front end: nobody waits for an answer
         except TimeoutError:
+            # the request's own deadline, reached here first: its front end words and counts it (Responder.answer)
             reply: tuple[Any, ...] = (request_id, "error", error_of(Timeout("the request was not answered in time")))
         except ApiError as error:
             reply = (request_id, "error", error_of(error))

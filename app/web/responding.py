@@ -114,7 +114,7 @@ class Responder:
             except ClientGone:
                 logger.info("client gone: %s %s dropped", request.method, request.url.path)
                 return Response(status_code=499)
-            except TimeoutError:
+            except (TimeoutError, Timeout):  # the deadline here, or the same deadline where the engine runs apart
                 self.metrics.timeouts.inc()
                 raise Timeout(
                     f"the request was not answered within {self.request_timeout_s:g} s and was dropped; the service "

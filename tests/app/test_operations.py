@@ -165,6 +165,26 @@ async def test_a_request_past_its_deadline_is_dropped_and_answered_503(bundled_m
         assert metric((await client.get("/metrics")).text, "encoder_timeouts_total") == 1
 
 
+async def test_a_deadline_reached_where_the_engine_runs_is_answered_and_counted_as_one_reached_here(
+    bundled_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the engine is a process of its own, the request's deadline may pass there first, and its Timeout
+    comes back in place of the result: the answer is the one a deadline reached here gives, and it is counted."""
+    from app.errors import Timeout
+
+    async with serving(Settings(request_timeout_s=7), bundled_model) as service:
+        served = service.app.state.registry.get(None)
+
+        async def late(*args: object, **kwargs: object) -> list:
+            raise Timeout("the request was not answered in time")  # as the engine sends it
+
+        monkeypatch.setattr(served.queue, "run", late)
+        response = await service.client.post("/encode", json={"texts": ["late"]})
+        assert_error(response, 503, "timeout", None, "not answered within 7 s")
+        assert int(response.headers["retry-after"]) >= 1
+        assert metric((await service.client.get("/metrics")).text, "encoder_timeouts_total") == 1
+
+
 async def test_the_queue_is_bounded_in_texts(bundled_model: TextEncoder) -> None:
     async with serving(Settings(max_queue_texts=4), bundled_model) as service:
         client = service.client
