@@ -185,7 +185,9 @@ class ErrorShapes:
         """Paths under ``prefix`` (a route path, parameters allowed) that no route takes answer in ``shape``."""
         for path in (prefix, prefix.rstrip("/") + "/{rest:path}"):
             # DOTALL: a path the routes could not take for a line break in a model's name is still under the prefix
-            self._prefixes.append((re.compile(compile_path(path)[0].pattern, re.DOTALL), shape))
+            claimed = (re.compile(compile_path(path)[0].pattern, re.DOTALL), shape)
+            if claimed not in self._prefixes:  # several routers of one API under one prefix (TEI's two)
+                self._prefixes.append(claimed)
 
     def of(self, scope: Scope) -> ErrorShape:
         shape = getattr(scope.get("route"), "error_shape", None)

@@ -3,12 +3,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.engine.work_queue import Timing
 from app.schemas import ERROR_RESPONSES, Reply, Tokenized, TokenizeRequest, TokenizeResponse, pair_token_infos
 from app.serialization import construct
 from app.services.embeddings import Tokenised
-from app.serving.registry import ServedModel
 from app.web.dependencies import EmbeddingsDep, Registry, ResponderDep
+from app.web.responding import rendered
 
 router = APIRouter(tags=["embeddings"], responses=ERROR_RESPONSES)
 
@@ -18,11 +17,7 @@ async def tokenize(
     body: TokenizeRequest, request: Request, registry: Registry, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
     """The model's tokens for one or more texts (optionally paired), with ids, character spans and segments."""
-
-    async def work(served: ServedModel, body: TokenizeRequest, _: Timing) -> Reply:
-        return tokenized(body, await embeddings.tokenize(served, body))
-
-    return await responder.serve(request, registry, body, work)
+    return await responder.serve(request, registry, body, rendered(embeddings.tokenize, tokenized))
 
 
 def tokenized(request: TokenizeRequest, tokenised: Tokenised) -> Reply:

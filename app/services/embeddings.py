@@ -456,7 +456,8 @@ class Embeddings:
             entries = [model.tokenizer.vocabulary_entries(vector.indices.tolist()) for vector in vectors]
         return SparseEncoded(served.name, list(vectors), entries, tokens_in(encodings))
 
-    async def tokenize(self, served: ServedModel, request: TokenizeRequest) -> Tokenised:
+    async def tokenize(self, served: ServedModel, request: TokenizeRequest, timing: Timing | None = None) -> Tokenised:
+        """The texts (or pairs) tokenised; nothing is computed, so ``timing`` stays as it is."""
         self.check_batch(len(request.texts))
         pairs = second_segments(request.texts, request.text_pair)
         encodings = await served.tokens.encode(request.texts, pairs, truncate=request.truncate, param="texts")
