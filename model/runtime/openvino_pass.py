@@ -141,6 +141,8 @@ class OpenVINOPass:
             raise ValueError(f"OpenVINO's pass runs in {', '.join(map(str, PRECISIONS))}, not {dtype}")
         if quantize is not None and quantize not in QUANTIZERS:
             raise ValueError(f"OpenVINO's pass quantizes to {', '.join(QUANTIZERS)}, not {quantize}")
+        import openvino
+
         assert bool((example[1] == 0).any()), "the example batch must hold padding"
         self.encoder = encoder
         self.precision = PRECISIONS[dtype]
@@ -150,6 +152,9 @@ class OpenVINOPass:
         if quantize == "int8":
             converted = int8_weights(converted)
         self.compiled = compile_for_cpu(converted, self.precision, threads)
+        # A module whose weights are bfloat16 (a checkpoint stored so, under bfloat16) answers in bfloat16, which
+        # OpenVINO hands to numpy as float16 of the same bits (numpy has no bfloat16): read back as bfloat16.
+        self.bfloat16_out = self.compiled.output(0).get_element_type() == openvino.Type.bf16
         self._requests = threading.local()
 
     def __call__(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor | None:
@@ -167,8 +172,10 @@ class OpenVINOPass:
             if shape != (B, length) and takes_whole(self.encoder, shape[1]):
                 batch = to_bucket(input_ids, attention_mask, token_type_ids, shape)
         arrays = [np.ascontiguousarray(t.numpy()) for t in batch]
-        output = request.infer(arrays)[0]  # (B', T', D) float32, copied out of the request's buffer
-        hidden = torch.from_numpy(output)
+        output = request.infer(arrays)[0]  # (B', T', D), copied out of the request's buffer
+        hidden = torch.from_numpy(output.view(np.int16) if self.bfloat16_out else output)
+        if self.bfloat16_out:
+            hidden = hidden.view(torch.bfloat16)
         return hidden if hidden.shape[:2] == (B, length) else hidden[:B, :length].contiguous()
 
 
