@@ -31,9 +31,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from bench.run import make_sentences, with_bundled_tokenizer
+from bench.run import ROOT, make_sentences, with_bundled_tokenizer
 
 # Qwen3-0.6B's config.json, the fields that shape the computation.
 QWEN3_06B: dict[str, Any] = {
@@ -68,7 +69,13 @@ def write_qwen3(directory: Path, layers: int) -> Path:
         for name, parameter in model.named_parameters():
             parameter.fill_(1.0) if name.endswith("norm.weight") else parameter.normal_(0.0, 0.02)
     model.config.dtype = torch.bfloat16
-    return with_bundled_tokenizer(directory, model)
+    with_bundled_tokenizer(directory, model)
+    # the rotary base where transformers before 5 reads it too (Qwen3's own config.json has it there), so that
+    # optimum-intel's environment computes the same model (it would take 10,000 for a missing rope_theta)
+    config_file = directory / "config.json"
+    config_json = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**config_json, "rope_theta": QWEN3_06B["rope_theta"]}, indent=2))
+    return directory
 
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (B, T) input ids, attention mask, token type ids
@@ -93,7 +100,7 @@ def batches(model_dir: Path, texts: list[str], size: int) -> list[Inputs]:
     return out
 
 
-def rate(run: Callable[[tuple[torch.Tensor, ...]], object], passes: list, texts: int) -> float:
+def rate(run: Callable[[Inputs], object], passes: list, texts: int) -> float:
     """Texts a second over every pass (on a GPU, until the device has finished them)."""
     started = time.perf_counter()
     with torch.inference_mode():
@@ -104,42 +111,126 @@ def rate(run: Callable[[tuple[torch.Tensor, ...]], object], passes: list, texts:
     return texts / (time.perf_counter() - started)
 
 
-def speed(model_dir: Path, dtype: str, rounds: int, device: str = "cpu") -> None:
+class Peers:
+    """optimum-intel's OpenVINO model of the same checkpoint, in a child process of the CPU peers' environment
+    (bench/decoder_peers.py), fed the same padded passes; it takes its turns when told."""
+
+    def __init__(self, python: Path, model_dir: Path, passes: dict[int, list[Inputs]], dtypes: list[str]) -> None:
+        self.scratch = Path(tempfile.mkdtemp(prefix="decoders-"))
+        inputs = self.scratch / "passes.npz"
+        arrays = {}
+        for size, each in passes.items():
+            for index, (ids, mask, _) in enumerate(each):
+                arrays[f"ids_{size}_{index}"], arrays[f"mask_{size}_{index}"] = ids.numpy(), mask.numpy()
+        np.savez(inputs, **arrays)  # type: ignore[arg-type]
+        command = [str(python), "-m", "bench.decoder_peers", "--model", str(model_dir), "--inputs", str(inputs)]
+        self.process = subprocess.Popen(
+            [*command, "--dtypes", *dtypes], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self.load_s: dict[str, float] = self.ask("")["load_s"]
+
+    def ask(self, line: str) -> Any:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        if line:
+            self.process.stdin.write(line + "\n")
+            self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        assert answer, "the peers' process ended (its error is above)"
+        return json.loads(answer)
+
+    def rate(self, dtype: str, size: int) -> float:
+        return float(self.ask(f"speed {dtype} {size}"))
+
+    def hidden(self, dtype: str) -> torch.Tensor:
+        saved = self.scratch / f"hidden-{dtype}.npy"
+        self.ask(f"hidden {dtype} {saved}")
+        return torch.from_numpy(np.load(saved))
+
+    def stop(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(60)
+
+
+def passes_of(model_dir: Path, device: str = "cpu") -> dict[int, list[Inputs]]:
+    """The texts of every pass size (16 single texts, 64 in passes of 32), tokenised and padded."""
+    out = {}
+    for size in PASS_SIZES:
+        texts = make_sentences(16 if size == 1 else 64, seed=size)
+        out[size] = [tuple(t.to(device) for t in inputs) for inputs in batches(model_dir, texts, size)]
+    return out  # type: ignore[return-value]
+
+
+def reference_hidden(model_dir: Path, first: Inputs) -> torch.Tensor:
+    """transformers' float32 last hidden state of one pass: what every party's is compared with."""
+    from transformers import AutoModel
+
+    theirs = AutoModel.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
+    with torch.inference_mode():
+        return theirs(input_ids=first[0], attention_mask=first[1]).last_hidden_state.float()
+
+
+def speed(
+    model_dir: Path,
+    dtype: str,
+    rounds: int,
+    device: str = "cpu",
+    runtimes: tuple[str, ...] = ("torch",),
+    peers: Peers | None = None,
+    reference: torch.Tensor | None = None,
+) -> None:
+    """Each party's texts/s in passes of 1 and of 32, taking turns (the order rotated every round); and, against
+    ``reference`` (transformers float32), the largest difference of its last hidden state on the real tokens."""
     from transformers import AutoModel
 
     from model import load_model
 
-    ours = load_model(model_dir, device=device, dtype=dtype, name="qwen3-0.6b-shape")
-    torch_dtype = getattr(torch, dtype)
-    theirs = AutoModel.from_pretrained(model_dir, dtype=torch_dtype, attn_implementation="sdpa").eval().to(device)
-    assert ours.dtype == torch_dtype, (ours.dtype, torch_dtype)
-    runs: dict[str, Callable[[tuple[torch.Tensor, ...]], object]] = {
-        "ours": lambda inputs: ours.last_hidden_state(*inputs),
-        "transformers": lambda inputs: theirs(input_ids=inputs[0], attention_mask=inputs[1]).last_hidden_state,
-    }
-    print(
-        f"\n{dtype} on {device}: texts/s, {rounds} rounds"
-        " (ours, transformers alternating, the order reversed every round)\n"
-    )
-    print("| texts a pass | texts | who | rounds | median | ratio ours / transformers, round by round |")
-    print("|---:|---:|---|---|---:|---|")
+    runs: dict[str, Callable[[Inputs], torch.Tensor]] = {}
+    started: dict[str, float] = {}
+    for runtime in runtimes:
+        began = time.perf_counter()
+        ours = load_model(model_dir, device=device, dtype=dtype, name="qwen3-0.6b-shape", runtime=runtime)
+        started[f"ours ({runtime})"] = time.perf_counter() - began
+        assert ours.dtype == getattr(torch, dtype), (ours.dtype, dtype)
+        runs[f"ours ({runtime})"] = lambda inputs, ours=ours: ours.last_hidden_state(*inputs)  # type: ignore[misc]
+    began = time.perf_counter()
+    theirs = AutoModel.from_pretrained(model_dir, dtype=getattr(torch, dtype), attn_implementation="sdpa").eval()
+    theirs = theirs.to(device)
+    started["transformers"] = time.perf_counter() - began
+    runs["transformers"] = lambda inputs: theirs(input_ids=inputs[0], attention_mask=inputs[1]).last_hidden_state
+    peer = f"optimum-intel OpenVINO ({'hint f32' if dtype == 'float32' else 'its default precision'})"
+    names = [*runs, *([peer] if peers is not None else [])]
+    if peers is not None:
+        started[peer] = peers.load_s[dtype]
+    every = passes_of(model_dir, device)
+    print(f"\n{dtype} on {device}: texts/s, {rounds} rounds taking turns, the order rotated every round\n")
+    print("| texts a pass | who | rounds | median | ÷ transformers, by round |")
+    print("|---:|---|---|---:|---|")
+    results: dict[int, dict[str, list[float]]] = {size: {who: [] for who in names} for size in PASS_SIZES}
     for size in PASS_SIZES:
-        n = 16 if size == 1 else 64
-        texts = make_sentences(n, seed=size)
-        passes = [tuple(t.to(device) for t in inputs) for inputs in batches(model_dir, texts, size)]
+        passes, n = every[size], sum(len(inputs[0]) for inputs in every[size])
         for run in runs.values():  # warm up: the first passes pick their kernels
             rate(run, passes[:2], 2 * size)
-        results: dict[str, list[float]] = {who: [] for who in runs}
         for r in range(rounds):
-            order = list(runs) if r % 2 == 0 else list(reversed(runs))
-            for who in order:
-                results[who].append(rate(runs[who], passes, n))
-        ratios = ", ".join(f"{a / b:.2f}" for a, b in zip(results["ours"], results["transformers"], strict=True))
-        for who, values in results.items():
-            line = (
-                f"| {size} | {n} | {who} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} |"
-            )
-            print(line + (f" {ratios} |" if who == "ours" else " |"), flush=True)
+            for who in names[r % len(names) :] + names[: r % len(names)]:
+                got = peers.rate(dtype, size) if who == peer and peers else rate(runs[who], passes, n)
+                results[size][who].append(got)
+        base = results[size]["transformers"]
+        for who, values in results[size].items():
+            ratios = ", ".join(f"{a / b:.2f}" for a, b in zip(values, base, strict=True))
+            cells = f"{', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} | {ratios}"
+            print(f"| {size} | {who} | {cells} |", flush=True)
+    if reference is not None:
+        first = every[32][0]
+        real = first[1].bool().to("cpu")
+        print(
+            f"\n{dtype}: largest |difference| from transformers float32 on the real tokens of one pass of 32 "
+            f"(values up to {reference[real].abs().max():.1f}); load s\n"
+        )
+        with torch.inference_mode():
+            for who in names:
+                hidden = peers.hidden(dtype) if who == peer and peers else runs[who](first).float().to("cpu")
+                print(f"| {who} | {(hidden[real] - reference[real]).abs().max():.2e} | {started[who]:.1f} |")
 
 
 MEMORY_CHILD = """
@@ -190,6 +281,12 @@ def main() -> None:
     )
     parser.add_argument("--dir", type=Path, default=None, help="where the checkpoint is kept (default: a temporary)")
     parser.add_argument("--device", default="cpu", help="where the speed runs go (cpu, cuda)")
+    parser.add_argument(
+        "--runtimes", nargs="+", default=["torch"], help="ours on each (ENCODER_RUNTIME: torch, openvino)"
+    )
+    parser.add_argument(
+        "--peers", type=Path, default=None, help="a Python with optimum-intel (make bench-cpu-peers's environment)"
+    )
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="qwen3-0.6b-shape-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -197,8 +294,13 @@ def main() -> None:
     where = platform.processor() or platform.machine()
     print(f"Qwen3-0.6B shape ({args.layers} layers), random bfloat16 weights, in {directory}")
     print(f"CPU {where}, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
+    every = passes_of(directory)
+    reference = reference_hidden(directory, every[32][0]) if args.device == "cpu" else None
+    peers = Peers(args.peers, directory, every, args.dtypes) if args.peers else None
     for dtype in args.dtypes:
-        speed(directory, dtype, args.rounds, args.device)
+        speed(directory, dtype, args.rounds, args.device, tuple(args.runtimes), peers, reference)
+    if peers is not None:
+        peers.stop()
     if args.memory_dtypes != ["none"]:
         memory(directory, args.memory_dtypes)
 
