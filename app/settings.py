@@ -40,7 +40,8 @@ class Settings(BaseSettings):
         "auto",
         description="what computes the embedding pass on a CPU: openvino (the pass compiled by OpenVINO), torch, or "
         "auto: whichever of the two is the faster on this CPU, both timed at start on passes of new batch shapes, "
-        "alone and side by side (torch where OpenVINO cannot compile the model); on a GPU, torch always",
+        "alone and side by side, or OpenVINO for passes of one text alone where only those are faster on it (torch "
+        "where OpenVINO cannot compile the model); on a GPU, torch always",
     )
     traced_pass: bool = Field(
         True,

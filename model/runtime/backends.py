@@ -13,7 +13,9 @@ The backends:
 - ``GraphedPass`` (model/runtime/graphs.py): on a GPU, the pass replayed as CUDA graphs, one per bucket of batch shape;
 - ``OpenVINOPass`` (model/runtime/openvino_pass.py): on a CPU, the pass compiled by OpenVINO;
 - ``BucketedRows``: around the torch passes of a CPU's bfloat16 products, the batch's real tokens rounded up to
-  one of a few dozen counts.
+  one of a few dozen counts;
+- ``OneText``: another backend for passes of one text alone, where it is the faster there and not for more (a
+  compiled pass in front of torch's: ``choose_runtime`` in model/runtime/loader.py).
 
 As text-embeddings-inference's ``Backend`` trait (``embed``, ``predict``), one call, whatever computes it.
 """
@@ -133,3 +135,20 @@ class BucketedRows:
             torch.cat([token_type_ids, token_type_ids.new_zeros(rows, T)]),
         )
         return None if hidden is None else hidden[:B]
+
+
+class OneText:
+    """Another backend's pass for batches of one text; a larger batch answers None, and the next backend takes it.
+
+    Why: on an Intel Xeon with AMX, OpenVINO's bfloat16 pass of one text took 0.69 times torch's for
+    all-MiniLM-L6-v2, while passes of 4, 8 and 32 texts took 1.03 to 1.14 times (16 texts 0.84); a lone text is
+    what an idle service computes, so its latency is this pass's: make bench's idle p50 7.2 → 5.5 ms
+    (BENCHMARKS.md, "One text on OpenVINO, more on torch"). ``choose_runtime`` puts it first where its timing at
+    start says so."""
+
+    def __init__(self, inner: PassBackend, rest: str) -> None:
+        self.inner = inner
+        self.name = f"{inner.name} for one text, {rest} for more"
+
+    def __call__(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor | None:
+        return self.inner(input_ids, attention_mask, token_type_ids) if input_ids.size(0) == 1 else None

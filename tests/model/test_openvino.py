@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from model import TextEncoder, load_model
 from model.runtime import loader
-from model.runtime.backends import TracedPass
+from model.runtime.backends import OneText, TracedPass
 from model.runtime.openvino_pass import OpenVINOPass, batch_bucket
 from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, write_family_model
 from tests.helpers import needs_cpu_bfloat16
@@ -167,10 +167,66 @@ def test_torch_asked_for_keeps_the_traced_pass(tiny_model_dir: Path) -> None:
 def test_auto_times_both_and_says_which_and_why(tiny_model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="model.runtime.loader"):
         model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto")
-    assert model.runtime in ("openvino", "torch (traced)")
+    assert model.runtime in ("openvino", "torch (traced)", "openvino for one text, torch (traced) for more")
     line = next(record.getMessage() for record in caplog.records if record.getMessage().startswith("loaded"))
     assert f"the embedding pass runs on {model.runtime} (" in line
-    assert "OpenVINO" in line and " ms, torch " in line, line  # the two timings that decided it
+    assert "1 at once: OpenVINO" in line and "one text: OpenVINO" in line, line  # the timings that decided it
+
+
+def timings(monkeypatch: pytest.MonkeyPatch, batches: tuple[float, float], one_text: tuple[float, float]) -> None:
+    """``choose_runtime``'s timings made up: (OpenVINO, torch) seconds on the batches and on single texts."""
+
+    def timed(backend: Any, rounds: list, concurrency: int = 1, threads: int = 1) -> float:
+        single = all(batch[0].size(0) == 1 for batches in rounds for batch in batches)
+        return (one_text if single else batches)[0 if isinstance(backend, OpenVINOPass) else 1]
+
+    monkeypatch.setattr(loader, "timed_pass", timed)
+
+
+@pytest.mark.parametrize(
+    ("batches", "one_text", "runtime"),
+    [
+        ((0.3, 0.4), (0.1, 0.2), "openvino"),  # faster at both
+        ((0.5, 0.4), (0.1, 0.2), "openvino for one text, torch (traced) for more"),
+        ((0.5, 0.4), (0.19, 0.2), "torch (traced)"),  # one text within the margin: not worth its weights
+        ((0.5, 0.4), (0.3, 0.2), "torch (traced)"),
+    ],
+)
+def test_auto_puts_openvino_where_it_timed_faster(
+    tiny_model_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    batches: tuple[float, float],
+    one_text: tuple[float, float],
+    runtime: str,
+) -> None:
+    timings(monkeypatch, batches, one_text)
+    with caplog.at_level(logging.INFO, logger="model.runtime.loader"):
+        model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto")
+    assert model.runtime == runtime
+    assert "1 at once: OpenVINO 300.0 ms" in caplog.text or "1 at once: OpenVINO 500.0 ms" in caplog.text
+    assert f"one text: OpenVINO {one_text[0] * 1000:.1f} ms, torch {one_text[1] * 1000:.1f} ms" in caplog.text
+
+
+def test_openvino_for_one_text_leaves_larger_batches_to_torch(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where OpenVINO took only single texts, a pass of one text is its (equal to torch's within 1e-5) and a pass
+    of more is torch's traced pass."""
+    timings(monkeypatch, (0.5, 0.4), (0.1, 0.2))
+    model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto")
+    reference = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="torch")
+    first, torch_pass = model.backends
+    assert isinstance(first, OneText) and isinstance(first.inner, OpenVINOPass) and isinstance(torch_pass, TracedPass)
+    one, two = (reference.to_tensors(reference.tokenizer.pad(reference.tokenizer.encode(TEXTS[:n]))) for n in (1, 2))
+    with torch.inference_mode():
+        assert first(*two) is None  # the next backend's
+        ours = first(*one)
+        assert ours is not None
+        torch.testing.assert_close(ours, reference.last_hidden_state(*one), atol=1e-5, rtol=1e-5)
+    texts = TEXTS[:3]
+    torch.testing.assert_close(model.embed(texts[:1]), reference.embed(texts[:1]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(model.embed(texts), reference.embed(texts), atol=0, rtol=0)  # torch's own pass
 
 
 def test_a_model_openvino_cannot_compile_keeps_the_torch_pass_and_says_why(
