@@ -23,12 +23,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+import orjson
+
 from bench.run import (
     LATENCY_CASES,
     ROOT,
     Load,
     drive,
     free_port,
+    get,
     make_sentences,
     service_loads,
     start_service,
@@ -90,6 +93,8 @@ def main() -> None:
         for name, checkout in (("before", args.before), ("after", args.after)):
             ports[name] = free_port()
             services[name] = start_service(ports[name], {"ENCODER_MODELS": models}, checkout.resolve(), quiet=True)
+            info = orjson.loads(get(ports[name], "/info"))
+            print(f"{name}: {info['dtype']} products, the embedding pass on {info['runtime']}", flush=True)
         asyncio.run(compare(ports, cases, args.rounds, args.seconds))
     finally:
         for process in services.values():
