@@ -740,8 +740,8 @@ class InfoResponse(BaseModel):
         description="what the explicit paths' weights are kept in (they compute in float32 either way)"
     )
     runtime: str = Field(
-        description="what computes the embedding pass: openvino, torch (traced), torch (CUDA graphs) or torch; the "
-        "explicit paths run on torch"
+        description="what computes the embedding pass: openvino, torch (traced), torch (CUDA graphs) or torch, or "
+        "openvino for one text and torch (traced) for more; the explicit paths run on torch"
     )
     rerank: RerankMethod | None = Field(description="how /rerank scores with this model, if it can")
     sparse: Literal["splade", "bge-m3"] | None = Field(

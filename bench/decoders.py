@@ -288,6 +288,8 @@ def main() -> None:
         "--peers", type=Path, default=None, help="a Python with optimum-intel (make bench-cpu-peers's environment)"
     )
     args = parser.parse_args()
+    if args.device != "cpu" and (args.peers or args.runtimes != ["torch"]):
+        parser.error("--runtimes other than torch and --peers are the CPU's")
     directory = args.dir or Path(tempfile.mkdtemp(prefix="qwen3-0.6b-shape-"))
     directory.mkdir(parents=True, exist_ok=True)
     write_qwen3(directory, args.layers)

@@ -20,7 +20,8 @@ rounds, from a child process in their own environment (bench/cpu_peers.py), on t
 same reference.
 With ``--http`` the service itself takes its turns as well (``python -m app.serve`` in its own process, one for
 each precision the CPU offers: float32, bfloat16, int8), over keep-alive HTTP: 4 clients each sending 32 texts a
-request in the "passes of 32" columns, one client sending one text at a time in the "one text" columns.
+request in the "passes of 32" columns, one client sending one text at a time in the "one text" columns, and 32
+clients each sending one text a request (make bench's (a)) in a line under the table.
 
 Prints a table and, unless ``--no-write``, puts it into BENCHMARKS.md under "Runtimes and precisions (CPU)".
 """
@@ -171,12 +172,14 @@ def main() -> None:
         if peers is not None:
             started.update(loaded["load_s"])
         rates: dict[str, dict[str, list[float]]] = {name: {"32": [], "1": []} for name in names}
+        concurrent: dict[str, list[float]] = {name: [] for name in services}  # 32 clients × 1 text
         for round_ in range(args.rounds):
             order = names[round_ % len(names) :] + names[: round_ % len(names)]
             for name in order:
                 if name in services:  # the service's turn, over HTTP
                     rates[name]["32"].append(services[name].rate(speed_texts, 32, 4))
                     rates[name]["1"].append(services[name].rate(singles, 1, 1))
+                    concurrent[name].append(services[name].rate(speed_texts, 1, 32))
                     continue
                 if name not in models:  # a peer's turn, in its process
                     answer = ask(f"speed {name}")
@@ -230,6 +233,12 @@ def main() -> None:
         f"queries among {len(sentences) - 100}). "
         "`load s`: loading, converting, compiling.",
     ]
+    for name, each in concurrent.items():
+        rows.append("")
+        rows.append(
+            f"{name.split(' (')[0]}, 32 clients × 1 text a request: {statistics.median(each):,.0f} texts/s "
+            f"(rounds {', '.join(f'{rate:,.0f}' for rate in each)})"
+        )
     publish(SECTION, about, rows, not args.no_write)
 
 

@@ -14,7 +14,7 @@ The backends:
 - ``OpenVINOPass`` (model/runtime/openvino_pass.py): on a CPU, the pass compiled by OpenVINO;
 - ``BucketedRows``: around the torch passes of a CPU's bfloat16 products, the batch's real tokens rounded up to
   one of a few dozen counts;
-- ``OneText``: another backend for passes of one text alone, where it is the faster there and not for more (a
+- ``OneText``: another backend for passes of one text alone, where it timed faster there but not on batches (a
   compiled pass in front of torch's: ``choose_runtime`` in model/runtime/loader.py).
 
 As text-embeddings-inference's ``Backend`` trait (``embed``, ``predict``), one call, whatever computes it.

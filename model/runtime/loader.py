@@ -255,22 +255,28 @@ def cpu_threads() -> int:
     return torch.get_num_threads()
 
 
-def timing_rounds(
-    model: TextEncoder, rounds: int = 3, texts: int | None = None
-) -> list[list[tuple[Tensor, Tensor, Tensor]]]:
+def timing_rounds(model: TextEncoder, rounds: int = 3) -> list[list[tuple[Tensor, Tensor, Tensor]]]:
     """Batches of TIMING_TEXTS for each round, of 1 to 16 texts, every batch shape new to the round: a service
-    meets a new shape in nearly every pass, and a runtime that compiles for each shape pays for it there. With
-    ``texts``, every batch of each round holds that many, each of the texts in turn."""
+    meets a new shape in nearly every pass, and a runtime that compiles for each shape pays for it there."""
     encodings = model.tokenizer.encode(list(TIMING_TEXTS))
     out = []
     for round_ in range(rounds):
         batches = []
-        sizes = range(1 + round_, 17, rounds) if texts is None else [texts] * len(TIMING_TEXTS)
-        for index, size in enumerate(sizes):  # round r: r + 1, r + 1 + rounds, ... texts
-            first = round_ + (size if texts is None else index)
-            rows = [encodings[(first + i) % len(encodings)] for i in range(size)]
+        for size in range(1 + round_, 17, rounds):  # round r: r + 1, r + 1 + rounds, ... texts
+            rows = [encodings[(round_ + size + i) % len(encodings)] for i in range(size)]
             batches.append(model.to_tensors(model.tokenizer.pad(rows)))
         out.append(batches)
+    return out
+
+
+def single_text_rounds(model: TextEncoder, rounds: int = 3) -> list[list[tuple[Tensor, Tensor, Tensor]]]:
+    """Passes of one text for each round, as many as TIMING_TEXTS, each text followed by another one further on
+    in each round: lengths new to the round, as ``timing_rounds``' shapes are."""
+    n = len(TIMING_TEXTS)
+    out = []
+    for round_ in range(rounds):
+        texts = [f"{TIMING_TEXTS[i]} {TIMING_TEXTS[(i + round_ + 1) % n]}" for i in range(n)]
+        out.append([model.to_tensors(model.tokenizer.pad([encoding])) for encoding in model.tokenizer.encode(texts)])
     return out
 
 
@@ -378,7 +384,7 @@ def choose_runtime(model: TextEncoder, runtime: str, threads: int, concurrency: 
         theirs = timed_pass(compiled, rounds, at_once, threads)
         ours = timed_pass(torch_pass, rounds, at_once, threads)
         timings.append((f"{at_once} at once", theirs, ours))
-    singles = timing_rounds(model, texts=1)
+    singles = single_text_rounds(model)
     timings.append(("one text", timed_pass(compiled, singles, 1, threads), timed_pass(torch_pass, singles, 1, threads)))
     timing = "; ".join(
         f"{what}: OpenVINO {theirs * 1000:.1f} ms, torch {ours * 1000:.1f} ms" for what, theirs, ours in timings

@@ -173,6 +173,8 @@ class OpenVINOPass:
                 batch = to_bucket(input_ids, attention_mask, token_type_ids, shape)
         arrays = [np.ascontiguousarray(t.numpy()) for t in batch]
         output = request.infer(arrays)[0]  # (B', T', D), copied out of the request's buffer
+        if self.bfloat16_out:  # two bytes an element, whatever numpy type carries them
+            assert output.itemsize == 2, output.dtype
         hidden = torch.from_numpy(output.view(np.int16) if self.bfloat16_out else output)
         if self.bfloat16_out:
             hidden = hidden.view(torch.bfloat16)
