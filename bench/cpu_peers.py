@@ -19,6 +19,7 @@ rather than its default hub data set (GLUE's SST-2), which is not reachable here
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import shutil
@@ -106,6 +107,7 @@ def main() -> None:
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="cpu-peers-"))
+    atexit.register(shutil.rmtree, scratch, True)  # the exported models: gigabytes, not to pile up in /tmp
     loaded, load_s, missing = {}, {}, {}
     for name, load in backends(args.model, scratch).items():
         began = time.perf_counter()

@@ -13,8 +13,10 @@ every party computes the same padded batches.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -45,6 +47,7 @@ def main() -> None:
         passes.setdefault(int(size), []).append((arrays[key], arrays[f"mask_{size}_{index}"]))
 
     scratch = Path(tempfile.mkdtemp(prefix="decoder-peers-"))
+    atexit.register(shutil.rmtree, scratch, True)  # the exported model: gigabytes, not to pile up in /tmp
     loaded, load_s = {}, {}
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries the answers
         began = time.perf_counter()

@@ -20,8 +20,10 @@ file mapped lazily counts as it will once in use); the resident memory the proce
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -150,6 +152,7 @@ class Peers:
         assert self.process.stdin is not None
         self.process.stdin.close()
         self.process.wait(60)
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def passes_of(model_dir: Path, device: str = "cpu") -> dict[int, list[Inputs]]:
@@ -291,6 +294,8 @@ def main() -> None:
     if args.device != "cpu" and (args.peers or args.runtimes != ["torch"]):
         parser.error("--runtimes other than torch and --peers are the CPU's")
     directory = args.dir or Path(tempfile.mkdtemp(prefix="qwen3-0.6b-shape-"))
+    if args.dir is None:  # a checkpoint of 1.2 GB, written again by every run that keeps none
+        atexit.register(shutil.rmtree, directory, True)
     directory.mkdir(parents=True, exist_ok=True)
     write_qwen3(directory, args.layers)
     where = platform.processor() or platform.machine()
