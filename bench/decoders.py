@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.run import ROOT, make_sentences, with_bundled_tokenizer
+from bench.run import Child, make_sentences, with_bundled_tokenizer
 
 # Qwen3-0.6B's config.json, the fields that shape the computation.
 QWEN3_06B: dict[str, Any] = {
@@ -126,32 +126,19 @@ class Peers:
                 arrays[f"ids_{size}_{index}"], arrays[f"mask_{size}_{index}"] = ids.numpy(), mask.numpy()
         np.savez(inputs, **arrays)  # type: ignore[arg-type]
         command = [str(python), "-m", "bench.decoder_peers", "--model", str(model_dir), "--inputs", str(inputs)]
-        self.process = subprocess.Popen(
-            [*command, "--dtypes", *dtypes], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        self.load_s: dict[str, float] = self.ask("")["load_s"]
-
-    def ask(self, line: str) -> Any:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        if line:
-            self.process.stdin.write(line + "\n")
-            self.process.stdin.flush()
-        answer = self.process.stdout.readline()
-        assert answer, "the peers' process ended (its error is above)"
-        return json.loads(answer)
+        self.child = Child([*command, "--dtypes", *dtypes])
+        self.load_s: dict[str, float] = self.child.loaded["load_s"]
 
     def rate(self, dtype: str, size: int) -> float:
-        return float(self.ask(f"speed {dtype} {size}"))
+        return float(self.child.ask(f"speed {dtype} {size}"))
 
     def hidden(self, dtype: str) -> torch.Tensor:
         saved = self.scratch / f"hidden-{dtype}.npy"
-        self.ask(f"hidden {dtype} {saved}")
+        self.child.ask(f"hidden {dtype} {saved}")
         return torch.from_numpy(np.load(saved))
 
     def stop(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        self.process.wait(60)
+        self.child.stop()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 

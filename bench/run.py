@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
@@ -211,6 +211,31 @@ def served_precision(port: int) -> str:
     setting = os.environ.get("ENCODER_DTYPE", "auto")
     precision = f"{info['dtype']} products and {info['weights_dtype']} weights"
     return f"on {info['device']} with {precision} (ENCODER_DTYPE={setting})"
+
+
+class Child:
+    """A peer in a process (and Python environment) of its own, driven one line at a time: each command a line on its
+    standard input, each answer one JSON line on its standard output (its first line: what it loaded). What it
+    prints besides goes to standard error."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.loaded: Any = self.ask("")
+
+    def ask(self, line: str) -> Any:
+        """``line`` sent (none: only the next answer read), its JSON answer."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        if line:
+            self.process.stdin.write(line + "\n")
+            self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        assert answer, "the peers' process ended (its error is above)"
+        return json.loads(answer)
+
+    def stop(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(60)
 
 
 def free_port() -> int:

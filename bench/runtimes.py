@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -43,7 +41,7 @@ import orjson
 import torch
 
 from bench.accuracy import accuracy_cells
-from bench.run import ROOT, Connection, cpu_flags, drive, free_port, machine, make_sentences, publish, start_service
+from bench.run import Child, Connection, cpu_flags, drive, free_port, machine, make_sentences, publish, start_service
 from model import EmbeddingSpec, TextEncoder, load_model
 from model.runtime.loader import cpu_bfloat16
 from model.runtime.openvino_pass import quantizer_available
@@ -131,9 +129,8 @@ def main() -> None:
 
         command = [str(args.peers), "-m", "bench.cpu_peers", "--model", str(default_model_path())]
         command += ["--sentences", str(args.sentences), "--speed-sentences", str(args.speed_sentences)]
-        peers = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert peers.stdin is not None and peers.stdout is not None
-        loaded = json.loads(peers.stdout.readline())
+        peers = Child(command)
+        loaded = peers.loaded
         for name, why in loaded["missing"].items():
             print(f"{name}: not measured ({why})")
 
@@ -157,12 +154,6 @@ def main() -> None:
     speed_texts = make_sentences(args.speed_sentences, seed=12)
     singles = speed_texts[: max(16, args.speed_sentences // 10)]
 
-    def ask(line: str) -> object:
-        assert peers is not None and peers.stdin is not None and peers.stdout is not None
-        peers.stdin.write(line + "\n")
-        peers.stdin.flush()
-        return json.loads(peers.stdout.readline())
-
     with torch.inference_mode():
         for model in models.values():  # warm up
             embed(model, speed_texts[:64], 32)
@@ -182,8 +173,8 @@ def main() -> None:
                     concurrent[name].append(services[name].rate(speed_texts, 1, 32))
                     continue
                 if name not in models:  # a peer's turn, in its process
-                    answer = ask(f"speed {name}")
-                    assert isinstance(answer, dict)
+                    assert peers is not None
+                    answer = peers.ask(f"speed {name}")
                     rates[name]["32"].append(answer["32"])
                     rates[name]["1"].append(answer["1"])
                     continue
@@ -200,13 +191,11 @@ def main() -> None:
     if peers is not None:
         with tempfile.TemporaryDirectory() as scratch:
             saved = Path(scratch) / "peers.npz"
-            peer_names = ask(f"vectors {saved}")
+            peer_names = peers.ask(f"vectors {saved}")
             assert isinstance(peer_names, list)
             with np.load(saved) as arrays:
                 vectors.update({name: arrays[f"arr_{i}"] for i, name in enumerate(peer_names)})
-        assert peers.stdin is not None
-        peers.stdin.close()
-        peers.wait(60)
+        peers.stop()
 
     reference = vectors["torch float32"]
     base = rates["torch float32"]

@@ -826,6 +826,15 @@ def write_family_model(
     return directory
 
 
+def stored_in_bfloat16(directory: Path) -> Path:
+    """The checkpoint at ``directory`` written again with every tensor in bfloat16, as decoders ship."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(directory / "model.safetensors")
+    save_file({name: t.to(torch.bfloat16) for name, t in weights.items()}, directory / "model.safetensors")
+    return directory
+
+
 def hf_model(directory: Path) -> Any:
     """transformers' bare model (a ``PreTrainedModel``) for the directory, the base model of a head checkpoint,
     with eager attention so that it can return attention probabilities, in eval mode.

@@ -9,13 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from model import TextEncoder, load_model
 from model.nn.encoder import Packing
 from model.spec.config import DECODERS as DECODER_TYPES
 from model.spec.tokenizer import Batch
-from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, hf_model, write_family_model
+from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, hf_model, stored_in_bfloat16, write_family_model
 from tests.helpers import needs_cpu_bfloat16
 
 TEXTS = [text if isinstance(text, str) else text[0] for text in SAMPLE_TEXTS.values()]
@@ -380,9 +379,7 @@ def test_a_bfloat16_checkpoint_is_kept_in_bfloat16_without_a_float32_copy(
     """Where the products run in the checkpoint's dtype, its weights are loaded as they are stored, and the
     explicit path widens them to float32 a layer at a time: it equals transformers' float32 model of the same
     (bfloat16-valued) weights. Computing in float32, the weights are widened once, at load."""
-    directory = write_family_model(tmp_path / "qwen3", "qwen3", seed=3)
-    weights = load_file(directory / "model.safetensors")
-    save_file({name: t.to(torch.bfloat16) for name, t in weights.items()}, directory / "model.safetensors")
+    directory = stored_in_bfloat16(write_family_model(tmp_path / "qwen3", "qwen3", seed=3))
     with caplog.at_level(logging.INFO, logger="model.runtime.loader"):
         model = load_model(directory, device="cpu", dtype="bfloat16")
     assert model.pass_encoder is None and model.explicit_dtype == model.weights_dtype == torch.bfloat16

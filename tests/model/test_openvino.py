@@ -13,13 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from model import TextEncoder, load_model
 from model.runtime import loader
 from model.runtime.backends import OneText, TracedPass
 from model.runtime.openvino_pass import OpenVINOPass, batch_bucket
-from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, write_family_model
+from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, stored_in_bfloat16, write_family_model
 from tests.helpers import needs_cpu_bfloat16
 
 TEXTS = [text if isinstance(text, str) else text[0] for text in SAMPLE_TEXTS.values()]
@@ -350,9 +349,7 @@ def test_a_checkpoint_stored_in_bfloat16_is_served_in_bfloat16(tmp_path: Path, f
     tokens' hidden states are near torch's bfloat16 pass and its float32 one (least cosine measured 0.997 on these
     tiny random weights, torch's own bfloat16 pass against float32 0.999; held to 0.99). Read as float16, as they
     once were, the least cosine was 0.72-0.84."""
-    directory = write_family_model(tmp_path, family, seed=3)
-    weights = load_file(directory / "model.safetensors")
-    save_file({name: t.to(torch.bfloat16) for name, t in weights.items()}, directory / "model.safetensors")
+    directory = stored_in_bfloat16(write_family_model(tmp_path, family, seed=3))
     compiled = load_model(directory, device="cpu", dtype="bfloat16", runtime="openvino")
     assert compiled.runtime == "openvino" and isinstance(compiled.backends[0], OpenVINOPass)
     assert {p.dtype for p in compiled.encoder.parameters()} == {torch.bfloat16}
