@@ -41,7 +41,18 @@ import orjson
 import torch
 
 from bench.accuracy import accuracy_cells
-from bench.run import Child, Connection, cpu_flags, drive, free_port, machine, make_sentences, publish, start_service
+from bench.run import (
+    ROOT,
+    Child,
+    Connection,
+    cpu_flags,
+    drive,
+    free_port,
+    machine,
+    make_sentences,
+    publish,
+    start_service,
+)
 from model import EmbeddingSpec, TextEncoder, load_model
 from model.runtime.loader import cpu_bfloat16
 from model.runtime.openvino_pass import quantizer_available
@@ -76,10 +87,10 @@ class Served:
     """The service in its own process (``python -m app.serve``, as make serve runs it) at one precision: its turns
     over keep-alive HTTP, 4 clients × 32 texts a request and one client × one text, and its embeddings."""
 
-    def __init__(self, dtype: str) -> None:
+    def __init__(self, dtype: str, checkout: Path = ROOT) -> None:
         self.port = free_port()
         began = time.perf_counter()
-        self.process = start_service(self.port, {"ENCODER_DTYPE": dtype}, quiet=True, supervised=True)
+        self.process = start_service(self.port, {"ENCODER_DTYPE": dtype}, checkout, quiet=True, supervised=True)
         self.load_s = time.perf_counter() - began
 
     def rate(self, texts: list[str], size: int, clients: int) -> float:
@@ -121,6 +132,9 @@ def main() -> None:
     parser.add_argument(
         "--http", action="store_true", help="the service over HTTP too, at each precision, in the same rounds"
     )
+    parser.add_argument(
+        "--before", type=Path, default=None, help="with --http: the service of this checkout too, in the same rounds"
+    )
     args = parser.parse_args()
 
     peers = None
@@ -147,9 +161,10 @@ def main() -> None:
             *(["bfloat16"] if cpu_bfloat16() else []),
             *(["int8"] if quantizer_available() else []),
         ):
-            name = f"the service over HTTP, ENCODER_DTYPE={dtype} (4 clients × 32; 1 × 1)"
-            services[name] = Served(dtype)
-            started[name] = services[name].load_s
+            for label, checkout in (("", ROOT), *([(" before", args.before.resolve())] if args.before else [])):
+                name = f"the service{label} over HTTP, ENCODER_DTYPE={dtype} (4 clients × 32; 1 × 1)"
+                services[name] = Served(dtype, checkout)
+                started[name] = services[name].load_s
     sentences = make_sentences(args.sentences, seed=11)
     speed_texts = make_sentences(args.speed_sentences, seed=12)
     singles = speed_texts[: max(16, args.speed_sentences // 10)]
@@ -215,7 +230,8 @@ def main() -> None:
     about = [
         f"Measured on {machine()}; CPU flags: {cpu_flags()}; torch threads {torch.get_num_threads()}.",
         f"Command: `python -m bench.runtimes --sentences {args.sentences} --rounds {args.rounds}"
-        f"{' --peers ' + str(args.peers) if args.peers else ''}{' --http' if args.http else ''}`. "
+        f"{' --peers ' + str(args.peers) if args.peers else ''}{' --http' if args.http else ''}"
+        f"{' --before ' + str(args.before) if args.before else ''}`. "
         "all-MiniLM-L6-v2 in process through TextEncoder.embed_encodings; speed on "
         f"{len(speed_texts)} generated sentences (and {len(singles)} one at a time), median of {args.rounds} "
         f"rounds taking turns; accuracy on {len(sentences)} others against torch float32 (top-10: 100 "
