@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from model.nn.encoder import Embeddings, Encoder, EncoderLayer, PositionwiseFeedForward
 from model.nn.heads import SequenceClassificationHead
 from model.nn.pooling import Dense
-from model.runtime.backends import BucketedRows, EagerPass, OneText, PassBackend, TracedPass, unwrapped
+from model.runtime.backends import AlignedLength, BucketedRows, EagerPass, OneText, PassBackend, TracedPass, unwrapped
 from model.runtime.graphs import GraphedPass
 from model.runtime.text_encoder import ExpansionGraph, PassGraph, TextEncoder
 from model.runtime.weights import (
@@ -489,10 +489,14 @@ def load_model(
     why = "on a GPU" if torch_device.type == "cuda" else "ENCODER_RUNTIME=torch"
     if traced:
         trace(model)
-    if torch_device.type == "cpu" and model.autocast_dtype == torch.bfloat16:
-        # bfloat16 products through oneDNN: a kernel prepared for each count of rows (BucketedRows)
+    if torch_device.type == "cpu":
         torch_passes = model.backends or (EagerPass(model.passes, model.autocast_dtype),)
-        model.backends = tuple(BucketedRows(backend, config.pad_token_id) for backend in torch_passes)
+        if model.autocast_dtype == torch.bfloat16:
+            # bfloat16 products through oneDNN: a kernel prepared for each count of rows (BucketedRows)
+            torch_passes = tuple(BucketedRows(backend, config.pad_token_id) for backend in torch_passes)
+        # the attention kernel's lengths (AlignedLength)
+        longest = model.passes.embeddings.max_length
+        model.backends = tuple(AlignedLength(backend, longest) for backend in torch_passes)
     if torch_device.type == "cpu" and quantize is not None:
         why = quantized_runtime(model, quantize, threads or cpu_threads())
     elif torch_device.type == "cpu":
