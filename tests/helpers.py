@@ -79,6 +79,22 @@ def tiny_tokenizer() -> Tokenizer:
     return tokenizer
 
 
+class RecordingPass:
+    """A pass backend that records the batches it is given and answers each token with its own id, (B, T, 4):
+    for the backends that reshape a batch around another (model/runtime/backends.py)."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def __call__(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> torch.Tensor:
+        self.seen.append((input_ids, attention_mask, token_type_ids))
+        return input_ids.float().unsqueeze(-1).expand(-1, -1, 4)  # (B, T, 4)
+
+
 def write_tiny_model(directory: Path, seed: int = 0, head: str | None = None, **config_overrides: object) -> Path:
     """A random-weight BERT in Hugging Face layout: config.json, model.safetensors, tokenizer.json.
 

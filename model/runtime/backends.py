@@ -142,6 +142,18 @@ class BucketedRows:
         return None if hidden is None else hidden[:B]
 
 
+def to_bucket(
+    input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, shape: tuple[int, int]
+) -> list[Tensor]:
+    """The batch padded to ``shape``: padding columns, and rows of one real token each (a row of none has no
+    softmax)."""
+    B, T = input_ids.shape
+    grow = (0, shape[1] - T, 0, shape[0] - B)
+    mask = F.pad(attention_mask, grow)
+    mask[B:, 0] = 1
+    return [F.pad(input_ids, grow), mask, F.pad(token_type_ids, grow)]
+
+
 ALIGNMENT = 16  # the lengths torch's CPU attention kernel runs fastest at: multiples of this
 ALIGNED_UP_TO = 128  # and the longest padded batch whose length is rounded up (where that was measured to pay)
 
@@ -175,10 +187,7 @@ class AlignedLength:
         length = aligned_length(T, self.longest)
         if B == 1 or length == T:
             return self.inner(input_ids, attention_mask, token_type_ids)
-        columns = (0, length - T)
-        hidden = self.inner(
-            F.pad(input_ids, columns), F.pad(attention_mask, columns), F.pad(token_type_ids, columns)
-        )  # (B, length, D)
+        hidden = self.inner(*to_bucket(input_ids, attention_mask, token_type_ids, (B, length)))  # (B, length, D)
         return None if hidden is None else hidden[:, :T].contiguous()
 
 

@@ -25,11 +25,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.nn.encoder import Encoder
-from model.runtime.backends import check_length, row_bucket, takes_whole
+from model.runtime.backends import check_length, row_bucket, takes_whole, to_bucket
 
 PRECISIONS = {torch.float32: "f32", torch.bfloat16: "bf16"}  # the compute dtype → OpenVINO's precision hint
 CACHE_SHAPES = 64  # as app/engine/compute.py bounds oneDNN's per-shape caches; the padded pass's shapes are bucketed
@@ -81,18 +80,6 @@ def batch_bucket(rows: int, length: int, longest: int) -> tuple[int, int]:
     """The batch shape a padded pass of ``rows`` × ``length`` runs as: both rounded up to a few buckets
     (``row_bucket``: at most an eighth more above 64), the length no further than the model's ``longest``."""
     return (rows if rows <= 2 else row_bucket(rows, least=4)), max(length, min(row_bucket(length), longest))
-
-
-def to_bucket(
-    input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, shape: tuple[int, int]
-) -> list[Tensor]:
-    """The batch padded to ``shape``: padding columns, and rows of one real token each (a row of none has no
-    softmax)."""
-    B, T = input_ids.shape
-    grow = (0, shape[1] - T, 0, shape[0] - B)
-    mask = F.pad(attention_mask, grow)
-    mask[B:, 0] = 1
-    return [F.pad(input_ids, grow), mask, F.pad(token_type_ids, grow)]
 
 
 def compile_for_cpu(converted: Any, precision: str, threads: int) -> Any:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import Tensor
 
 from model import load_model
 from model.runtime.backends import AlignedLength, EagerPass, aligned_length, unwrapped
 from model.spec.config import DECODERS
 from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, write_family_model
+from tests.helpers import RecordingPass
 from tests.model.test_families import left_padded
 
 TEXTS = [text if isinstance(text, str) else text[0] for text in SAMPLE_TEXTS.values()]
@@ -37,21 +37,8 @@ def test_aligned_lengths(length: int, longest: int, aligned: int) -> None:
     assert aligned_length(length, longest) == aligned
 
 
-class Recording:
-    """A pass that records what it is given and answers each token with its own id."""
-
-    name = "recording"
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[Tensor, Tensor, Tensor]] = []
-
-    def __call__(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
-        self.seen.append((input_ids, attention_mask, token_type_ids))
-        return input_ids.float().unsqueeze(-1).expand(-1, -1, 4)  # (B, T, 4)
-
-
 def test_padding_columns_are_appended_masked_and_dropped() -> None:
-    inner = Recording()
+    inner = RecordingPass()
     ids = torch.tensor([[101, 5, 6, 102, 0], [101, 7, 8, 9, 102]])
     mask = (ids != 0).long()
     types = torch.tensor([[0, 0, 0, 0, 0], [0, 0, 1, 1, 1]])
@@ -67,7 +54,7 @@ def test_padding_columns_are_appended_masked_and_dropped() -> None:
 
 @pytest.mark.parametrize("shape", [(1, 5), (2, 16), (3, 48), (2, 200)])
 def test_one_text_and_batches_at_an_aligned_or_long_length_pass_as_they_are(shape: tuple[int, int]) -> None:
-    inner = Recording()
+    inner = RecordingPass()
     ids = torch.ones(shape, dtype=torch.long)
     AlignedLength(inner, longest=512)(ids, torch.ones_like(ids), torch.zeros_like(ids))
     assert inner.seen[0][0] is ids

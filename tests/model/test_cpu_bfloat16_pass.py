@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from model import load_model
 from model.runtime.backends import AlignedLength, BucketedRows, EagerPass, TracedPass, row_bucket
-from tests.helpers import needs_cpu_bfloat16
+from tests.helpers import RecordingPass, needs_cpu_bfloat16
 
 WORDS = "the quick brown fox jumps over a lazy dog while cats sat on mats and said hello to the world".split()
 
@@ -52,25 +52,12 @@ def test_row_buckets_are_few_and_waste_at_most_an_eighth_above_64() -> None:
     assert all(row_bucket(n) <= n * 9 / 8 for n in range(64, 4097))
 
 
-class Recording:
-    """A pass that records what it is given and answers each token with its own id."""
-
-    name = "recording"
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[Tensor, Tensor]] = []
-
-    def __call__(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
-        self.seen.append((input_ids, attention_mask))
-        return input_ids.float().unsqueeze(-1).expand(-1, -1, 4)  # (B, T, 4)
-
-
 def test_filler_rows_round_the_real_tokens_up_and_are_dropped() -> None:
-    inner = Recording()
+    inner = RecordingPass()
     ids = torch.tensor([[101, 5, 6, 102, 0], [101, 7, 8, 9, 102]])  # 9 real tokens: 16 in the bucket
     mask = (ids != 0).long()
     hidden = BucketedRows(inner, filler_id=0)(ids, mask, torch.zeros_like(ids))
-    ((seen_ids, seen_mask),) = inner.seen
+    ((seen_ids, seen_mask, _),) = inner.seen
     assert int(seen_mask.sum()) == 16 and seen_mask.shape == (4, 5)  # two filler rows of 5 and 2 tokens
     assert seen_mask[2:].flatten().tolist() == [1] * 7 + [0] * 3
     assert hidden is not None and torch.equal(seen_ids[:2], ids) and hidden.shape == (2, 5, 4)
@@ -78,7 +65,7 @@ def test_filler_rows_round_the_real_tokens_up_and_are_dropped() -> None:
 
 
 def test_a_batch_already_in_a_bucket_passes_as_it_is() -> None:
-    inner = Recording()
+    inner = RecordingPass()
     ids = torch.ones(2, 8, dtype=torch.long)
     BucketedRows(inner)(ids, torch.ones_like(ids), torch.zeros_like(ids))
     assert inner.seen[0][0] is ids
