@@ -37,10 +37,11 @@ import threading
 import time
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Event
 from pathlib import Path
 
 from app.logs import configure_logging
-from app.settings import Settings, get_settings
+from app.settings import Settings, UnknownSettings, get_settings
 
 logger = logging.getLogger("app.serve")
 
@@ -181,7 +182,9 @@ def engine_main(path: str, ready: Connection, parent: int) -> None:
     logger.info("engine stopped")
 
 
-def front_end_main(listener: socket.socket, path: str, parent: int, keep_alive_s: int = 5) -> None:
+def front_end_main(
+    listener: socket.socket, path: str, parent: int, keep_alive_s: int = 5, ready: Event | None = None
+) -> None:
     """A front-end process: the HTTP API on the shared socket, the models' work sent to the engine."""
     exit_with_parent(parent)
     name_process("encoder-front")
@@ -191,7 +194,8 @@ def front_end_main(listener: socket.socket, path: str, parent: int, keep_alive_s
 
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)
-    app = create_app(settings, on_load_failure=exit_process, engine=path)
+    on_ready = None if ready is None else (lambda registry: ready.set())  # the supervisor then says "ready"
+    app = create_app(settings, on_load_failure=exit_process, engine=path, on_ready=on_ready)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=keep_alive_s)
     uvicorn.Server(config).run(sockets=[listener])
 
@@ -206,6 +210,7 @@ class Supervisor:
         self.path = str(Path(tempfile.mkdtemp(prefix="encoder-engine-")) / "engine.sock")
         self.made = [Path(self.path).parent]  # temporary directories, removed when the service stops
         self.front_ends: dict[int, BaseProcess] = {}
+        self.serving = self.context.Event()  # set by the first front end that accepts requests
         self.stopping = False
 
     def start_engine(self) -> BaseProcess | None:
@@ -229,7 +234,7 @@ class Supervisor:
     def start_front_end(self, index: int) -> None:
         process = self.context.Process(
             target=front_end_main,
-            args=(self.listener, self.path, os.getpid(), self.keep_alive_s),
+            args=(self.listener, self.path, os.getpid(), self.keep_alive_s, self.serving),
             name=f"front-end-{index}",
         )
         process.start()
@@ -272,14 +277,17 @@ class Supervisor:
         self.made.append(Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
         for index in range(self.workers):
             self.start_front_end(index)
-        logger.info(
-            "serving on %s:%d: one engine (pid %d), %d front ends",
-            *self.listener.getsockname()[:2],
-            engine.pid,
-            len(self.front_ends),
-        )
+        announced = False
         status = 0
         while not self.stopping:
+            if not announced and self.serving.is_set():
+                announced = True
+                logger.info(
+                    "%s; one engine (pid %d), %d front ends",
+                    ready_line(self.listener, self.settings),
+                    engine.pid,
+                    len(self.front_ends),
+                )
             sentinels = [engine.sentinel, *(process.sentinel for process in self.front_ends.values())]
             wait(sentinels, timeout=0.5)
             if self.stopping:
@@ -320,8 +328,26 @@ def listen_or_exit(host: str, port: int) -> socket.socket:
         hint = "; another process listens there: stop it, or choose another --port" if taken else ""
         print(f"cannot listen on {host}:{port}: {error.strerror or error}{hint}", file=sys.stderr)
         sys.exit(EXIT_CANNOT_LISTEN)
-    logger.info("listening on http://%s:%d", f"[{host}]" if ":" in host else host, port)
+    logger.info(
+        "bound to %s; loading the models (requests are answered 503 not_ready until a line says the service serves)",
+        address(listener),
+    )
     return listener
+
+
+def address(listener: socket.socket) -> str:
+    """The URL of the listening socket, as a client would write it."""
+    host, port = listener.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def ready_line(listener: socket.socket, settings: Settings, names: list[str] | None = None) -> str:
+    """What the service logs once it answers requests: where, and which models (the first the default)."""
+    if names is None:
+        from app.serving.registry import model_specs
+
+        names = [name for name, _ in model_specs(settings)]
+    return f"ready on {address(listener)}: {', '.join(names)}"
 
 
 def fetch_or_exit(settings: Settings) -> Settings:
@@ -353,12 +379,16 @@ def fetch_or_exit(settings: Settings) -> Settings:
 
 
 def settings_or_exit() -> Settings:
-    """The ENCODER_* settings, or a line for each variable that is wrong and exit status 2 (not a traceback)."""
+    """The ENCODER_* settings, or a line for each variable that is wrong or names no setting and exit status 2 (not
+    a traceback)."""
     from pydantic import ValidationError
     from pydantic_settings import SettingsError
 
     try:
         return get_settings()
+    except UnknownSettings as error:
+        print("\n".join(error.lines), file=sys.stderr)
+        sys.exit(2)
     except SettingsError as error:  # a value pydantic-settings could not even read (a list that is no JSON)
         print(f"{error} ({error.__cause__})" if error.__cause__ else str(error), file=sys.stderr)
         sys.exit(2)
@@ -386,7 +416,10 @@ def main() -> None:
         help="seconds an idle connection is kept open",
     )
     parser.add_argument(
-        "--log-level", default="info", help="uvicorn's own log level (the service's: ENCODER_LOG_LEVEL)"
+        "--log-level",
+        default="warning",
+        help="uvicorn's own log level (the service's: ENCODER_LOG_LEVEL); at info it says it runs before the models "
+        "are ready",
     )
     parser.add_argument(
         "--no-access-log", action="store_true", help="accepted as uvicorn takes it (the service logs each request)"
@@ -412,9 +445,11 @@ def main() -> None:
         # uvicorn raises the SIGTERM it handled again once it has shut down, as the handler it found would take it:
         # this one lets the process end as the supervisor's does, with status 0 after a clean drain.
         signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        from app.main import create_app
+
+        app = create_app(on_ready=lambda registry: logger.info("%s", ready_line(listener, settings, registry.names)))
         uvicorn.run(
-            "app.main:create_app",
-            factory=True,
+            app,
             fd=listener.fileno(),
             log_level=args.log_level,
             access_log=False,

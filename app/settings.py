@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
+import os
+import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -195,7 +199,52 @@ class Settings(BaseSettings):
         return value
 
 
+PREFIX = "ENCODER_"
+
+# What Kubernetes writes for a Service whose name begins with "encoder" (and docker's links): ENCODER_SERVICE_HOST,
+# ENCODER_SERVICE_PORT, ENCODER_PORT=tcp://10.0.0.1:8000, ENCODER_PORT_8000_TCP_ADDR, ... (a Service named
+# encoder-service gives ENCODER_SERVICE_SERVICE_HOST and the like). They are the platform's, not misspelt settings;
+# the manifests turn them off (enableServiceLinks: false) and, elsewhere, they are known by their names and values.
+ADDRESS = r"(\d{1,3}(\.\d{1,3}){3}|[\da-fA-F]*:[\da-fA-F:]*)"  # IPv4 or IPv6, as a cluster IP is written
+SERVICE_LINK = re.compile(
+    rf"\w*SERVICE_HOST={ADDRESS}|\w*SERVICE_PORT(_\w+)?=\d+|\w*PORT(_\d+_(TCP|UDP|SCTP))?=(tcp|udp|sctp)://\S+"
+    rf"|\w*PORT_\d+_(TCP|UDP|SCTP)_(ADDR={ADDRESS}|PORT=\d+|PROTO=(tcp|udp|sctp))"
+)
+
+
+class UnknownSettings(ValueError):
+    """ENCODER_ variables that name no setting: one line each, naming the closest setting."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+def setting_names() -> list[str]:
+    """Every setting's variable name, as the environment spells it."""
+    return [f"{PREFIX}{name.upper()}" for name in Settings.model_fields]
+
+
+def unknown_settings(environ: Mapping[str, str]) -> list[str]:
+    """A line for each ``ENCODER_`` variable of ``environ`` that names no setting, with the closest that does:
+    a misspelt setting would otherwise be ignored and its default served without a word."""
+    known = setting_names()
+    suffixes = {name[len(PREFIX) :]: name for name in known}
+    lines = []
+    for variable in sorted(environ):
+        upper = variable.upper()
+        if not upper.startswith(PREFIX) or upper in known or SERVICE_LINK.fullmatch(f"{upper}={environ[variable]}"):
+            continue
+        (closest,) = difflib.get_close_matches(upper[len(PREFIX) :], list(suffixes), n=1, cutoff=0.0)
+        lines.append(f"{variable}: no such setting; did you mean {suffixes[closest]}?")
+    return lines
+
+
 @lru_cache
 def get_settings() -> Settings:
-    """The process's settings; tests build their own Settings and pass them to create_app."""
+    """The process's settings, from its environment; UnknownSettings where an ``ENCODER_`` variable names none.
+    Tests build their own Settings and pass them to create_app."""
+    unknown = unknown_settings(os.environ)
+    if unknown:
+        raise UnknownSettings(unknown)
     return Settings()
