@@ -116,6 +116,7 @@ def create_app(
     models: Mapping[str, TextEncoder] | None = None,
     on_load_failure: Callable[[str], None] | None = None,
     engine: str | None = None,
+    on_ready: Callable[[ModelRegistry], None] | None = None,
 ) -> FastAPI:
     """The application.
 
@@ -125,7 +126,8 @@ def create_app(
     reason as 503 ``not_ready``).
 
     With ``engine`` (the path of an engine's socket, app/serve.py) the app is a front end: it reads each model's
-    card (no weights) and sends the models' work to the engine.
+    card (no weights) and sends the models' work to the engine. ``on_ready`` is called once every model is loaded
+    and warm, when /ready starts answering 200 (app/serve.py says "ready" then).
     """
     if settings is None:
         from app.engine.compute import bound_kernel_caches  # torch's: only where models are computed
@@ -134,6 +136,7 @@ def create_app(
         settings = get_settings()
         configure_logging(settings.log_level, settings.log_format)
         on_load_failure = on_load_failure or exit_process
+        on_ready = on_ready or (lambda registry: logger.info("ready: %s", ", ".join(registry.names)))
     metrics = Metrics()
 
     @asynccontextmanager
@@ -153,6 +156,8 @@ def create_app(
                 app.state.load_error = message
                 return
             app.state.registry = registry
+            if on_ready is not None:
+                on_ready(registry)
 
         loading = asyncio.create_task(load())
         if engine is not None:

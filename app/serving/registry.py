@@ -243,7 +243,7 @@ def load_registry(
             if model.device.type == "cuda":  # live tensors only: the warm-up's activations are freed by now
                 metrics.model_gpu_memory.labels(name).set(max(gpu_allocated_bytes() - gpu_before, 0))
             logger.info(
-                "ready: %s on %s (%s, the pass on %s, passes of up to %d padded tokens, %d at once), loaded and "
+                "loaded %s on %s (%s, the pass on %s, passes of up to %d padded tokens, %d at once), loaded and "
                 "warmed up in %.2f s, %.0f MiB more resident memory",
                 name,
                 model.device,
@@ -383,7 +383,6 @@ def model_specs_or_error(settings: Settings) -> list[tuple[str, str | Path]]:
 
 def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEncoder:
     """The model loaded (unless given) and warmed up; ModelLoadError naming it and its directory if not."""
-    from app.engine.compute import COMPUTE
     from model import TextEncoder, load_model
 
     directory = source.path if isinstance(source, TextEncoder) else source
@@ -401,7 +400,6 @@ def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEnc
                 cuda_graphs=settings.cuda_graphs,
                 graph_tokens=settings.max_batch_tokens or GPU_PASS_TOKENS,  # the largest pass the queue makes
                 runtime=settings.runtime,
-                concurrency=COMPUTE.lanes,  # timed as the lanes run passes, side by side
             )
         model.warm_up()
     except Exception as error:
