@@ -15,7 +15,7 @@ try:  # a dependency of the service wherever it installs; a GPU host given only 
 except ImportError:
     OPENVINO = False
 # Every service the tests start, in this process or in its own, computes its embedding pass compiled by OpenVINO
-# (the runtime on, and no start-up timing to wait for); tests of the choice itself set ENCODER_RUNTIME. Where
+# (the runtime on, whatever the rule of this CPU would give); tests of the choice itself set ENCODER_RUNTIME. Where
 # OpenVINO is missing (the GPU host's CUDA tests, scripts/gpu_check.sh), the CPU's pass runs on torch.
 os.environ.setdefault("ENCODER_RUNTIME", "openvino" if OPENVINO else "torch")
 

@@ -8,7 +8,6 @@ import copy
 import logging
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from model.runtime.weights import (
 )
 from model.spec.card import read_card
 from model.spec.checkpoint import BGE_M3_COLBERT, BGE_M3_SPARSE
+from model.spec.config import DECODERS
 from model.spec.outputs import GPU_PASS_TOKENS
 
 logger = logging.getLogger(__name__)
@@ -223,26 +223,6 @@ def trace(model: TextEncoder) -> None:
 
 RUNTIMES = ("auto", "torch", "openvino")
 
-# Generic English of the lengths a service meets (a short query to a long passage): what ``auto`` times the
-# candidate passes on at start.
-TIMING_TEXTS = (
-    "What is the capital of France?",
-    "The quick brown fox jumps over the lazy dog while the farmer watches from the porch.",
-    "A transformer encoder reads every token of a sentence at once, and each layer lets every token look at every "
-    "other through attention before a small feed-forward network transforms it on its own.",
-    "Rain is expected tomorrow.",
-    "Vector search finds the passages whose embeddings lie closest to the query's, measured by cosine similarity, "
-    "and a reranker then reads each pair together to order the best of them again.",
-    "She opened the window, and the sound of the market came in with the morning light.",
-    "How many layers does the model have?",
-    "Prices rose by three percent over the year, driven mostly by energy and food.",
-)
-
-
-# How much faster OpenVINO's pass of one text must time than torch's for it to take the passes of one text alone:
-# keeping it costs its copy of the weights, and two timings on two shared cores differ by several per cent.
-ONE_TEXT_MARGIN = 0.1
-
 
 def cpu_bfloat16() -> bool:
     """Whether this CPU computes bfloat16 products natively: AVX512-BF16 or AMX, as torch detects them."""
@@ -253,57 +233,6 @@ def cpu_bfloat16() -> bool:
 def cpu_threads() -> int:
     """The threads a compiled CPU pass computes with: the process's intra-op threads (the cores it may use)."""
     return torch.get_num_threads()
-
-
-def timing_rounds(model: TextEncoder, rounds: int = 3) -> list[list[tuple[Tensor, Tensor, Tensor]]]:
-    """Batches of TIMING_TEXTS for each round, of 1 to 16 texts, every batch shape new to the round: a service
-    meets a new shape in nearly every pass, and a runtime that compiles for each shape pays for it there."""
-    encodings = model.tokenizer.encode(list(TIMING_TEXTS))
-    out = []
-    for round_ in range(rounds):
-        batches = []
-        for size in range(1 + round_, 17, rounds):  # round r: r + 1, r + 1 + rounds, ... texts
-            rows = [encodings[(round_ + size + i) % len(encodings)] for i in range(size)]
-            batches.append(model.to_tensors(model.tokenizer.pad(rows)))
-        out.append(batches)
-    return out
-
-
-def single_text_rounds(model: TextEncoder, rounds: int = 3) -> list[list[tuple[Tensor, Tensor, Tensor]]]:
-    """Passes of one text for each round, as many as TIMING_TEXTS, each text followed by another one further on
-    in each round: lengths new to the round, as ``timing_rounds``' shapes are."""
-    n = len(TIMING_TEXTS)
-    out = []
-    for round_ in range(rounds):
-        texts = [f"{TIMING_TEXTS[i]} {TIMING_TEXTS[(i + round_ + 1) % n]}" for i in range(n)]
-        out.append([model.to_tensors(model.tokenizer.pad([encoding])) for encoding in model.tokenizer.encode(texts)])
-    return out
-
-
-def timed_pass(
-    backend: PassBackend,
-    rounds: list[list[tuple[Tensor, Tensor, Tensor]]],
-    concurrency: int = 1,
-    threads: int = 1,
-) -> float:
-    """Seconds that ``backend`` takes for the batches of every round but the first (a warm-up), each round's in
-    each of ``concurrency`` threads at the same time, each thread with its share of ``threads`` torch threads, as
-    the service's compute lanes run passes side by side (app/engine/compute.py)."""
-
-    def each(batches: list[tuple[Tensor, Tensor, Tensor]]) -> None:
-        if concurrency > 1:
-            torch.set_num_threads(max(1, threads // concurrency))  # per thread, as a lane's share
-        with torch.inference_mode():
-            for batch in batches:
-                backend(*batch)
-
-    total = 0.0
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="timing") as pool:
-        for index, batches in enumerate(rounds):
-            started = time.perf_counter()
-            list(pool.map(each, [batches] * concurrency))
-            total += (time.perf_counter() - started) if index else 0.0
-    return total
 
 
 def compile_openvino(
@@ -349,54 +278,79 @@ def quantized_runtime(model: TextEncoder, quantize: str, threads: int) -> str:
     return f"ENCODER_DTYPE={quantize}: the linear layers' weights in {quantize}, the rest in {_name(around)}"
 
 
-def choose_runtime(model: TextEncoder, runtime: str, threads: int, concurrency: int = 1) -> str:
-    """Put OpenVINO's compiled pass first in the model's backends where ``runtime`` asks for it (``openvino``) or
-    where it is the faster on this CPU (``auto``: both timed on batches of TIMING_TEXTS of new shapes, alone and
-    ``concurrency`` passes at once; OpenVINO must win both), or in front of torch's for passes of one text alone
-    where it is the faster only there (at least ONE_TEXT_MARGIN faster, timed on single texts); return why, for
-    the load log. A model OpenVINO cannot compile keeps the torch pass, and the reason says so.
+@dataclass(frozen=True)
+class CpuKind:
+    """What the runtime rule reads of a CPU, as torch detects it."""
 
-    Why so: on an Intel Xeon with AMX, OpenVINO's bfloat16 pass timed on three batches it had seen beat torch's,
-    yet over HTTP it served make bench's (b) at 403 texts/s against torch's 521; on batches of shapes it had not
-    seen the two were even, and in float32 OpenVINO 1.3 to 1.5 times slower (BENCHMARKS.md, "Runtimes and
-    precisions (CPU)"). One text alone it took 0.7 times torch's time in bfloat16 (BENCHMARKS.md, "One text on
-    OpenVINO, more on torch")."""
+    amx: bool  # Intel's matrix tiles (Xeon from Sapphire Rapids on): oneDNN's products in bfloat16 and int8
+    avx512: bool  # 512-bit vectors (without them, AVX2's 256)
+
+    @classmethod
+    def here(cls) -> CpuKind:
+        amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
+        return cls(
+            amx=amx is not None and bool(amx()), avx512=torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+        )
+
+    def __str__(self) -> str:
+        return "AMX" if self.amx else "AVX-512 without AMX" if self.avx512 else "no AVX-512 or AMX"
+
+
+# What ``ENCODER_RUNTIME=auto`` serves the embedding pass on, a CPU kind at a time (docs/operations.md, "Runtime and
+# precision"): each from the service measured on both runtimes on such a CPU (docs/benchmarks/cpu-runtimes.md).
+TORCH, OPENVINO, OPENVINO_FOR_ONE_TEXT = "torch", "openvino", "openvino for one text"
+
+
+def runtime_rule(cpu: CpuKind, dtype: torch.dtype, decoder: bool) -> tuple[str, str]:
+    """The runtime of ``auto`` for an embedding pass in ``dtype`` on ``cpu`` (a decoder's or an encoder's), and
+    why: a rule rather than a race, so that the same machine, model and settings serve the same runtime and the
+    same numbers at every start.
+
+    - A decoder (Qwen3, Gemma 3, ...): torch. Its batches measured 1.25-1.64 times faster on torch than on
+      OpenVINO's converted model, and its conversion holds a second copy of weights of a billion parameters.
+    - An encoder on a CPU with AMX: torch for batches, where oneDNN's AMX products put it level with OpenVINO or
+      ahead; in bfloat16 OpenVINO takes the passes of one text alone, measured 1.44 times faster there.
+    - An encoder on a CPU without AMX: OpenVINO, whose compiled pass measured faster than torch's on AMD EPYC,
+      with AVX-512 (float32 and bfloat16) and with AVX2 alone (float32)."""
+    if decoder:
+        return TORCH, "a decoder: torch's pass is the faster on every CPU measured"
+    if cpu.amx and dtype == torch.bfloat16:
+        return OPENVINO_FOR_ONE_TEXT, "an encoder in bfloat16 on a CPU with AMX: OpenVINO for one text, torch for more"
+    if cpu.amx:
+        return TORCH, f"an encoder in {_name(dtype)} on a CPU with AMX"
+    return OPENVINO, f"an encoder on a CPU with {cpu}"
+
+
+def choose_runtime(model: TextEncoder, runtime: str, threads: int, cpu: CpuKind | None = None) -> str:
+    """Put OpenVINO's compiled pass first in the model's backends where ``runtime`` asks for it (``openvino``) or
+    where ``runtime_rule`` gives it (``auto``: every pass, or those of one text alone in front of torch's); return
+    why, for the load log. A model OpenVINO cannot compile, or OpenVINO not installed, keeps the torch pass under
+    ``auto``, and the reason says so."""
     if runtime == "torch":
         return "ENCODER_RUNTIME=torch"
+    if runtime == "auto":
+        chosen, why = runtime_rule(cpu or CpuKind.here(), model.dtype, model.config.family in DECODERS)
+        if chosen == TORCH:
+            return f"ENCODER_RUNTIME=auto: {why}"
+    else:
+        chosen, why = OPENVINO, "ENCODER_RUNTIME=openvino"
     from model.runtime.openvino_pass import available
 
     if not available():
         if runtime == "openvino":
             raise ValueError("ENCODER_RUNTIME=openvino, but the openvino package is not installed")
-        return "openvino is not installed"
+        return f"ENCODER_RUNTIME=auto: {why}, but openvino is not installed"
     try:
         compiled = compile_openvino(model, threads)
     except ValueError as error:
         logger.warning("%s: %s; the torch pass serves it", model.name, error)
         return f"OpenVINO could not compile it ({error})"
-    if runtime == "openvino":
+    if chosen == OPENVINO:
         model.backends = (compiled, *model.backends)
-        return "ENCODER_RUNTIME=openvino"
-    torch_pass = model.backends[0] if model.backends else EagerPass(model.passes, model.autocast_dtype)
-    timings = []
-    for at_once in sorted({1, concurrency}):
-        rounds = timing_rounds(model)  # the same batches for both, new shapes to each round
-        theirs = timed_pass(compiled, rounds, at_once, threads)
-        ours = timed_pass(torch_pass, rounds, at_once, threads)
-        timings.append((f"{at_once} at once", theirs, ours))
-    singles = single_text_rounds(model)
-    timings.append(("one text", timed_pass(compiled, singles, 1, threads), timed_pass(torch_pass, singles, 1, threads)))
-    timing = "; ".join(
-        f"{what}: OpenVINO {theirs * 1000:.1f} ms, torch {ours * 1000:.1f} ms" for what, theirs, ours in timings
-    )
-    if all(theirs < ours for _, theirs, ours in timings[:-1]):
-        model.backends = (compiled, *model.backends)
-        return f"the faster here, passes timed {timing}"
-    _, theirs, ours = timings[-1]
-    if theirs < ours * (1 - ONE_TEXT_MARGIN):
+    else:
+        torch_pass = model.backends[0] if model.backends else EagerPass(model.passes, model.autocast_dtype)
         model.backends = (OneText(compiled, torch_pass.name), *model.backends)
-        return f"OpenVINO the faster here for one text alone, torch for more, passes timed {timing}"
-    return f"torch is the faster here, passes timed {timing}"
+    return why if runtime == "openvino" else f"ENCODER_RUNTIME=auto: {why}"
 
 
 def load_model(
@@ -410,14 +364,13 @@ def load_model(
     graph_tokens: int = GPU_PASS_TOKENS,
     runtime: str = "torch",
     threads: int | None = None,
-    concurrency: int = 1,
 ) -> TextEncoder:
     """Load a directory holding config.json, model.safetensors and tokenizer.json (the bundled
     all-MiniLM-L6-v2 when ``path`` is None). With ``traced`` the embedding pass runs as a traced graph
     (``trace``); without it, eagerly. On a GPU, with ``cuda_graphs``, passes of up to ``graph_tokens`` padded
     tokens replay CUDA graphs instead (model/runtime/graphs.py), larger ones take the traced or eager pass. On a CPU,
-    ``runtime`` says whether OpenVINO's compiled pass serves it (``choose_runtime``: timed alone and
-    ``concurrency`` passes at once), computing with ``threads`` (the process's torch threads by default).
+    ``runtime`` says whether OpenVINO's compiled pass serves it (``choose_runtime``: ``auto`` by the rule of
+    ``runtime_rule``), computing with ``threads`` (the process's torch threads by default).
     ``dtype="int8"`` is OpenVINO's pass with its weights in int8 (``quantized_runtime``), on a CPU only."""
     started = time.perf_counter()
     if runtime not in RUNTIMES:
@@ -500,7 +453,7 @@ def load_model(
     if torch_device.type == "cpu" and quantize is not None:
         why = quantized_runtime(model, quantize, threads or cpu_threads())
     elif torch_device.type == "cpu":
-        why = choose_runtime(model, runtime, threads or cpu_threads(), concurrency)
+        why = choose_runtime(model, runtime, threads or cpu_threads())
     if torch_device.type == "cuda" and precision.weights in (torch.float16, torch.bfloat16):
         fuse_kernels(model, name)  # before the graphs record the pass, so that they hold these kernels too
     if cuda_graphs and torch_device.type == "cuda":

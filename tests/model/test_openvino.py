@@ -163,49 +163,74 @@ def test_torch_asked_for_keeps_the_traced_pass(tiny_model_dir: Path) -> None:
     assert model.runtime == "torch (traced)" and [type(unwrapped(b)) for b in model.backends] == [TracedPass]
 
 
-def test_auto_times_both_and_says_which_and_why(tiny_model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="model.runtime.loader"):
-        model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto")
-    assert model.runtime in ("openvino", "torch (traced)", "openvino for one text, torch (traced) for more")
-    line = next(record.getMessage() for record in caplog.records if record.getMessage().startswith("loaded"))
-    assert f"the embedding pass runs on {model.runtime} (" in line
-    assert "1 at once: OpenVINO" in line and "one text: OpenVINO" in line, line  # the timings that decided it
-
-
-def timings(monkeypatch: pytest.MonkeyPatch, batches: tuple[float, float], one_text: tuple[float, float]) -> None:
-    """``choose_runtime``'s timings made up: (OpenVINO, torch) seconds on the batches and on single texts."""
-
-    def timed(backend: Any, rounds: list, concurrency: int = 1, threads: int = 1) -> float:
-        single = all(batch[0].size(0) == 1 for batches in rounds for batch in batches)
-        return (one_text if single else batches)[0 if isinstance(backend, OpenVINOPass) else 1]
-
-    monkeypatch.setattr(loader, "timed_pass", timed)
+AMX, AVX512, AVX2 = loader.CpuKind(amx=True, avx512=True), loader.CpuKind(False, True), loader.CpuKind(False, False)
 
 
 @pytest.mark.parametrize(
-    ("batches", "one_text", "runtime"),
+    ("cpu", "dtype", "decoder", "runtime"),
     [
-        ((0.3, 0.4), (0.1, 0.2), "openvino"),  # faster at both
-        ((0.3, 0.4), (0.3, 0.2), "openvino"),  # faster on batches: every pass, one text or more
-        ((0.5, 0.4), (0.1, 0.2), "openvino for one text, torch (traced) for more"),
-        ((0.5, 0.4), (0.19, 0.2), "torch (traced)"),  # one text within the margin: not worth its weights
-        ((0.5, 0.4), (0.3, 0.2), "torch (traced)"),
+        (AMX, torch.float32, False, "torch"),  # an Intel Xeon with AMX: oneDNN's products level with OpenVINO's
+        (AMX, torch.bfloat16, False, "openvino for one text"),
+        (AVX512, torch.float32, False, "openvino"),  # an AMD EPYC with AVX-512 and AVX512-BF16
+        (AVX512, torch.bfloat16, False, "openvino"),
+        (AVX2, torch.float32, False, "openvino"),  # an AMD EPYC with AVX2 alone
+        (AMX, torch.float32, True, "torch"),  # a decoder, anywhere
+        (AMX, torch.bfloat16, True, "torch"),
+        (AVX512, torch.bfloat16, True, "torch"),
+        (AVX2, torch.float32, True, "torch"),
     ],
 )
-def test_auto_puts_openvino_where_it_timed_faster(
+def test_the_runtime_rule_on_each_cpu_kind(
+    cpu: loader.CpuKind, dtype: torch.dtype, decoder: bool, runtime: str
+) -> None:
+    assert loader.runtime_rule(cpu, dtype, decoder)[0] == runtime
+
+
+@pytest.mark.parametrize(
+    ("capability", "amx", "expected"),
+    [("AVX512", True, AMX), ("AVX512", False, AVX512), ("AVX2", False, AVX2), ("DEFAULT", False, AVX2)],
+)
+def test_the_cpu_kind_is_read_from_torch(
+    monkeypatch: pytest.MonkeyPatch, capability: str, amx: bool, expected: loader.CpuKind
+) -> None:
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert loader.CpuKind.here() == expected
+
+
+@pytest.mark.parametrize(("cpu", "runtime"), [(AMX, "torch (traced)"), (AVX512, "openvino"), (AVX2, "openvino")])
+def test_auto_serves_what_the_rule_says_and_why(
     tiny_model_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
-    batches: tuple[float, float],
-    one_text: tuple[float, float],
+    cpu: loader.CpuKind,
     runtime: str,
 ) -> None:
-    timings(monkeypatch, batches, one_text)
+    """No timing: the same CPU kind, model and settings give the same runtime at every load, and the log says by
+    which part of the rule."""
+    monkeypatch.setattr(loader.CpuKind, "here", classmethod(lambda cls: cpu))
     with caplog.at_level(logging.INFO, logger="model.runtime.loader"):
         model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto")
     assert model.runtime == runtime
-    assert "1 at once: OpenVINO 300.0 ms" in caplog.text or "1 at once: OpenVINO 500.0 ms" in caplog.text
-    assert f"one text: OpenVINO {one_text[0] * 1000:.1f} ms, torch {one_text[1] * 1000:.1f} ms" in caplog.text
+    line = next(record.getMessage() for record in caplog.records if record.getMessage().startswith("loaded"))
+    assert f"the embedding pass runs on {runtime} (ENCODER_RUNTIME=auto: an encoder " in line, line
+    assert str(cpu) in line and " ms" not in line  # the CPU kind that decided, and no timing
+
+
+def test_the_rule_sends_a_decoder_to_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader.CpuKind, "here", classmethod(lambda cls: AVX2))  # an encoder would get OpenVINO
+    write_family_model(tmp_path, "qwen3")
+    model = load_model(tmp_path, device="cpu", dtype="float32", runtime="auto")
+    assert model.runtime == "torch (traced)"
+
+
+def test_one_load_after_another_serves_the_same_runtime_and_bits(tiny_model_dir: Path) -> None:
+    """Loaded twice with the same settings on this machine, whatever its CPU: the same runtime, and embeddings
+    equal to the bit (the timing race this replaced could serve torch at one start and OpenVINO at the next)."""
+    first, second = (load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto") for _ in range(2))
+    assert first.runtime == second.runtime
+    for texts in (TEXTS[:1], TEXTS):
+        assert first.embed(texts).numpy().tobytes() == second.embed(texts).numpy().tobytes()
 
 
 def test_openvino_for_one_text_leaves_larger_batches_to_torch(
@@ -213,7 +238,7 @@ def test_openvino_for_one_text_leaves_larger_batches_to_torch(
 ) -> None:
     """Where OpenVINO took only single texts, a pass of one text is its (equal to torch's within 1e-5) and a pass
     of more is torch's traced pass."""
-    timings(monkeypatch, (0.5, 0.4), (0.1, 0.2))
+    monkeypatch.setattr(loader, "runtime_rule", lambda cpu, dtype, decoder: (loader.OPENVINO_FOR_ONE_TEXT, "made up"))
     model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto")
     reference = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="torch")
     first, aligned = model.backends
