@@ -222,13 +222,14 @@ class EntryError(ValueError):
         self.problem = problem
 
 
-def param_path(loc: Sequence[str | int]) -> str | None:
-    """('body', 'texts', 3) → 'texts[3]'; ('query', 'length') → 'length'.
+def param_path(loc: Sequence[str | int], located: bool = True) -> str | None:
+    """('body', 'texts', 3) → 'texts[3]'; ('query', 'length') → 'length'. Without ``located`` (the error of a
+    model built from values, not of a request's body, query or path), ('query',) → 'query'.
 
     pydantic puts the member of a union that failed into the location ('function-after[…]', 'list[int]',
     'str'): those are its names, not the client's, and are left out.
     """
-    parts = list(loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc)
+    parts = list(loc[1:] if located and loc and loc[0] in ("body", "query", "path", "header") else loc)
     parts = [p for p in parts if isinstance(p, int) or (p.isidentifier() and p not in UNION_MEMBER_TAGS)]
     path = ""
     for part in parts:
@@ -236,12 +237,12 @@ def param_path(loc: Sequence[str | int]) -> str | None:
     return path or None
 
 
-def validation_message(error: dict[str, Any]) -> tuple[str, str | None]:
-    """A pydantic/FastAPI error as (message, param), worded for a client."""
+def validation_message(error: dict[str, Any], located: bool = True) -> tuple[str, str | None]:
+    """A pydantic/FastAPI error as (message, param), worded for a client (``located``: as ``param_path``)."""
     if error.get("type") == "json_invalid":
         reason = error.get("ctx", {}).get("error", "invalid JSON")
         return f"malformed JSON body: {reason}", "body"
-    param = param_path(error.get("loc", ()))
+    param = param_path(error.get("loc", ()), located)
     if error.get("type") == "missing" and param is None:
         return "a JSON request body is required", "body"
     problem = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
@@ -289,7 +290,7 @@ def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
     async def translated_request_error(request: Request, exc: ValidationError) -> Response:
         """A request in another API's shape (TEI's) whose translation into the native one was refused: the client's
         values, so a 422 as the native route gives."""
-        message, param = validation_message(exc.errors()[0])  # type: ignore[arg-type]
+        message, param = validation_message(exc.errors()[0], located=False)  # type: ignore[arg-type]
         refused = InvalidRequest(None, message)  # the message names the field already
         refused.param = param
         return api_error_response(refused, shapes.of(request.scope))

@@ -12,11 +12,16 @@ from app.errors import EntryError
 from model import Pooling, TextTokenizer
 
 
+def blank(text: str) -> bool:
+    """Empty, or whitespace alone: no token of its own for the tokenizer, so nothing to embed (API.md, "Texts")."""
+    return not text or text.isspace()
+
+
 def _text(text: str) -> str:
-    """A text the tokenizer can take: not empty, and valid Unicode (JSON's \\ud800 escapes allow lone
-    surrogates, which no UTF-8 tokenizer accepts)."""
-    if not text:
-        raise ValueError("must not be empty")
+    """A text the tokenizer can take: not empty nor whitespace alone, and valid Unicode (JSON's \\ud800 escapes
+    allow lone surrogates, which no UTF-8 tokenizer accepts)."""
+    if blank(text):
+        raise ValueError("must not be empty" if not text else "must not be empty: it holds whitespace alone")
     return _unicode(text)
 
 

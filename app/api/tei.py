@@ -24,6 +24,7 @@ from app.schemas import (
     RerankRequest,
     SimilarityRequest,
     SparseEncodeRequest,
+    blank,
 )
 from app.serialization import json_response
 from app.services.embeddings import Embeddings
@@ -262,7 +263,7 @@ def strings(inputs: Input, served: ServedModel | None = None) -> tuple[list[str]
         return [tokenizer.decode(row, skip_special_tokens=False) for row in rows], True
     else:
         raise InvalidRequest("inputs", "texts or token ids, not both in one batch")
-    if any(text == "" for text in texts):
+    if any(blank(text) for text in texts):
         raise Empty("Input validation error: `inputs` cannot be empty")
     return texts, False
 
@@ -291,7 +292,7 @@ async def embed(
             raise InvalidRequest("prompt_name", "not with token ids")
         id_rows = [index for index, item in enumerate(items) if not isinstance(item, str)]
         text_rows = [index for index, item in enumerate(items) if isinstance(item, str)]
-        if any(items[index] == "" for index in text_rows):
+        if any(blank(items[index]) for index in text_rows):
             raise Empty("Input validation error: `inputs` cannot be empty")
         for index in id_rows:  # named by their place in `inputs`, not in the batch of ids handed on
             if not items[index]:
@@ -496,7 +497,7 @@ async def similarity(
 @router.post("/tokenize", response_model=list[list[SimpleToken]], summary="TEI: tokens with byte offsets")
 async def tokenize(body: TeiTokenizeRequest, served: Model) -> Response:
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
-    if not texts:
+    if not texts or any(blank(text) for text in texts):
         raise Empty("`inputs` cannot be empty")
     prompted, _ = Embeddings.prompted(served, texts, body.prompt_name)  # the model's default prompt too, as /embed
     encodings = await served.tokens.encode(prompted, whole=True, special_tokens=body.add_special_tokens)

@@ -110,8 +110,10 @@ class FastPath:
         except ApiError as error:
             response = api_error_response(error, hot.error_shape)
         except ValidationError as error:  # the body translated into a native request that refused it (TEI's, Cohere's)
-            message, _ = validation_message(error.errors()[0])  # type: ignore[arg-type]
-            response = api_error_response(InvalidRequest(None, message), hot.error_shape)
+            message, param = validation_message(error.errors()[0], located=False)  # type: ignore[arg-type]
+            refused = InvalidRequest(None, message)  # the message names the field already, as the handler's does
+            refused.param = param
+            response = api_error_response(refused, hot.error_shape)
         except Exception:  # as the framework answers one: the 500 envelope, the traceback logged
             response = internal_error_response(scope["method"], scope["path"])
         await response(scope, receive, send)
