@@ -119,8 +119,9 @@ def products_in(encoder: Encoder, dtype: torch.dtype) -> Encoder:
 
     Why: autocast casts a float32 weight to bfloat16 on every call, and the recorded pass does too (the graph
     runs unoptimised, as recorded): all-MiniLM-L6-v2's one-text pass took 8.1–8.4 ms so against 4.5–4.9 with the
-    weights cast once, equal to the last bit (BENCHMARKS.md, "bfloat16 on the CPU: weights cast once, rows in
-    buckets"). The explicit paths keep the float32 encoder; the copy adds half its linear weights' bytes."""
+    weights cast once, equal to the last bit (docs/benchmarks/cpu-runtimes.md, "bfloat16 on the CPU: weights cast
+    once, rows in buckets (CPU)"). The explicit paths keep the float32 encoder; the copy adds half its linear
+    weights' bytes."""
     linear = {
         id(tensor) for module in encoder.modules() if isinstance(module, nn.Linear) for tensor in module.parameters()
     }
@@ -326,7 +327,8 @@ def compile_openvino(
 def quantized_runtime(model: TextEncoder, quantize: str, threads: int) -> str:
     """Put OpenVINO's pass with its weights in ``quantize`` (int8) first in the model's backends, the rest of it in
     bfloat16 where the CPU computes it natively (measured both faster and closer to float32 than float32 around
-    int8 weights: BENCHMARKS.md, "int8 on the CPU"), float32 elsewhere; return why, for the load log. Refused
+    int8 weights: docs/benchmarks/cpu-runtimes.md, "int8 on the CPU"), float32 elsewhere; return why, for the load
+    log. Refused
     (ValueError) where OpenVINO or NNCF is not installed; a model OpenVINO cannot compile keeps the torch pass in
     float32, and the reason says so."""
     from model.runtime.openvino_pass import available, quantizer_available
@@ -358,9 +360,10 @@ def choose_runtime(model: TextEncoder, runtime: str, threads: int, concurrency: 
 
     Why so: on an Intel Xeon with AMX, OpenVINO's bfloat16 pass timed on three batches it had seen beat torch's,
     yet over HTTP it served make bench's (b) at 403 texts/s against torch's 521; on batches of shapes it had not
-    seen the two were even, and in float32 OpenVINO 1.3 to 1.5 times slower (BENCHMARKS.md, "Runtimes and
-    precisions (CPU)"). One text alone it took 0.7 times torch's time in bfloat16 (BENCHMARKS.md, "One text on
-    OpenVINO, more on torch")."""
+    seen the two were even, and in float32 OpenVINO 1.3 to 1.5 times slower (docs/benchmarks/cpu-runtimes.md,
+    "Runtimes and precisions (CPU)"). One text alone it took 0.7 times torch's time in bfloat16
+    (docs/benchmarks/cpu-runtimes.md, "One text on OpenVINO, more on torch; decoders against optimum-intel
+    (CPU)")."""
     if runtime == "torch":
         return "ENCODER_RUNTIME=torch"
     from model.runtime.openvino_pass import available
@@ -512,8 +515,8 @@ def load_model(
     if torch_device.type == "cuda" and precision.weights in (torch.float16, torch.bfloat16):
         # Passes the graphs do not hold run eagerly with the attention core on the packed tokens (flash attention's
         # variable-length kernel) instead of the traced padded core: 4 to 11 % more tokens/s at 512 and 2,048 rows
-        # on an H100 (BENCHMARKS.md, "make gpu-check on an H100"). The trace cannot hold it: it would fix the
-        # longest row's length.
+        # on an H100 (docs/benchmarks/cuda.md, "make gpu-check on an H100: packed attention, front ends, a decoder,
+        # the AMX host (CUDA)"). The trace cannot hold it: it would fix the longest row's length.
         model.passes.varlen = True
         model.backends = tuple(backend for backend in model.backends if not isinstance(backend, TracedPass))
     logger.info(
