@@ -52,7 +52,8 @@ class BufferedStderrHandler(logging.Handler):
     it: start-up, shutdown, warnings, errors.
 
     A line a request is a system call a request when each is written on its own: under many small requests that
-    cost the event loop more than the rest of the request's logging (BENCHMARKS.md). A process that exits (even
+    cost the event loop more than the rest of the request's logging (docs/benchmarks/host-path.md, "The hot
+    routes' short way in, request lines in batches, one task a request (CPU)"). A process that exits (even
     by the signal uvicorn raises again once it has shut down, which skips Python's exit) logs its shutdown lines
     last, and they carry every held line out before them. A batch goes out in writes of
     whole lines of at most PIPE_BUF bytes, each atomic on a pipe, so that the lines of processes sharing one

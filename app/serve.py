@@ -100,9 +100,10 @@ def computes_on_gpu(device: str, control: Path = NVIDIA_CONTROL) -> bool:
 
 def front_ends(workers: int | str, cores: int, gpu: bool) -> int:
     """ENCODER_WORKERS, ``auto`` resolved. A front end spends about 0.5 ms of one core on a one-text request
-    (BENCHMARKS.md, "Past the event loop"), one event loop's worth of about 2,000 requests a second. On a CPU the
-    model's pass costs far more (all-MiniLM-L6-v2: about 10 core-ms a text), so one front end keeps up with the
-    passes of about 16 cores: one more for every 16. On a GPU the pass costs the host next to nothing and the front
+    (docs/benchmarks/host-path.md, "The hot routes' short way in, request lines in batches, one task a request (CPU)"),
+    one event loop's worth of about 2,000 requests a second. On a CPU the model's pass costs far more
+    (all-MiniLM-L6-v2: about 10 core-ms a text), so one front end keeps up with the passes of about 16 cores: one
+    more for every 16. On a GPU the pass costs the host next to nothing and the front
     ends are what limits: one for every 4 cores, the rest left to the engine's loop, lanes and tokenisation. At
     most 8; on 2 cores a second process costs more CPU a request than one process saves (measured), so 1."""
     if workers != "auto":

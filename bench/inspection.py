@@ -7,7 +7,7 @@ alternates /encode of 33 texts with /similarity of the first of them against the
 explain (and without), so that both see the same machine at the same moments; then asks /attention for
 every layer and head of a 256-token text as NumPy npz (Accept: application/x-npz). After the service has
 stopped, transformers' BertModel (eager, output_attentions) plus numpy.savez runs in-process on the same
-token ids. Prints the figures and writes them into BENCHMARKS.md (section "Inspection (CPU)" or
+token ids. Prints the figures and writes them into docs/benchmarks/inspection.md (section "Inspection (CPU)" or
 "(CUDA)").
 """
 
@@ -25,6 +25,7 @@ import orjson
 
 from bench.run import (
     ATTENTION_TEXT,
+    BENCHMARKS,
     Connection,
     cpu_flags,
     free_port,
@@ -35,6 +36,7 @@ from bench.run import (
 )
 
 NPZ = "Accept: application/x-npz\r\n"
+INSPECTION = BENCHMARKS / "inspection.md"
 
 
 async def drive(port: int, groups: list[list[str]], npz_body: bytes, rounds: int) -> dict[str, list[float]]:
@@ -95,7 +97,7 @@ def transformers_npz(ids: list[int], rounds: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, for a smoke run")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave inspection.md alone")
     args = parser.parse_args()
     rounds = 15 if args.quick else 60
 
@@ -164,8 +166,8 @@ def main() -> None:
     section = "\n".join(lines)
     print(section)
     if not args.no_write:
-        write_benchmarks(section, f"Inspection ({device})")
-        print("written to BENCHMARKS.md")
+        write_benchmarks(section, f"Inspection ({device})", INSPECTION)
+        print(f"written to {INSPECTION}")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import torch
 
 from bench.accuracy import accuracy_cells
 from bench.run import cpu_flags, machine, make_sentences, publish
-from bench.runtimes import embed
+from bench.runtimes import CPU_RUNTIMES, embed
 from model import load_model
 from model.runtime.loader import cpu_bfloat16, cpu_threads, example_batch
 from model.runtime.openvino_pass import OpenVINOPass, compile_for_cpu, convert, int8_weights
@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=1100, help="sentences embedded for the accuracy")
     parser.add_argument("--speed-sentences", type=int, default=320, help="sentences a speed round embeds")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave cpu-runtimes.md alone")
     args = parser.parse_args()
 
     import nncf
@@ -148,7 +148,7 @@ def main() -> None:
         f"median of {args.rounds} rounds taking turns; accuracy on {len(sentences)} others against OpenVINO "
         "float32 (equal to torch float32 within 1e-5).",
     ]
-    publish(SECTION, about, rows, not args.no_write)
+    publish(SECTION, about, rows, not args.no_write, CPU_RUNTIMES)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ and of 32 on two lanes, alone, against sentence-transformers' ``encode`` in batc
 on the event loop, and the load client on the same cores, so its ratios stay below these.
 
 Why two cores get a third lane shows only under HTTP load, where a lane waits for its share of the queue
-while the event loop answers and reads requests (BENCHMARKS.md, "A third compute lane on two cores").
+while the event loop answers and reads requests (docs/benchmarks/cpu-passes.md, "A third compute lane on two cores
+(CPU)").
 """
 
 from __future__ import annotations

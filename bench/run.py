@@ -7,7 +7,7 @@ app.main:create_app` on 127.0.0.1 (and infinity-emb beside it with --peers). Eve
 in each, the service (driven from this process over keep-alive connections, bounded request count and time),
 the references and the peer take turns on the same share of the texts, each alone, so that ratios compare
 figures taken minutes apart at most. Prints the figures and writes them, with the machine and the command,
-into BENCHMARKS.md (one section per device, replaced on each run).
+into docs/benchmarks/make-bench.md (one section per device, replaced on each run).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from bench.texts import WORDS, make_sentences  # noqa: F401  (re-exported: the o
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "docs" / "benchmarks"  # the figures by topic; BENCHMARKS.md is their summary, kept by hand
+MAKE_BENCH = BENCHMARKS / "make-bench.md"
 
 
 ATTENTION_TEXT = " ".join(make_sentences(40, seed=1))  # cut to 128 tokens below
@@ -734,42 +736,52 @@ def peer_version() -> str:
         return "?"
 
 
-def publish(section: str, about: list[str], rows: list[str], write: bool) -> None:
-    """A section of BENCHMARKS.md: its title, what was measured (the machine, the command), its table; printed,
-    and written into the file where ``write``."""
+def publish(section: str, about: list[str], rows: list[str], write: bool, path: Path) -> None:
+    """A section of a file of docs/benchmarks: its title, what was measured (the machine, the command), its table;
+    printed, and written into ``path`` where ``write``."""
     text = "\n".join([f"## {section}", "", *about, "", *rows, ""])
     print(text)
     if write:
-        write_benchmarks(text, section)
+        write_benchmarks(text, section, path)
 
 
-def write_benchmarks(section: str, device: str) -> None:
-    path = ROOT / "BENCHMARKS.md"
-    header = (
-        "# Benchmarks\n\n"
-        "Written by `make bench` (bench/run.py): all-MiniLM-L6-v2, 2,000 generated English sentences of 8–40\n"
-        "words. The service runs as its own process on 127.0.0.1 and is driven over keep-alive HTTP from the\n"
-        "benchmark process, taking turns with the in-process references. (a) 32 concurrent clients each\n"
-        "send one text per request; (b) 4 clients send 32 texts per request; (c) one client asks /attention\n"
-        "for all layers and heads of a 128-token text, against transformers' BertModel (eager,\n"
-        "output_attentions) plus json.dumps in-process; idle: one client, one text, nothing else running;\n"
-        "(d) 4 clients each rerank 32 documents against a query with a cross-encoder the size of MiniLM\n"
-        "(random weights), against sentence-transformers' CrossEncoder.predict in-process on the same pairs;\n"
-        "(e) /v1/embeddings as (a).\n\n"
-    )
+MAKE_BENCH_HEADER = (
+    "# make bench: the service against its references\n\n"
+    "The latest run of `make bench` and `make bench-peers` on each device (bench/run.py replaces that\n"
+    'device\'s section on every run), and how its rounds came to be. A section\'s "above" or "below" may\n'
+    "mean one now in another file of docs/benchmarks/; [BENCHMARKS.md](../../BENCHMARKS.md) lists them all.\n\n"
+    "Written by `make bench` (bench/run.py): all-MiniLM-L6-v2, 2,000 generated English sentences of 8–40\n"
+    "words. The service runs as its own process on 127.0.0.1 and is driven over keep-alive HTTP from the\n"
+    "benchmark process, taking turns with the in-process references. (a) 32 concurrent clients each\n"
+    "send one text per request; (b) 4 clients send 32 texts per request; (c) one client asks /attention\n"
+    "for all layers and heads of a 128-token text, against transformers' BertModel (eager,\n"
+    "output_attentions) plus json.dumps in-process; idle: one client, one text, nothing else running;\n"
+    "(d) 4 clients each rerank 32 documents against a query with a cross-encoder the size of MiniLM\n"
+    "(random weights), against sentence-transformers' CrossEncoder.predict in-process on the same pairs;\n"
+    "(e) /v1/embeddings as (a).\n\n"
+)
+
+
+def write_benchmarks(section: str, title: str, path: Path = MAKE_BENCH, header: str | None = None) -> None:
+    """Put ``section`` (a text headed ``## title``) into ``path`` in place of the section of that title, or last
+    where it has none, every other section kept in its place. The text before the first section is ``header``
+    where given (make-bench.md's, rewritten on each run), else kept as the file has it."""
+    preamble = header if header is not None else f"# {path.stem}\n\n"
     sections = {}
     if path.exists():
         for block in re.split(r"(?m)^(?=## )", path.read_text()):
             if block.startswith("## "):
                 sections[block.splitlines()[0][3:].strip()] = block.rstrip() + "\n"
-    sections[device] = section
-    path.write_text(header + "\n".join(sections.values()))  # the order of the file; a new device's section last
+            elif header is None:
+                preamble = block
+    sections[title] = section
+    path.write_text(preamble + "\n".join(sections.values()))  # the order of the file; a new section last
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests, for a smoke run")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave make-bench.md alone")
     parser.add_argument("--peers", action="store_true", help="also drive infinity-emb (installed by make bench-peers)")
     parser.add_argument("--cases", default="", help="comma-separated, of a, b, c, idle, d, e (default: all)")
     parser.add_argument(
@@ -839,8 +851,8 @@ def main() -> None:
         section = report(rounds, device, command, args.quick, served, memory)
         print(section, flush=True)
         if not args.no_write:
-            write_benchmarks(section, device)
-            print(f"written to {ROOT / 'BENCHMARKS.md'}")
+            write_benchmarks(section, device, MAKE_BENCH, MAKE_BENCH_HEADER)
+            print(f"written to {MAKE_BENCH}")
         service_runs, peer_runs = rounds.pooled("service"), rounds.pooled("peer")
         for k, r in [*service_runs.items(), *((f"infinity {k}", r) for k, r in peer_runs.items())]:
             failed[f"{k} ({workers} workers)" if workers is not None else k] = r.errors

@@ -23,7 +23,8 @@ each precision the CPU offers: float32, bfloat16, int8), over keep-alive HTTP: 4
 request in the "passes of 32" columns, one client sending one text at a time in the "one text" columns, and 32
 clients each sending one text a request (make bench's (a)) in a line under the table.
 
-Prints a table and, unless ``--no-write``, puts it into BENCHMARKS.md under "Runtimes and precisions (CPU)".
+Prints a table and, unless ``--no-write``, puts it into docs/benchmarks/cpu-runtimes.md under "Runtimes and precisions
+(CPU)".
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import torch
 
 from bench.accuracy import accuracy_cells
 from bench.run import (
+    BENCHMARKS,
     ROOT,
     Child,
     Connection,
@@ -58,6 +60,7 @@ from model.runtime.loader import cpu_bfloat16
 from model.runtime.openvino_pass import quantizer_available
 
 SECTION = "Runtimes and precisions (CPU)"
+CPU_RUNTIMES = BENCHMARKS / "cpu-runtimes.md"  # the file SECTION is written into
 
 
 def variants() -> dict[str, Callable[[], TextEncoder]]:
@@ -125,7 +128,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=1100, help="sentences embedded for the accuracy")
     parser.add_argument("--speed-sentences", type=int, default=320, help="sentences a speed round embeds")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave cpu-runtimes.md alone")
     parser.add_argument(
         "--peers", type=Path, default=None, help="a Python with sentence-transformers' backends (bench/cpu_peers.py)"
     )
@@ -244,7 +247,7 @@ def main() -> None:
             f"{name.split(' (')[0]}, 32 clients × 1 text a request: {statistics.median(each):,.0f} texts/s "
             f"(rounds {', '.join(f'{rate:,.0f}' for rate in each)})"
         )
-    publish(SECTION, about, rows, not args.no_write)
+    publish(SECTION, about, rows, not args.no_write, CPU_RUNTIMES)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,22 @@ def test_the_report_gives_each_ratio_pooled_and_round_by_round(monkeypatch: pyte
     assert text.index("infinity-emb: peer e") < text.index("infinity-emb: peer b") < text.index("infinity-emb: peer d")
 
 
+def test_a_benchmark_replaces_its_own_section_of_its_file_and_keeps_the_rest(tmp_path) -> None:
+    """A file of docs/benchmarks keeps its introduction and every other section where they are; the section written
+    takes the place of the one of its title, or goes last; make bench's file gets its header anew."""
+    from bench.run import MAKE_BENCH, MAKE_BENCH_HEADER, write_benchmarks
+
+    path = tmp_path / "topic.md"
+    path.write_text("# Topic\n\nWhat this file holds.\n\n## One (CPU)\n\nold\n\n## Two\n\nkept\n")
+    write_benchmarks("## One (CPU)\n\nnew\n", "One (CPU)", path)
+    write_benchmarks("## Three\n\nadded\n", "Three", path)
+    expected = "# Topic\n\nWhat this file holds.\n\n## One (CPU)\n\nnew\n\n## Two\n\nkept\n\n## Three\n\nadded\n"
+    assert path.read_text() == expected
+    write_benchmarks("## Two\n\nagain\n", "Two", path, header="# Header\n\n")
+    assert path.read_text() == "# Header\n\n## One (CPU)\n\nnew\n\n## Two\n\nagain\n\n## Three\n\nadded\n"
+    assert MAKE_BENCH.read_text().startswith(MAKE_BENCH_HEADER + "## CPU\n")  # as make bench writes it
+
+
 @pytest.mark.slow
 def test_the_decoder_benchmark_times_the_same_computation_in_both_libraries(tmp_path) -> None:
     """bench.decoders' checkpoint (Qwen3-0.6B's shape, one layer here) read by our loader and by transformers: the

@@ -6,21 +6,22 @@ a parallel region gets a team of worker threads of its own, kept for as long as 
 those workers spin between parallel regions (they resume within microseconds) only while the process has
 no more OpenMP threads than CPUs; once a second team is alive, every barrier of every operator puts the
 workers to sleep and wakes them through the kernel. A one-text pass of all-MiniLM-L6-v2 on 2 cores took
-38 ms with a second team alive, 17 ms without (BENCHMARKS.md).
+38 ms with a second team alive, 17 ms without (docs/benchmarks/cpu-passes.md, "One compute thread, and the garbage
+collector's stalls (CPU)").
 
 Yet one pass at a time, its operators split across the cores, leaves much of a small CPU idle: every
 operator ends in a barrier where the cores wait for the slowest, and a core that the event loop takes for a
 moment holds up the other. Two passes side by side, each on one core, do not wait for each other: on 2
 cores, passes of 16 texts ran at 152 texts/s that way against 137/s with both cores on each pass
-(BENCHMARKS.md). So there are ``lanes`` threads, each computing with its share of torch's threads. Lane 0 alone may
-compute a pass *wide*, with all of them, so that a lone request is answered as fast as the cores allow: when
-no other lane is at work or waited for, nothing more is queued behind the pass (the caller says so with
-``spread``), and no pass has computed with a share for ``quiet_s`` (so not under a steady load, where the
-next pass is a moment away). A wide pass has the cores to itself: work for the other lanes waits until it
-ends, because a second pass beside it leaves three threads on two cores, and every barrier of the wide pass
-then waits for a thread that is off its core (under load a one-text pass took 589 ms that way, against
-18-32 ms without). With the default share of one thread a lane on 2 cores, only lane 0 ever opens a team, so the
-process keeps one team and its workers spin.
+(docs/benchmarks/cpu-passes.md, "Two compute lanes (CPU)"). So there are ``lanes`` threads, each computing with its
+share of torch's threads. Lane 0 alone may compute a pass *wide*, with all of them, so that a lone request is answered
+as fast as the cores allow: when no other lane is at work or waited for, nothing more is queued behind the pass (the
+caller says so with ``spread``), and no pass has computed with a share for ``quiet_s`` (so not under a steady load,
+where the next pass is a moment away). A wide pass has the cores to itself: work for the other lanes waits until it
+ends, because a second pass beside it leaves three threads on two cores, and every barrier of the wide pass then waits
+for a thread that is off its core (under load a one-text pass took 589 ms that way, against 18-32 ms without). With the
+default share of one thread a lane on 2 cores, only lane 0 ever opens a team, so the process keeps one team and its
+workers spin.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ QUIET_S = 0.05  # no pass with a share for this long: a pass may go wide
 # computation with its own buffers: 1,024 of each by default. bfloat16 products on a CPU (`ENCODER_DTYPE=bfloat16`; with
 # AMX) go through them, and a pass has as many rows as its real tokens, a new shape nearly every time: under make
 # bench's loads the process kept about 1 GiB resident, 600 MiB more than under float32, whose products (MKL) use
-# neither. With 32 of each it stayed at float32's level at the same speed (BENCHMARKS.md, "Resident memory under
-# bfloat16 autocast, and oneDNN's caches bounded").
+# neither. With 32 of each it stayed at float32's level at the same speed (docs/benchmarks/cpu-runtimes.md, "Resident
+# memory under bfloat16 autocast, and oneDNN's caches bounded (CPU)").
 KERNEL_CACHES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "32", "LRU_CACHE_CAPACITY": "32"}
 
 

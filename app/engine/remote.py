@@ -4,7 +4,7 @@ Front-end processes (HTTP, validation, tokenisation, serialisation; no weights) 
 over a Unix socket and await the answers; the engine runs each through the served model's queue exactly as a
 single process does. Each message is one frame of app/engine/wire.py: a pickle whose arrays travel beside it, a large
 answer read straight into its own memory. A Unix stream costs half the CPU a round trip of the best zmq variant
-measured (BENCHMARKS.md, "How a task crosses between processes").
+measured (docs/benchmarks/host-path.md, "How a task crosses between processes: four transports (CPU)").
 
 Messages, front end to engine: ``("task", id, model, task, seconds its request has left)``, ``("cancel", id)``
 (its client left or its deadline passed: the engine drops its texts unseen), ``("describe", id)`` (each model's

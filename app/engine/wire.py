@@ -8,7 +8,8 @@ read, a frame larger than ``SCRATCH_BYTES`` / 4 is received straight into a buff
 arrays then use as their memory: a large answer (an /attention of every layer, a multi-vector document) is
 copied once, by the kernel. Smaller frames are read many at a time through one scratch buffer, their arrays
 copied out of it. Measured against asyncio's streams with in-band pickles (``python -m bench.transport``,
-BENCHMARKS.md "How a task crosses between processes").
+docs/benchmarks/host-path.md, "How a task crosses between processes: four transports (CPU)", and the section before
+it, "Large answers between the processes: frames read into their own memory (CPU)").
 """
 
 from __future__ import annotations

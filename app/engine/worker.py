@@ -14,8 +14,9 @@ Why a thread that hands its pass to a lane rather than computing it: OpenMP keep
 every thread that computes wide (app/engine/compute.py), so only the lanes compute. Computing each pass on the
 inference thread that took it, with one torch thread and no hand-over, was measured at 1.05× the requests/s and
 0.96× the CPU a request (within the rounds' spread) on the model where the hand-over weighs most, 32 clients × 1
-text (BENCHMARKS.md, "The hand-over to the compute lanes"): the hand-over costs next to nothing, and the lanes'
-design (a lone request computed wide, passes side by side under load) needs it.
+text (docs/benchmarks/cpu-passes.md, "The hand-over to the compute lanes, measured before removing it (CPU)"): the
+hand-over costs next to nothing, and the lanes' design (a lone request computed wide, passes side by side under
+load) needs it.
 """
 
 from __future__ import annotations

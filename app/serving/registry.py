@@ -311,8 +311,8 @@ def compute_lanes(settings: Settings, threads: int | None = None) -> int:
     one it gives 3, else 1. A lane's share is then one thread, so only lane 0 ever holds an OpenMP team
     (app/engine/compute.py); with more threads, several lanes would, which was not measured. On 2 threads a third lane
     computes while another waits for its share of the queue: under 32 concurrent clients the two lanes were
-    idle about a sixth of the time (BENCHMARKS.md). A GPU runs one pass at a time. ``threads``: torch's, unless
-    given."""
+    idle about a sixth of the time (docs/benchmarks/cpu-passes.md, "A third compute lane on two cores (CPU)"). A GPU
+    runs one pass at a time. ``threads``: torch's, unless given."""
     from app.engine.compute import TORCH_THREADS
     from model import resolve_device
 
@@ -338,7 +338,7 @@ def pass_tokens(model: TextEncoder) -> int:
     mappings, unmapped again when freed, so the kernel faults in and zeroes every page of them on every
     pass: cross-encoder passes cut at 16,384 tokens (up to 128 pairs) ran at about 0.75× the speed of passes
     cut at 4,096, which took almost no page faults, and embedding passes lost nothing by the cut
-    (BENCHMARKS.md, ``python -m bench.passes``).
+    (docs/benchmarks/cpu-passes.md, "Pass size and page faults (CPU)", ``python -m bench.passes``).
     """
     if model.device.type != "cpu":
         return GPU_PASS_TOKENS

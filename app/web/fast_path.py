@@ -3,12 +3,12 @@ FastAPI's layers, answering the same.
 
 Under many small requests the framework costs more than the work: its middleware chain, routing, dependency
 solving and body parsing took about a quarter of the service's CPU on two cores, as much as the pass and
-tokenisation together (BENCHMARKS.md, "Past the event loop"). An ordinary request to a hot route (a JSON body
-of declared length within the limit, where no CORS is configured) is taken here instead: the body is read and
-validated by the route's own schema, and the route's own function is called with its dependencies, under the
-same request log and metrics (``RequestLog``). Every other request, and one whose body does not validate, goes
-the framework's way untouched (its body replayed), so that each error keeps its one wording: this path adds
-no behaviour, only a shorter way to the same.
+tokenisation together (docs/benchmarks/host-path.md, "The hot routes' short way in, request lines in batches, one task a
+request (CPU)"). An ordinary request to a hot route (a JSON body of declared length within the limit, where no CORS is
+configured) is taken here instead: the body is read and validated by the route's own schema, and the route's own
+function is called with its dependencies, under the same request log and metrics (``RequestLog``). Every other request,
+and one whose body does not validate, goes the framework's way untouched (its body replayed), so that each error keeps
+its one wording: this path adds no behaviour, only a shorter way to the same.
 """
 
 from __future__ import annotations

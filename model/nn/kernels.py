@@ -3,9 +3,10 @@
 Why: in a post-norm block (BERT, MiniLM) each sublayer ends with LN(x + sublayer(x)). Run as torch's two kernels,
 the sum is written out in half precision, read back by LayerNorm and normed at about a third of the memory's
 speed for widths of 384 to 1,024: the additions and norms were a third of a pass of all-MiniLM-L6-v2 in float16
-on an H100 once the GELU went into the product (BENCHMARKS.md, "make gpu-check on an H100, again"). Here each
-program reads a block of rows of both inputs once, adds them and norms them in float32, and writes the result
-once, as text-embeddings-inference's fused residual + LayerNorm does.
+on an H100 once the GELU went into the product (docs/benchmarks/cuda.md, "make gpu-check on an H100, again: the
+CUDA tests, profiled passes, cuDNN's attention and the GELU in the product (CUDA)"). Here each program reads a block
+of rows of both inputs once, adds them and norms them in float32, and writes the result once, as
+text-embeddings-inference's fused residual + LayerNorm does.
 
 Triton comes with PyTorch's CUDA builds on Linux; where it is missing the norm runs as before (``fused_norms``).
 On a CPU the kernel runs in Triton's interpreter (TRITON_INTERPRET=1), for the tests alone.

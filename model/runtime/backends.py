@@ -116,9 +116,9 @@ class BucketedRows:
     Why: the pass packs the real tokens (model/nn/encoder.py, ``Packing``), so each product has as many rows as the
     batch has real tokens. oneDNN, which computes bfloat16 products on a CPU, prepares a kernel for every count
     of rows it meets (a primitive, cached): on an Intel Xeon with AMX that took about 3 ms a product shape, four
-    shapes a pass, against a 1.5-ms product (BENCHMARKS.md, "bfloat16 on the CPU: weights cast once, rows in
-    buckets"). The filler rows are attended by nothing else: each row attends within itself. float32's products
-    (MKL) prepare nothing per count and are not bucketed."""
+    shapes a pass, against a 1.5-ms product (docs/benchmarks/cpu-runtimes.md, "bfloat16 on the CPU: weights cast
+    once, rows in buckets (CPU)"). The filler rows are attended by nothing else: each row attends within itself.
+    float32's products (MKL) prepare nothing per count and are not bucketed."""
 
     def __init__(self, inner: PassBackend, filler_id: int = 0) -> None:
         self.inner = inner
@@ -174,8 +174,8 @@ class AlignedLength:
     a length that is not a multiple of 16: on an Intel Xeon with AMX, one thread, 32 rows × 12 heads, 5.7 ms at 60
     tokens against 3.6 ms at 64 (float32), 5.9 against 3.0 (bfloat16). The appended columns are padding like any
     other: masked as keys, skipped by every product, their rows dropped. Passes of 32 generated sentences of
-    all-MiniLM-L6-v2 ran 1.02 to 1.05 times as fast in float32 and 1.04 to 1.13 times in bfloat16 (BENCHMARKS.md,
-    "Attention at aligned lengths (CPU)")."""
+    all-MiniLM-L6-v2 ran 1.02 to 1.05 times as fast in float32 and 1.04 to 1.13 times in bfloat16
+    (docs/benchmarks/cpu-passes.md, "Attention at aligned lengths (CPU)")."""
 
     def __init__(self, inner: PassBackend, longest: int) -> None:
         self.inner = inner
@@ -197,8 +197,8 @@ class OneText:
     Why: on an Intel Xeon with AMX, OpenVINO's bfloat16 pass of one text took 0.69 times torch's for
     all-MiniLM-L6-v2, while passes of 4, 8 and 32 texts took 1.03 to 1.14 times (16 texts 0.84); a lone text is
     what an idle service computes, so its latency is this pass's: make bench's idle p50 7.2 → 5.5 ms
-    (BENCHMARKS.md, "One text on OpenVINO, more on torch"). ``choose_runtime`` puts it first where its timing at
-    start says so."""
+    (docs/benchmarks/cpu-runtimes.md, "One text on OpenVINO, more on torch; decoders against optimum-intel (CPU)").
+    ``choose_runtime`` puts it first where its timing at start says so."""
 
     def __init__(self, inner: PassBackend, rest: str) -> None:
         self.inner = inner

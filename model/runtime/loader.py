@@ -119,8 +119,9 @@ def products_in(encoder: Encoder, dtype: torch.dtype) -> Encoder:
 
     Why: autocast casts a float32 weight to bfloat16 on every call, and the recorded pass does too (the graph
     runs unoptimised, as recorded): all-MiniLM-L6-v2's one-text pass took 8.1–8.4 ms so against 4.5–4.9 with the
-    weights cast once, equal to the last bit (BENCHMARKS.md, "bfloat16 on the CPU: weights cast once, rows in
-    buckets"). The explicit paths keep the float32 encoder; the copy adds half its linear weights' bytes."""
+    weights cast once, equal to the last bit (docs/benchmarks/cpu-runtimes.md, "bfloat16 on the CPU: weights cast
+    once, rows in buckets (CPU)"). The explicit paths keep the float32 encoder; the copy adds half its linear
+    weights' bytes."""
     linear = {
         id(tensor) for module in encoder.modules() if isinstance(module, nn.Linear) for tensor in module.parameters()
     }
@@ -255,7 +256,8 @@ def compile_openvino(
 def quantized_runtime(model: TextEncoder, quantize: str, threads: int) -> str:
     """Put OpenVINO's pass with its weights in ``quantize`` (int8) first in the model's backends, the rest of it in
     bfloat16 where the CPU computes it natively (measured both faster and closer to float32 than float32 around
-    int8 weights: BENCHMARKS.md, "int8 on the CPU"), float32 elsewhere; return why, for the load log. Refused
+    int8 weights: docs/benchmarks/cpu-runtimes.md, "int8 on the CPU"), float32 elsewhere; return why, for the load
+    log. Refused
     (ValueError) where OpenVINO or NNCF is not installed; a model OpenVINO cannot compile keeps the torch pass in
     float32, and the reason says so."""
     from model.runtime.openvino_pass import available, quantizer_available
@@ -307,11 +309,16 @@ def runtime_rule(cpu: CpuKind, dtype: torch.dtype, decoder: bool) -> tuple[str, 
     same numbers at every start.
 
     - A decoder (Qwen3, Gemma 3, ...): torch. Its batches measured 1.25-1.64 times faster on torch than on
-      OpenVINO's converted model, and its conversion holds a second copy of weights of a billion parameters.
+      optimum-intel's OpenVINO model of it, and a conversion holds a second copy of a billion weights
+      (docs/benchmarks/cpu-runtimes.md, "One text on OpenVINO, more on torch; decoders against optimum-intel (CPU)").
     - An encoder on a CPU with AMX: torch for batches, where oneDNN's AMX products put it level with OpenVINO or
-      ahead; in bfloat16 OpenVINO takes the passes of one text alone, measured 1.44 times faster there.
+      ahead (over HTTP, make bench's (b) in bfloat16 at 521 texts/s on torch against 403 on OpenVINO; in float32
+      OpenVINO 1.3 to 1.5 times slower: docs/benchmarks/cpu-runtimes.md, "Runtimes and precisions (CPU)"); in
+      bfloat16 OpenVINO takes the passes of one text alone, where it took 0.7 times torch's time (the section
+      above).
     - An encoder on a CPU without AMX: OpenVINO, whose compiled pass measured faster than torch's on AMD EPYC,
-      with AVX-512 (float32 and bfloat16) and with AVX2 alone (float32)."""
+      with AVX-512 (float32 and bfloat16) and with AVX2 alone (float32: 1.2-1.9 times on passes of 32, 2.7-6.6 on
+      single texts; docs/benchmarks/cpu-runtimes.md, "The runtime rule on each CPU kind (CPU)")."""
     if decoder:
         return TORCH, "a decoder: torch's pass is the faster on every CPU measured"
     if cpu.amx and dtype == torch.bfloat16:
@@ -465,8 +472,8 @@ def load_model(
     if torch_device.type == "cuda" and precision.weights in (torch.float16, torch.bfloat16):
         # Passes the graphs do not hold run eagerly with the attention core on the packed tokens (flash attention's
         # variable-length kernel) instead of the traced padded core: 4 to 11 % more tokens/s at 512 and 2,048 rows
-        # on an H100 (BENCHMARKS.md, "make gpu-check on an H100"). The trace cannot hold it: it would fix the
-        # longest row's length.
+        # on an H100 (docs/benchmarks/cuda.md, "make gpu-check on an H100: packed attention, front ends, a decoder,
+        # the AMX host (CUDA)"). The trace cannot hold it: it would fix the longest row's length.
         model.passes.varlen = True
         model.backends = tuple(backend for backend in model.backends if not isinstance(backend, TracedPass))
     logger.info(

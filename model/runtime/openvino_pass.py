@@ -9,12 +9,12 @@ Precision: ``f32`` tells the runtime not to lower precision on its own (its defa
 is bfloat16), so that the pass equals torch's within float32's rounding; ``bf16`` runs its products in bfloat16.
 With ``int8`` the linear layers' weights are kept in int8 (NNCF's weight compression, asymmetric, one scale per
 output channel) and the rest of the pass runs in the precision hint; the activations stay unquantised. That
-scheme was chosen from the trade-off measured on the bundled model (BENCHMARKS.md, "int8 on the CPU"): every
-weights-and-activations scheme tried lost more of the neighbours (top-10 agreement 0.80–0.94) than the 0.95 the
-service holds to, and none was faster than bfloat16 where the CPU has it.
+scheme was chosen from the trade-off measured on the bundled model (docs/benchmarks/cpu-runtimes.md, "int8 on the
+CPU"): every weights-and-activations scheme tried lost more of the neighbours (top-10 agreement 0.80–0.94) than the
+0.95 the service holds to, and none was faster than bfloat16 where the CPU has it.
 
 Which of OpenVINO and torch serves a model is the loader's choice (model/runtime/loader.py, ``choose_backend``): on some
-CPUs OpenVINO's pass is the faster, on others torch's (BENCHMARKS.md), so it is measured at start.
+CPUs OpenVINO's pass is the faster, on others torch's (docs/benchmarks/cpu-runtimes.md), so it is measured at start.
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ def compile_for_cpu(converted: Any, precision: str, threads: int) -> Any:
         "PERFORMANCE_HINT": "LATENCY",  # one stream: a pass has every thread, as a wide torch pass has
         "INFERENCE_NUM_THREADS": max(1, threads),
         # What it prepares for each batch shape, kept for CACHE_SHAPES shapes rather than its default 5,000:
-        # a service meets a new shape in nearly every pass (BENCHMARKS.md, "Runtimes and precisions (CPU)").
+        # a service meets a new shape in nearly every pass (docs/benchmarks/cpu-runtimes.md, "Runtimes and precisions
+        # (CPU)").
         "CPU_RUNTIME_CACHE_CAPACITY": CACHE_SHAPES,
     }
     return ov.Core().compile_model(converted, "CPU", config)
@@ -110,8 +111,8 @@ class OpenVINOPass:
     all-MiniLM-L6-v2 about 6 ms on a shape met before, 16 ms on a new one), and the packed pass has a shape inside
     that no bucket fixes (its count of real tokens). Measured on an Intel Xeon with AMX, texts/s in process: int8
     one text 69–104 → 155–163, passes of 32 272–293 → 388–397; bfloat16 74–109 → 183–269 and 339–381 →
-    430–493; float32 passes of 32 200–253 packed against 159–175 so (BENCHMARKS.md, "bfloat16 on the CPU:
-    weights cast once, rows in buckets").
+    430–493; float32 passes of 32 200–253 packed against 159–175 so (docs/benchmarks/cpu-runtimes.md, "bfloat16 on
+    the CPU: weights cast once, rows in buckets (CPU)").
     """
 
     name = "openvino"

@@ -189,7 +189,7 @@ def test_auto_runs_one_process_in_a_cpu_pod_and_front_ends_around_an_engine_in_a
     limits = {overlay: container_of(render(overlay))["resources"]["limits"] for overlay in ("cpu", "gpu")}
     assert front_ends("auto", int(limits["cpu"]["cpu"]), gpu=False) == 1
     gpu_front_ends = front_ends("auto", int(limits["gpu"]["cpu"]), gpu=True)
-    assert gpu_front_ends == 4  # the count that served 32 clients x 1 text best on an H100 (BENCHMARKS.md)
+    assert gpu_front_ends == 4  # the count that served 32 clients x 1 text best on an H100 (docs/benchmarks/cuda.md)
     assert limits["gpu"]["memory"].endswith("Gi") and int(limits["gpu"]["memory"][:-2]) >= 4 + 0.2 * gpu_front_ends
 
 

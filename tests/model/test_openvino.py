@@ -87,7 +87,8 @@ def test_every_task_of_the_bundled_model_equals_the_torch_pass(bundled_model: Te
 @needs_cpu_bfloat16
 def test_bfloat16_stays_within_the_measured_bounds(bundled_model: TextEncoder) -> None:
     """OpenVINO's bfloat16 pass on the bundled model against float32 torch: on an Intel Xeon with AMX the sentence
-    embeddings of 64 generated sentences kept cosine ≥ 0.9999 (BENCHMARKS.md, "Accuracy"); held to 0.9995."""
+    embeddings of 64 generated sentences kept cosine ≥ 0.9999 (docs/benchmarks/cpu-runtimes.md, "Runtimes and
+    precisions (CPU)"); held to 0.9995."""
     from bench.run import make_sentences
 
     compiled = load_model(device="cpu", dtype="bfloat16", runtime="openvino")
@@ -101,8 +102,8 @@ def test_bfloat16_stays_within_the_measured_bounds(bundled_model: TextEncoder) -
 
 def test_int8_stays_within_the_measured_bounds(bundled_model: TextEncoder) -> None:
     """int8 weights on the bundled model against float32 torch: over 1,100 generated sentences the least cosine
-    measured 0.9980 (float32 around the weights) and 0.9988 (bfloat16), the mean 0.9992 and 0.9995 (BENCHMARKS.md,
-    "int8 on the CPU"); held to 0.995 and 0.999 here on 200."""
+    measured 0.9980 (float32 around the weights) and 0.9988 (bfloat16), the mean 0.9992 and 0.9995
+    (docs/benchmarks/cpu-runtimes.md, "int8 on the CPU"); held to 0.995 and 0.999 here on 200."""
     from bench.run import make_sentences
 
     compiled = load_model(device="cpu", dtype="int8", runtime="auto")
