@@ -438,19 +438,17 @@ class Services:
             )
         running = Running(process, f"http://127.0.0.1:{port}", log)
         deadline = time.monotonic() + timeout
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"{serve.where}: `{serve.line}` exited during start-up:\n{log.read_text()[-3000:]}")
+        while process.poll() is None and time.monotonic() < deadline:
             try:
                 if httpx.get(f"{running.url}/health", timeout=1).status_code == 200:
                     return running
             except httpx.TransportError:
                 pass
-            if time.monotonic() > deadline:
-                written = log.read_text()[-3000:]
-                running.stop()
-                pytest.fail(f"{serve.where}: `{serve.line}` not ready in {timeout:.0f} s:\n{written}")
             time.sleep(0.2)
+        written = log.read_text()[-3000:]
+        why = "exited during start-up" if process.poll() is not None else f"not ready in {timeout:.0f} s"
+        running.stop()
+        pytest.fail(f"{serve.where}: `{serve.line}` {why}:\n{written}")
 
     def close(self) -> None:
         for running in self.running.values():
