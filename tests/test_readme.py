@@ -69,6 +69,7 @@ def test_each_curl_answers_as_the_readme_shows(pool: Services, step: Request, tm
     check_request(step, pool, tmp_path)
 
 
+@pytest.mark.timeout(600)  # the first run installs the clients from PyPI (the TEI clients: about 100 s)
 @pytest.mark.parametrize("step", SCRIPTS, ids=[step.where for step in SCRIPTS])
 def test_each_python_block_prints_what_the_readme_says(pool: Services, step: Script, tmp_path: Path) -> None:
     check_script(step, pool, tmp_path)
