@@ -1,107 +1,75 @@
-"""The README's requests, run as a newcomer runs them against the bundled model served in its own process: every
-``curl`` command of its shell blocks, and its Python block (OpenAI's client).
+"""Every command block of the README, run as a newcomer runs it from a fresh clone: its ``make serve`` lines (each
+starts and serves the models it names, those named by Hub id fetched from a stand-in Hub), ``make download``, its
+``curl`` commands against the bundled model, and its Python block (OpenAI's client) in an environment of its own
+made by the ``pip install`` line the README shows before it. tests/pages.py says how a page is read and what each
+answer is held to.
 
-What each answer is held to is what the README shows: a JSON block right after a command is the answer with
-parts left out (``...``), so every key it shows is there with the value it shows, and every list it shows
-begins the answer's list (numbers within 1e-5); a ``# {...}`` line under a command is the whole answer; a
-``# value`` comment after a Python line is what that line prints. The README's other shell lines (``make``,
-a model directory of one's own) are the set-up the other tests and CI run."""
+Two commands are not run, and only these: ``make test`` (it is the run this test is part of: CI runs it) and
+``ENCODER_MODEL=/models/my-model make serve`` (a directory of the reader's own). Of ``make serve`` and ``make
+download`` the install step is the set-up this test runs in (the environment it runs in stands for ``.venv``)."""
 
 from __future__ import annotations
 
-import json
-import re
-import subprocess
-import sys
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, running_server
+from tests.helpers import ROOT
+from tests.pages import (
+    Download,
+    Other,
+    Request,
+    Script,
+    Serve,
+    Services,
+    check_download,
+    check_request,
+    check_script,
+    check_serve,
+    services,
+    steps,
+)
 
-pytestmark = pytest.mark.slow  # the service in its own process
+pytestmark = pytest.mark.slow  # services in their own processes
 
-README = (ROOT / "README.md").read_text()
-BLOCKS = re.findall(r"```(\w*)\n(.*?)```", README, re.S)  # (language, text), in order
-
-
-def shell_commands(text: str) -> Iterator[tuple[str, str | None]]:
-    """Each curl command of a shell block (continued lines joined) and the ``# `` answer under it, if any."""
-    lines = text.replace("\\\n", " ").splitlines()
-    for index, line in enumerate(lines):
-        if line.startswith("curl "):
-            after = lines[index + 1] if index + 1 < len(lines) else ""
-            yield line, after[2:] if after.startswith("# {") else None
-
-
-def curls() -> list[tuple[str, str | None]]:
-    """(command, what the README shows it answers: a whole JSON line, a JSON block with parts left out, or None)."""
-    found = []
-    for index, (language, text) in enumerate(BLOCKS):
-        if language != "sh":
-            continue
-        commands = list(shell_commands(text))
-        following = BLOCKS[index + 1] if index + 1 < len(BLOCKS) else ("", "")
-        for command, answer in commands:
-            if answer is None and len(commands) == 1 and following[0] == "json":
-                answer = following[1]
-            found.append((command, answer))
-    return found
-
-
-def shown(text: str) -> Any:
-    """A JSON block with its ``...`` left-outs taken away: what the answer must at least hold."""
-    return json.loads(re.sub(r",\s*\.\.\.", "", text))
-
-
-def holds(answer: Any, part: Any, where: str = "answer") -> None:
-    """``part`` (what the README shows) is in ``answer``: its keys with their values, its lists as prefixes."""
-    if isinstance(part, dict):
-        assert isinstance(answer, dict), where
-        for key, value in part.items():
-            assert key in answer, f"{where}: no {key!r}"
-            holds(answer[key], value, f"{where}.{key}")
-    elif isinstance(part, list):
-        assert isinstance(answer, list) and len(answer) >= len(part), where
-        for index, value in enumerate(part):
-            holds(answer[index], value, f"{where}[{index}]")
-    elif isinstance(part, float):
-        assert answer == pytest.approx(part, abs=1e-5), f"{where}: {answer} shown as {part}"
-    else:
-        assert answer == part, f"{where}: {answer!r} shown as {part!r}"
+STEPS = steps(ROOT / "README.md")
+SERVES = [step for step in STEPS if isinstance(step, Serve)]
+DOWNLOADS = [step for step in STEPS if isinstance(step, Download)]
+REQUESTS = [step for step in STEPS if isinstance(step, Request)]
+SCRIPTS = [step for step in STEPS if isinstance(step, Script)]
+NOT_RUN = {"make test", "ENCODER_MODEL=/models/my-model make serve"}
 
 
 @pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    with running_server() as base:
-        yield base
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
+    with services(tmp_path_factory.mktemp("readme")) as running:
+        yield running
 
 
-CURLS = curls()
+def test_every_command_is_run_but_the_two_named() -> None:
+    assert {step.line for step in STEPS if isinstance(step, Other)} == NOT_RUN
+    assert len(SERVES) >= 4 and DOWNLOADS and len(REQUESTS) >= 3 and SCRIPTS, STEPS
+    assert all(step.answer is not None for step in REQUESTS), REQUESTS
+    assert all(step.installs for step in SCRIPTS), "the README says how to install the client each block uses"
 
 
-def test_the_readme_shows_requests() -> None:
-    assert len(CURLS) >= 3 and all(answer is not None for _, answer in CURLS), CURLS
+@pytest.mark.parametrize("step", SERVES, ids=[step.where for step in SERVES])
+def test_each_make_serve_line_serves_the_models_it_names(pool: Services, step: Serve) -> None:
+    check_serve(step, pool)
 
 
-@pytest.mark.parametrize(("command", "answer"), CURLS, ids=[command[:60] for command, _ in CURLS])
-def test_each_curl_answers_as_the_readme_shows(url: str, command: str, answer: str | None) -> None:
-    here = command.replace("localhost:8000", url.removeprefix("http://"))
-    result = subprocess.run(["sh", "-c", here], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    body = json.loads(result.stdout)
-    assert answer is not None
-    if answer.startswith("{") and "\n" not in answer.strip():  # a whole answer
-        assert body == json.loads(answer)
-    else:
-        holds(body, shown(answer))
+@pytest.mark.parametrize("step", DOWNLOADS, ids=[step.where for step in DOWNLOADS])
+def test_make_download_fills_the_cache(pool: Services, step: Download, tmp_path: Path) -> None:
+    check_download(step, pool, tmp_path / "hf")
 
 
-def test_the_python_example_prints_what_the_readme_says(url: str) -> None:
-    (code,) = [text for language, text in BLOCKS if language == "python"]
-    expected = [line.split("# ", 1)[1].strip() for line in code.splitlines() if "print(" in line]
-    here = code.replace("http://127.0.0.1:8000", url)
-    result = subprocess.run([sys.executable, "-c", here], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == expected
+@pytest.mark.parametrize("step", REQUESTS, ids=[step.where for step in REQUESTS])
+def test_each_curl_answers_as_the_readme_shows(pool: Services, step: Request, tmp_path: Path) -> None:
+    check_request(step, pool, tmp_path)
+
+
+@pytest.mark.timeout(600)  # the first run installs the clients from PyPI (the TEI clients: about 100 s)
+@pytest.mark.parametrize("step", SCRIPTS, ids=[step.where for step in SCRIPTS])
+def test_each_python_block_prints_what_the_readme_says(pool: Services, step: Script, tmp_path: Path) -> None:
+    check_script(step, pool, tmp_path)
