@@ -25,6 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from app import __version__
+from app.allocator import bound_allocator
 from app.api import (
     attention,
     cohere,
@@ -133,6 +134,7 @@ def create_app(
         from app.engine.compute import bound_kernel_caches  # torch's: only where models are computed
 
         bound_kernel_caches()  # the server process, before any model is loaded
+        bound_allocator()
         settings = get_settings()
         configure_logging(settings.log_level, settings.log_format)
         on_load_failure = on_load_failure or exit_process

@@ -40,6 +40,7 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
+from app.allocator import bound_allocator
 from app.logs import configure_logging
 from app.settings import Settings, UnknownSettings, get_settings
 
@@ -426,6 +427,7 @@ def main() -> None:
         "--no-access-log", action="store_true", help="accepted as uvicorn takes it (the service logs each request)"
     )
     args = parser.parse_args()
+    bound_allocator()  # before anything large is allocated, here and in every process started from here
     settings = settings_or_exit()
     configure_logging(settings.log_level, settings.log_format)
     listener = listen_or_exit(args.host, args.port)

@@ -21,7 +21,6 @@ load) needs it.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import threading
 import time
@@ -29,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from app.allocator import malloc_trim
 from app.engine.compute import COMPUTE
 from app.engine.messages import KINDS, TaskKind
 from app.engine.work_queue import Entry, Ticket, WorkQueue, settle
@@ -46,16 +46,6 @@ IDLE_INTERVAL_S = 2.0  # the idle hook runs at most this often, and only after w
 def compute(model: TextEncoder, kind: TaskKind, texts: Sequence[TokenSequence], options: Any) -> list[Any]:
     """One pass of one kind (on a compute lane): its declared pass (app/engine/messages.py, ``KINDS``)."""
     return KINDS[kind].compute(model, texts, options)
-
-
-def malloc_trim() -> Callable[[], None] | None:
-    """glibc's malloc_trim(0), which hands freed heap memory back to the system; None elsewhere."""
-    try:
-        trim = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    return lambda: trim(0)
 
 
 MALLOC_TRIM = malloc_trim()
