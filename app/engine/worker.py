@@ -8,7 +8,9 @@ once as there are lanes, and the event loop never waits on it; the passes themse
 where all of the service's torch work runs. A failure stays with the requests it concerns: a pass that
 raises is retried request by request, and a request that fails alone gets a 503 ``inference_failed``; the
 threads themselves outlive every failure. When the queue has just emptied and no pass is running, an idle
-hook runs (by default glibc's malloc_trim, which hands the heap that batches took back to the system).
+hook runs (by default glibc's malloc_trim, which hands the heap that batches took back to the system); once it has
+stayed empty for SETTLE_AFTER_S, a settled hook (the service's: the model's compiled passes hand back what they keep
+for the shapes they met) and the idle hook again.
 
 Why a thread that hands its pass to a lane rather than computing it: OpenMP keeps a team of worker threads for
 every thread that computes wide (app/engine/compute.py), so only the lanes compute. Computing each pass on the
@@ -41,6 +43,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 IDLE_INTERVAL_S = 2.0  # the idle hook runs at most this often, and only after work
+# After this long with no work, the model's compiled passes hand back what they keep for the shapes of the burst
+# (TextEncoder.release_memory): not sooner, since the next pass then prepares its shape again.
+SETTLE_AFTER_S = 5.0
 
 
 def compute(model: TextEncoder, kind: TaskKind, texts: Sequence[TokenSequence], options: Any) -> list[Any]:
@@ -69,6 +74,7 @@ class Worker:
         model: TextEncoder,
         on_pass: Callable[[int, int, float], None] | None = None,  # (texts, real tokens, seconds) per pass
         on_idle: Callable[[], None] | None = MALLOC_TRIM,
+        on_settled: Callable[[], None] | None = None,  # after SETTLE_AFTER_S without work, once
         name: str = "inference",
         threads: int = 1,  # passes computed at once: one thread for each compute lane
     ) -> None:
@@ -76,6 +82,7 @@ class Worker:
         self.model = model
         self.on_pass = on_pass
         self.on_idle = on_idle
+        self.on_settled = on_settled
         self.stats = WorkerStats()
         self._lock = threading.Lock()  # guards stats
         self._threads = [
@@ -107,18 +114,29 @@ class Worker:
 
     def _run(self) -> None:
         worked, last_idle = False, 0.0  # work done since the idle hook last ran, and when that was
+        unsettled = False  # work done since the settled hook last ran
         while True:
-            timeout = max(0.0, last_idle + IDLE_INTERVAL_S - time.monotonic()) if worked and self.on_idle else None
+            if worked:  # the idle hook once the queue empties, at most every IDLE_INTERVAL_S
+                timeout: float | None = max(0.0, last_idle + IDLE_INTERVAL_S - time.monotonic()) if self.on_idle else 0
+            elif unsettled and self.on_settled:  # the settled hook after SETTLE_AFTER_S without work
+                timeout = max(0.0, last_idle + SETTLE_AFTER_S - time.monotonic())
+            else:
+                timeout = None
             entries: list[Entry] | None = []
             try:
                 entries = self.queue.take(timeout)
                 if entries is None:
                     return  # closed and drained
-                if not entries:  # idle since the last work
-                    self._idle()
+                if not entries and worked:  # idle since the last work
+                    self._idle(self.on_idle)
                     worked, last_idle = False, time.monotonic()
                     continue
-                worked = True
+                if not entries:  # and quiet since for SETTLE_AFTER_S
+                    self._idle(self.on_settled)
+                    self._idle(self.on_idle)  # what the settled hook handed back, to the system
+                    unsettled = False
+                    continue
+                worked = unsettled = True
                 try:
                     if entries[0].batched:
                         self._batched(entries)
@@ -131,12 +149,11 @@ class Worker:
                 for ticket in _tickets(entries or []):
                     ticket.fail(InferenceFailed("the service failed to compute this request"))
 
-    def _idle(self) -> None:
-        assert self.on_idle is not None
-        if self.queue.computing():  # another thread's pass would take the pages handed back straight back
+    def _idle(self, hook: Callable[[], None] | None) -> None:
+        if hook is None or self.queue.computing():  # another thread's pass would take what is handed back
             return
         try:
-            self.on_idle()
+            hook()
         except Exception:
             logger.exception("the idle hook failed")
 

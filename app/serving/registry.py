@@ -82,7 +82,14 @@ class ServedModel:
             max_batch_tokens=queue.max_batch_tokens,
             runtime=model.runtime,
         )
-        worker = Worker(queue, model, on_pass=metrics.observe_batch, name=f"inference-{name}", threads=COMPUTE.lanes)
+        worker = Worker(
+            queue,
+            model,
+            on_pass=metrics.observe_batch,
+            on_settled=model.release_memory,
+            name=f"inference-{name}",
+            threads=COMPUTE.lanes,
+        )
         return cls.serving(name, model, settings, executor, queue, facts, model=model, worker=worker)
 
     @classmethod

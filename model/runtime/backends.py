@@ -98,6 +98,13 @@ def unwrapped(backend: PassBackend) -> PassBackend:
     return backend
 
 
+def release_memory(backend: PassBackend) -> None:
+    """Hand back what a backend holds for the shapes it has met (OpenVINO's buffers), where it holds any."""
+    release = getattr(unwrapped(backend), "release_memory", None)
+    if release is not None:
+        release()
+
+
 def row_bucket(tokens: int, least: int = 16, per_octave: int = 8) -> int:
     """The smallest bucket of at least ``tokens`` rows: ``least``, then multiples of ``least`` // 2 up to 64, then
     ``per_octave`` buckets an octave (72, 80, …, 128, 144, …): at most an eighth more rows than asked for above
@@ -198,11 +205,14 @@ class OneText:
     all-MiniLM-L6-v2, while passes of 4, 8 and 32 texts took 1.03 to 1.14 times (16 texts 0.84); a lone text is
     what an idle service computes, so its latency is this pass's: make bench's idle p50 7.2 → 5.5 ms
     (docs/benchmarks/cpu-runtimes.md, "One text on OpenVINO, more on torch; decoders against optimum-intel (CPU)").
-    ``choose_runtime`` puts it first where its timing at start says so."""
+    ``choose_runtime`` puts it first where the runtime rule says so."""
 
     def __init__(self, inner: PassBackend, rest: str) -> None:
         self.inner = inner
         self.name = f"{inner.name} for one text, {rest} for more"
+
+    def release_memory(self) -> None:
+        release_memory(self.inner)
 
     def __call__(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor | None:
         return self.inner(input_ids, attention_mask, token_type_ids) if input_ids.size(0) == 1 else None

@@ -24,7 +24,7 @@ from model.nn.encoder import (
 from model.nn.heads import LanguageModelHead, MaskedLanguageModelHead, SequenceClassificationHead
 from model.nn.inspection import explain_similarity, head_statistics, merge_words, norm_weighted, select_attention
 from model.nn.pooling import Dense, last_token, normalize, sentence_embeddings, splade
-from model.runtime.backends import EagerPass, PassBackend, TracedPass, unwrapped
+from model.runtime.backends import EagerPass, PassBackend, TracedPass, release_memory, unwrapped
 from model.runtime.graphs import GraphedPass
 from model.spec.card import ModelCard
 from model.spec.checkpoint import Pooling
@@ -471,6 +471,12 @@ class TextEncoder(ModelCard):
         if self.classifier is not None:
             return self.classifier.probabilities(logits)
         return torch.sigmoid(logits.float())
+
+    def release_memory(self) -> None:
+        """Hand back what the compiled passes keep for the shapes they have met (``backends.release_memory``): for
+        a quiet moment after a burst, since the next pass prepares its shape again."""
+        for backend in self.backends:
+            release_memory(backend)
 
     def warm_up(self) -> None:
         """One forward pass on each attention path, so that the first request pays no start-up cost."""

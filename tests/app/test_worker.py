@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -403,6 +404,36 @@ async def test_the_idle_hook_runs_once_the_queue_has_emptied_after_work(
         assert not await asyncio.to_thread(idle.wait, 0.3)  # no work yet: nothing to hand back
         await embed(queue, encode(tiny_model, ["work"]))
         assert await asyncio.to_thread(idle.wait, 5)
+    finally:
+        worker.stop()
+
+
+async def test_the_settled_hook_runs_once_a_quiet_spell_follows_a_burst(
+    tiny_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the idle hook, once SETTLE_AFTER_S pass without work: the settled hook (the model's compiled passes
+    hand back their buffers), then the idle hook again; once a burst, and never while there is work."""
+    monkeypatch.setattr("app.engine.worker.IDLE_INTERVAL_S", 0.05)
+    monkeypatch.setattr("app.engine.worker.SETTLE_AFTER_S", 0.3)
+    events: list[tuple[str, float]] = []
+    settled = threading.Semaphore(0)
+
+    def on_settled() -> None:
+        events.append(("settled", time.monotonic()))
+        settled.release()
+
+    queue = WorkQueue()
+    worker = Worker(queue, tiny_model, on_idle=lambda: events.append(("idle", time.monotonic())), on_settled=on_settled)
+    try:
+        for burst in range(2):
+            await embed(queue, encode(tiny_model, [f"burst {burst}"]))
+            done = time.monotonic()
+            assert await asyncio.to_thread(settled.acquire, True, 10)
+            kinds = [kind for kind, _ in events]
+            last = len(kinds) - 1 - kinds[::-1].index("settled")
+            assert kinds[last - 1] == "idle" and kinds.count("settled") == burst + 1, kinds
+            assert events[last][1] - done >= 0.3 - 0.01  # quiet for SETTLE_AFTER_S first
+            await wait_until(lambda: [kind for kind, _ in events][-1] == "idle")  # and trimmed after it
     finally:
         worker.stop()
 

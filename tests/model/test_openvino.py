@@ -392,3 +392,42 @@ def test_a_checkpoint_stored_in_bfloat16_is_served_in_bfloat16(tmp_path: Path, f
                     real_tokens(ours, mask), real_tokens(theirs, mask), dim=-1
                 )
                 assert cosine.min() >= 0.99, (reference.dtype, cosine.min())
+
+
+class Recording:
+    """A compiled model that counts its release_memory calls (and refuses them, ``busy``, as OpenVINO does while a
+    pass runs), everything else its own."""
+
+    def __init__(self, compiled: Any, busy: bool = False) -> None:
+        self.compiled, self.busy, self.released = compiled, busy, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.compiled, name)
+
+    def release_memory(self) -> None:
+        if self.busy:
+            raise RuntimeError("Attempt to call release_memory() on a compiled model in a busy state.")
+        self.released += 1
+        self.compiled.release_memory()
+
+
+@pytest.mark.parametrize("rule", ["openvino", "openvino for one text"])
+def test_the_compiled_pass_hands_back_its_buffers_and_computes_the_same_after(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, rule: str
+) -> None:
+    """TextEncoder.release_memory reaches OpenVINO's compiled pass, also behind OneText; the next pass prepares its
+    shape again and gives the same numbers; OpenVINO's refusal while a pass runs is no failure."""
+    monkeypatch.setattr(loader, "runtime_rule", lambda cpu, dtype, decoder: (rule, "made up"))
+    model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto")
+    first = unwrapped(model.backends[0])
+    compiled = first.inner if isinstance(first, OneText) else first
+    assert isinstance(compiled, OpenVINOPass)
+    before = model.embed(TEXTS[:1]).numpy()
+    original = compiled.compiled
+    compiled.compiled = recording = Recording(original)
+    model.release_memory()
+    assert recording.released == 1
+    np.testing.assert_array_equal(model.embed(TEXTS[:1]).numpy(), before)
+    compiled.compiled = busy = Recording(original, busy=True)
+    model.release_memory()  # refused while busy: nothing raised
+    assert busy.released == 0
