@@ -43,9 +43,9 @@ class Settings(BaseSettings):
     runtime: Literal["auto", "torch", "openvino"] = Field(
         "auto",
         description="what computes the embedding pass on a CPU: openvino (the pass compiled by OpenVINO), torch, or "
-        "auto: whichever of the two is the faster on this CPU, both timed at start on passes of new batch shapes, "
-        "alone and side by side, or OpenVINO for passes of one text alone where only those are faster on it (torch "
-        "where OpenVINO cannot compile the model); on a GPU, torch always",
+        "auto: by a stated rule of the CPU kind, the model and the precision (docs/operations.md, 'Runtime and "
+        "precision': a decoder on torch; an encoder on OpenVINO without AMX, on torch with it, OpenVINO taking its "
+        "single texts in bfloat16), torch where OpenVINO cannot compile the model; on a GPU, torch always",
     )
     traced_pass: bool = Field(
         True,

@@ -16,8 +16,8 @@ The backends:
   one of a few dozen counts;
 - ``AlignedLength``: around every torch pass on a CPU, a padded batch's length rounded up to a multiple of 16, where
   torch's attention kernel for the CPU runs faster;
-- ``OneText``: another backend for passes of one text alone, where it timed faster there but not on batches (a
-  compiled pass in front of torch's: ``choose_runtime`` in model/runtime/loader.py).
+- ``OneText``: another backend for passes of one text alone, where it is faster there but not on batches (a
+  compiled pass in front of torch's: ``runtime_rule`` in model/runtime/loader.py).
 
 As text-embeddings-inference's ``Backend`` trait (``embed``, ``predict``), one call, whatever computes it.
 """

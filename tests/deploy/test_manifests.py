@@ -271,3 +271,10 @@ def test_compose_runs_the_two_replicas_that_nginx_names() -> None:
     assert "./encoder.conf:/etc/nginx/conf.d/default.conf:ro" in nginx["volumes"]
     assert "./encoder-upstreams.conf:/etc/nginx/encoder-upstreams.conf:ro" in nginx["volumes"]
     assert any(port.endswith(":8080") for port in nginx["ports"]) and "listen 8080;" in ENCODER_CONF
+
+
+def test_no_service_links_reach_the_pods(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    """The kubelet writes ENCODER_SERVICE_HOST and the like for a Service named encoder-service into every pod of its
+    namespace unless told not to: variables with the service's own prefix that name no setting."""
+    overlay, resources = rendered
+    assert one(resources, "Deployment")["spec"]["template"]["spec"]["enableServiceLinks"] is False, overlay
