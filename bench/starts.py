@@ -1,6 +1,6 @@
 """The same configuration started again and again: does each start serve the same runtime and the same bytes?
 
-    .venv/bin/python -m bench.starts [--starts 10] [ENCODER_*=... in the environment]
+    .venv/bin/python -m bench.starts [--starts 10] [--checkout PATH] [ENCODER_*=... in the environment]
 
 Starts the service as the image runs it (``python -m app.serve``, settings from the environment; the bundled model
 unless ENCODER_MODEL says otherwise), one start after another, and at each reads /info's runtime and precision and
@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 from bench.run import ROOT, cpu_flags, free_port, machine, wait_ready
 
@@ -47,6 +48,7 @@ def answers(port: int) -> tuple[str, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--starts", type=int, default=10)
+    parser.add_argument("--checkout", type=Path, default=ROOT, help="the checkout whose service is started")
     args = parser.parse_args()
     print(f"{machine()}; CPU flags: {cpu_flags()}")
     print(f"command: python -m bench.starts {' '.join(sys.argv[1:])}")
@@ -58,7 +60,7 @@ def main() -> int:
         started = time.monotonic()
         process = subprocess.Popen(
             [sys.executable, "-m", "app.serve", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT,
+            cwd=args.checkout,
             env={**os.environ, "HF_HUB_OFFLINE": "1"},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
