@@ -552,8 +552,7 @@ async def test_a_pass_that_fails_in_the_engine_fails_only_the_requests_that_brok
     """Requests through both front ends, each on a connection of its own, queue behind a held pass, then share one
     pass with two (one through each front end) whose text breaks it: the engine retries each request alone; those
     two get the 503 envelope, every other its own answer. While they wait, /metrics counts them as queued."""
-    # pinned connections wait idle while the others' requests run: a keep-alive that outlasts a slow, busy machine
-    with supervised({**faults.env(models), "UVICORN_TIMEOUT_KEEP_ALIVE": "120"}) as (process, url):
+    with supervised(faults.env(models)) as (process, url):
         opened: list[httpx.AsyncClient] = []
         try:
             first, second = await pinned_clients(process, url, 8, opened)
