@@ -279,17 +279,13 @@ class Supervisor:
         self.made.append(Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
         for index in range(self.workers):
             self.start_front_end(index)
+        logger.info("one engine (pid %d) computes the models; %d front ends starting", engine.pid, self.workers)
         announced = False
         status = 0
         while not self.stopping:
             if not announced and self.serving.is_set():
                 announced = True
-                logger.info(
-                    "%s; one engine (pid %d), %d front ends",
-                    ready_line(self.listener, self.settings),
-                    engine.pid,
-                    len(self.front_ends),
-                )
+                logger.info("%s (%d front ends)", ready_line(self.listener, self.settings), len(self.front_ends))
             sentinels = [engine.sentinel, *(process.sentinel for process in self.front_ends.values())]
             wait(sentinels, timeout=0.5)
             if self.stopping:

@@ -530,7 +530,9 @@ async def pinned_clients(
     while any(len(clients) < each for clients in pinned.values()):
         assert len(opened) < 200, {pid: len(clients) for pid, clients in pinned.items()}
         before = connections(pids, port)
-        client = httpx.AsyncClient(base_url=url, timeout=30, limits=httpx.Limits(max_connections=1))
+        client = httpx.AsyncClient(  # idle connections kept as long as the service keeps them (httpx: 5 s)
+            base_url=url, timeout=30, limits=httpx.Limits(max_connections=1, keepalive_expiry=300)
+        )
         opened.append(client)
         assert (await client.get("/health")).status_code == 200
         after = connections(pids, port)
