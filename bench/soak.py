@@ -32,10 +32,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.run import Connection, cpu_flags, free_port, machine, process_memory
+from bench.run import Connection, cpu_flags, free_port, machine, process_memory, start_service
 from bench.texts import make_sentences
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -217,19 +215,8 @@ def main() -> int:
     settings = {k: v for k, v in os.environ.items() if k.startswith("ENCODER_")}
     print(f"settings: {settings or 'the defaults'}", flush=True)
     port = free_port()
-    import subprocess
-
-    from bench.run import wait_ready
-
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.serve", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    process = start_service(port, {}, quiet=True, supervised=True)  # as the image runs it
     try:
-        wait_ready(process, port)
         tally = asyncio.run(soak(port, process.pid, args))
     finally:
         process.terminate()

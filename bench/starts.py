@@ -14,13 +14,12 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-from bench.run import ROOT, cpu_flags, free_port, machine, wait_ready
+from bench.run import ROOT, cpu_flags, free_port, machine, start_service
 
 TEXTS = ["The quick brown fox.", "A lazy dog sleeps in the afternoon sun by the river.", "Rain.", "x " * 120]
 REQUESTS = [
@@ -58,15 +57,8 @@ def main() -> int:
     for start in range(args.starts):
         port = free_port()
         started = time.monotonic()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "app.serve", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=args.checkout,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        process = start_service(port, {}, checkout=args.checkout, quiet=True, supervised=True)
         try:
-            wait_ready(process, port)
             ready = time.monotonic() - started
             runtime, digest = answers(port)
         finally:
