@@ -624,6 +624,14 @@ def cpu_flags() -> str:
     return "unknown"
 
 
+def print_header(name: str) -> None:
+    """The machine, the command and the service's ENCODER_ settings from the environment: the lines a figure needs."""
+    print(f"{machine()}; CPU flags: {cpu_flags()}")
+    print(f"command: python -m bench.{name} {' '.join(sys.argv[1:])}")
+    settings = {k: v for k, v in os.environ.items() if k.startswith("ENCODER_")}
+    print(f"settings: {settings or 'the defaults'}", flush=True)
+
+
 LATENCY_CASES = {"c", "idle"}  # compared by their p50, lower is better; the others by their rate
 
 

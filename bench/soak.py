@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import statistics
 import sys
@@ -32,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.run import Connection, cpu_flags, free_port, machine, process_memory, start_service
+from bench.run import Connection, free_port, print_header, process_memory, start_service
 from bench.texts import make_sentences
 
 
@@ -210,10 +209,7 @@ def main() -> int:
     parser.add_argument("--bad", type=float, default=0.25, help="the share of requests that are bad input")
     parser.add_argument("--check", action="store_true", help="exit 1 on an error or a lost request")
     args = parser.parse_args()
-    print(f"{machine()}; CPU flags: {cpu_flags()}")
-    print(f"command: python -m bench.soak {' '.join(sys.argv[1:])}")
-    settings = {k: v for k, v in os.environ.items() if k.startswith("ENCODER_")}
-    print(f"settings: {settings or 'the defaults'}", flush=True)
+    print_header("soak")
     port = free_port()
     process = start_service(port, {}, quiet=True, supervised=True)  # as the image runs it
     try:

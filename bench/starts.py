@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-from bench.run import ROOT, cpu_flags, free_port, machine, start_service
+from bench.run import ROOT, free_port, print_header, start_service
 
 TEXTS = ["The quick brown fox.", "A lazy dog sleeps in the afternoon sun by the river.", "Rain.", "x " * 120]
 REQUESTS = [
@@ -49,10 +48,7 @@ def main() -> int:
     parser.add_argument("--starts", type=int, default=10)
     parser.add_argument("--checkout", type=Path, default=ROOT, help="the checkout whose service is started")
     args = parser.parse_args()
-    print(f"{machine()}; CPU flags: {cpu_flags()}")
-    print(f"command: python -m bench.starts {' '.join(sys.argv[1:])}")
-    settings = {k: v for k, v in os.environ.items() if k.startswith("ENCODER_")}
-    print(f"settings: {settings or 'the defaults'}", flush=True)
+    print_header("starts")
     seen = set()
     for start in range(args.starts):
         port = free_port()
