@@ -128,6 +128,12 @@ class Settings(BaseSettings):
         "a GPU, and on a CPU as many as keep the pass's largest activation within 24 MiB (4096 for all-MiniLM-L6-v2)",
     )
     max_batch_size: int = Field(256, ge=1, description="texts in one forward pass of merged /encode work")
+    memory_headroom_mib: int = Field(
+        192,
+        ge=0,
+        description="each process hands its heap's free pages back to the system (at most once a second) while its "
+        "resident memory is this many MiB above its size when ready; 0: only when the queue empties",
+    )
     compute_lanes: int | None = Field(
         None,
         ge=1,

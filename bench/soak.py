@@ -1,6 +1,7 @@
 """The service under a long mixed load, its resident memory sampled: what an orchestrator sizes a pod by.
 
-    .venv/bin/python -m bench.soak [--seconds 480] [--clients 16] [--sample-s 30] [--bad 0.25] [ENCODER_*=... env]
+    .venv/bin/python -m bench.soak [--seconds 480] [--clients 16] [--sample-s 30] [--bad 0.25] [--only REGEX]
+        [ENCODER_*=... env]
 
 Starts the service as the image runs it (``python -m app.serve``, settings from the environment; the bundled model),
 warms every endpoint, then reads the resident memory of all its processes once idle (the "warmed-up idle" figure).
@@ -9,8 +10,9 @@ of 1 to 64 texts with each of its options, late chunks, /tokenize, /attention JS
 /attention/heads, /attention/neuron, /similarity with explain, /rerank, /classify, /v1/embeddings, Cohere's /v2/embed
 and /v2/rerank, TEI's /tei/embed, /tei/rerank, /tei/tokenize, /positional-encoding, /info, /metrics), a fraction
 ``--bad`` of them bad input (an empty text, a whitespace text, a field of the wrong type, a request past a limit,
-JSON that does not parse). Every ``--sample-s`` it samples the resident memory (the sum over the service's
-processes, VmRSS); after the load it samples again 10 s later.
+JSON that does not parse); ``--only`` keeps the paths a regular expression finds (``--only '^/attention'``: where
+the memory goes, a family at a time). Every ``--sample-s`` it samples the resident memory (the sum over the service's
+processes, VmRSS, and each process's); after the load it samples again 10 s later.
 
 Reports: requests answered (good and bad), errors (a 5xx, or a status other than the expected one's class), lost
 (a request with no answer: the connection broke), the idle figure, every sample, the peak (the largest sample, and
@@ -25,6 +27,7 @@ import argparse
 import asyncio
 import json
 import random
+import re
 import statistics
 import sys
 import time
@@ -55,6 +58,11 @@ def service_pids(pid: int) -> list[int]:
         except OSError:
             continue
     return pids
+
+
+def each_mib(pid: int) -> str:
+    """Each process's resident memory, in the order of their pids (the supervisor first), in MiB."""
+    return " ".join(f"{process_memory(p).get('VmRSS', 0) / 2**20:.0f}" for p in sorted(service_pids(pid)))
 
 
 def resident_mib(pid: int) -> tuple[float, float]:
@@ -117,14 +125,22 @@ def bad_requests(rng: random.Random, sentences: list[str]) -> list[tuple[str, st
 
 
 async def client(
-    port: int, rng: random.Random, sentences: list[str], until: float, bad_share: float, tally: Tally
+    port: int,
+    rng: random.Random,
+    sentences: list[str],
+    until: float,
+    bad_share: float,
+    tally: Tally,
+    only: re.Pattern[str] = re.compile(""),
 ) -> None:
     connection = await Connection.open("127.0.0.1", port)
     try:
         while time.monotonic() < until:
             bad = rng.random() < bad_share
+            bad_ones = [r for r in bad_requests(rng, sentences) if only.search(r[1])] if bad else []
+            bad = bool(bad_ones)
             method, path, body, headers = rng.choice(
-                bad_requests(rng, sentences) if bad else good_requests(rng, sentences)
+                bad_ones or [r for r in good_requests(rng, sentences) if only.search(r[1])]
             )
             payload = body if isinstance(body, bytes) else b"" if body is None else json.dumps(body).encode()
             try:
@@ -164,12 +180,14 @@ async def soak(port: int, pid: int, args: argparse.Namespace) -> Tally:
     )
     await asyncio.sleep(10)
     idle, _ = resident_mib(pid)
-    print(f"warmed-up idle: {idle:.0f} MiB resident (all processes)", flush=True)
+    print(f"warmed-up idle: {idle:.0f} MiB resident (all processes: {each_mib(pid)})", flush=True)
     tally = Tally()
     started = time.monotonic()
     until = started + args.seconds
     clients = [
-        asyncio.create_task(client(port, random.Random(rng.random()), sentences, until, args.bad, tally))
+        asyncio.create_task(
+            client(port, random.Random(rng.random()), sentences, until, args.bad, tally, re.compile(args.only))
+        )
         for _ in range(args.clients)
     ]
     samples: list[tuple[float, float]] = []
@@ -178,7 +196,8 @@ async def soak(port: int, pid: int, args: argparse.Namespace) -> Tally:
         now, _ = resident_mib(pid)
         samples.append((time.monotonic() - started, now))
         print(
-            f"  {samples[-1][0]:6.0f} s: {now:.0f} MiB ({now - idle:+.0f}), {tally.good} good, {tally.bad} bad",
+            f"  {samples[-1][0]:6.0f} s: {now:.0f} MiB ({now - idle:+.0f}; {each_mib(pid)}), {tally.good} good, "
+            f"{tally.bad} bad",
             flush=True,
         )
     await asyncio.gather(*clients)
@@ -207,6 +226,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--sample-s", type=float, default=30.0, help="seconds between samples of resident memory")
     parser.add_argument("--bad", type=float, default=0.25, help="the share of requests that are bad input")
+    parser.add_argument("--only", default="", help="load only the paths this regular expression finds")
     parser.add_argument("--check", action="store_true", help="exit 1 on an error or a lost request")
     args = parser.parse_args()
     print_header("soak")

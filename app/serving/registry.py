@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.allocator import watch_heap
 from app.download import DownloadError, default_name, resolve
 from app.engine.interface import Runner
 from app.engine.remote import EngineClient, EngineQueue, ModelFacts
@@ -288,6 +289,7 @@ def load_registry(
     if gpus:
         metrics.watch_gpu(sorted(gpus, key=str))
     settle_heap()
+    watch_heap(settings.memory_headroom_mib)
     registry = ModelRegistry(served, executor)
     metrics.queue_texts.set_function(registry.queued)  # where the queues are: one process, or the engine
     return registry
@@ -310,6 +312,7 @@ async def front_end_registry(settings: Settings, engine: str) -> ModelRegistry:
         queue = EngineQueue(client, name, facts[name], settings.request_timeout_s)
         served.append(ServedModel.serving(name, card, settings, executor, queue, facts[name]))
     settle_heap()
+    watch_heap(settings.memory_headroom_mib)
     return ModelRegistry(served, executor, engine=client)
 
 

@@ -1,0 +1,111 @@
+"""The heap watch (app/allocator.py): a process hands its heap's free pages back once it has grown past its size when
+ready by the headroom."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from app.allocator import HeapWatch
+
+MIB = 2**20
+
+
+class Process:
+    """A stand-in process: resident memory set by the test, a trim that leaves only what is alive."""
+
+    def __init__(self, resident: int, alive: int) -> None:
+        self.now, self.alive, self.trims = resident, alive, 0
+
+    def resident(self) -> int:
+        return self.now
+
+    def trim(self) -> None:
+        self.trims += 1
+        self.now = self.alive
+
+
+def test_nothing_is_trimmed_before_the_process_is_ready() -> None:
+    process = Process(900 * MIB, 500 * MIB)
+    watch = HeapWatch(100 * MIB, process.trim, process.resident)
+    assert watch.look() is False
+    assert process.trims == 0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_trim_once_above_the_headroom_and_none_within_it() -> None:
+    process = Process(500 * MIB, 500 * MIB)
+    watch = HeapWatch(100 * MIB, process.trim, process.resident, every=1.0, clock=Clock())
+    watch.ready()
+    assert (process.trims, watch.floor) == (1, 500 * MIB)
+    process.now = 600 * MIB  # at the headroom: within it
+    assert watch.look() is False
+    process.now = 601 * MIB
+    assert watch.look() is True
+    assert (process.trims, watch.trims, process.now) == (2, 1, 500 * MIB)
+
+
+def test_what_is_alive_above_the_headroom_is_trimmed_at_most_once_a_second() -> None:
+    process, clock = Process(500 * MIB, 500 * MIB), Clock()
+    watch = HeapWatch(100 * MIB, process.trim, process.resident, every=1.0, clock=clock)
+    watch.ready()
+    process.now, process.alive = 800 * MIB, 700 * MIB  # 700 alive: a trim gets back 100
+    assert watch.look() is True
+    process.now = 790 * MIB
+    clock.now += 0.9
+    assert watch.look() is False
+    clock.now += 0.1
+    assert watch.look() is True
+    assert (process.trims, process.now) == (3, 700 * MIB)
+    process.now, process.alive = 900 * MIB, 500 * MIB  # the load is over: all of it goes back
+    clock.now += 1.0
+    assert watch.look() is True
+    assert process.now == 500 * MIB
+
+
+def test_the_watch_hands_a_fragmented_heap_back_to_the_system() -> None:
+    """In a process of its own, with the service's allocator bounds: 256 MiB of 1 MiB blocks freed but for every
+    32nd (so that glibc's own trim of the heap's top cannot return them) stays resident until the watch trims."""
+    script = textwrap.dedent(
+        """
+        import time
+        from app.allocator import bound_allocator, resident_bytes, watch_heap
+        assert bound_allocator()
+        watch = watch_heap(64)
+        blocks = [bytearray(2**20) for _ in range(256)]
+        kept = blocks[31::32]
+        del blocks
+        print(resident_bytes() - watch.floor >> 20, flush=True)
+        deadline = time.monotonic() + 10
+        while resident_bytes() - watch.floor >= 64 * 2**20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(resident_bytes() - watch.floor >> 20, watch.trims, len(kept))
+        """
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": "."}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    before, after = done.stdout.split("\n")[:2]
+    assert int(before) > 200  # freed, but still resident
+    grown, trims, kept = map(int, after.split())
+    assert trims >= 1
+    assert grown < 64  # the 8 kept blocks and little else
+
+
+def test_the_service_watches_its_heap_from_when_it_is_ready(served: object) -> None:
+    """Loading the models (the session's service) started the watch, measured from the process once loaded."""
+    from app import allocator
+    from app.settings import Settings
+
+    watch = allocator._WATCH
+    assert watch is not None and watch.floor is not None
+    assert watch.headroom == Settings().memory_headroom_mib * MIB == 192 * MIB
+    assert watch.floor > 100 * MIB  # a process with torch and a model in it
