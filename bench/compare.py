@@ -1,7 +1,9 @@
 """Two versions of the service side by side, under the loads of ``make bench``: how a change is measured here.
 
 ``python -m bench.compare BEFORE [AFTER]``: BEFORE and AFTER are checkouts of this repository (AFTER, by
-default, this one; ``git worktree add ../before <commit>`` makes one). Each is started as ``make bench``
+default, this one; ``git worktree add ../before <commit>`` makes one). ``--before-env NAME=VALUE`` and
+``--after-env`` set one side's settings: ``python -m bench.compare . --before-env ENCODER_RUNTIME=openvino
+--after-env ENCODER_RUNTIME=torch`` compares two settings of one checkout. Each is started as ``make bench``
 starts the service (all-MiniLM-L6-v2 as ``minilm`` and a MiniLM-sized random cross-encoder as ``ce``), with
 this environment's Python, and both stay up. The cases then run in short phases that alternate between the
 two (the order reversed every round), so that the machine's drift from minute to minute falls on both
@@ -76,6 +78,12 @@ def main() -> None:
     parser.add_argument("before", type=Path, help="a checkout of the version to compare against")
     parser.add_argument("after", type=Path, nargs="?", default=ROOT, help="a checkout (default: this one)")
     parser.add_argument("--cases", default="a,b,idle,d,e", help="comma-separated, of: " + ", ".join(UNITS))
+    parser.add_argument(
+        "--before-env", action="append", default=[], metavar="NAME=VALUE", help="a setting of BEFORE's service only"
+    )
+    parser.add_argument(
+        "--after-env", action="append", default=[], metavar="NAME=VALUE", help="a setting of AFTER's service only"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
     args = parser.parse_args()
@@ -90,9 +98,13 @@ def main() -> None:
     services: dict[str, subprocess.Popen] = {}
     ports: dict[str, int] = {}
     try:
-        for name, checkout in (("before", args.before), ("after", args.after)):
+        for name, checkout, settings in (
+            ("before", args.before, args.before_env),
+            ("after", args.after, args.after_env),
+        ):
+            env = {"ENCODER_MODELS": models, **dict(setting.split("=", 1) for setting in settings)}
             ports[name] = free_port()
-            services[name] = start_service(ports[name], {"ENCODER_MODELS": models}, checkout.resolve(), quiet=True)
+            services[name] = start_service(ports[name], env, checkout.resolve(), quiet=True)
             info = orjson.loads(get(ports[name], "/info"))
             print(f"{name}: {info['dtype']} products, the embedding pass on {info['runtime']}", flush=True)
         asyncio.run(compare(ports, cases, args.rounds, args.seconds))

@@ -31,7 +31,7 @@ from model.runtime.weights import (
 )
 from model.spec.card import read_card
 from model.spec.checkpoint import BGE_M3_COLBERT, BGE_M3_SPARSE
-from model.spec.config import DECODERS
+from model.spec.config import DECODERS, EncoderConfig
 from model.spec.outputs import GPU_PASS_TOKENS
 
 logger = logging.getLogger(__name__)
@@ -301,12 +301,25 @@ class CpuKind:
 # What ``ENCODER_RUNTIME=auto`` serves the embedding pass on, a CPU kind at a time (docs/operations.md, "Runtime and
 # precision"): each from the service measured on both runtimes on such a CPU (docs/benchmarks/cpu-runtimes.md).
 TORCH, OPENVINO, OPENVINO_FOR_ONE_TEXT = "torch", "openvino", "openvino for one text"
+# Below this many weights in its layers (the embedding tables not counted), an encoder's pass is cheaper on torch on
+# every CPU kind: OpenVINO's fixed cost a call outweighs what its kernels save (docs/benchmarks/cpu-runtimes.md,
+# "Small encoders on torch (CPU)").
+SMALL_ENCODER_WEIGHTS = 5_000_000
 
 
-def runtime_rule(cpu: CpuKind, dtype: torch.dtype, decoder: bool) -> tuple[str, str]:
+def layer_weights(config: EncoderConfig) -> int:
+    """The weights of an encoder's layers, from its config: what a pass multiplies a token by (the embedding
+    tables, which a pass only reads a row of, not counted; biases and norms neither)."""
+    qkv = sum(config.qkv_widths) * config.d_model
+    out = config.qkv_widths[0] * config.d_model
+    feed_forward = config.d_model * config.d_ff * (3 if config.glu else 2)
+    return config.n_layers * (qkv + out + feed_forward)
+
+
+def runtime_rule(cpu: CpuKind, dtype: torch.dtype, decoder: bool, weights: int) -> tuple[str, str]:
     """The runtime of ``auto`` for an embedding pass in ``dtype`` on ``cpu`` (a decoder's or an encoder's), and
     why: a rule rather than a race, so that the same machine, model and settings serve the same runtime and the
-    same numbers at every start.
+    same numbers at every start. ``weights``: the encoder's layers' (``layer_weights``).
 
     - A decoder (Qwen3, Gemma 3, ...): torch. Its batches measured 1.25-1.64 times faster on torch than on
       optimum-intel's OpenVINO model of it, and a conversion holds a second copy of a billion weights
@@ -316,15 +329,32 @@ def runtime_rule(cpu: CpuKind, dtype: torch.dtype, decoder: bool) -> tuple[str, 
       OpenVINO 1.3 to 1.5 times slower: docs/benchmarks/cpu-runtimes.md, "Runtimes and precisions (CPU)"); in
       bfloat16 OpenVINO takes the passes of one text alone, where it took 0.7 times torch's time (the section
       above).
-    - An encoder on a CPU without AMX: OpenVINO, whose compiled pass measured faster than torch's on AMD EPYC,
-      with AVX-512 (float32 and bfloat16) and with AVX2 alone (float32: 1.2-1.9 times on passes of 32, 2.7-6.6 on
-      single texts; docs/benchmarks/cpu-runtimes.md, "The runtime rule on each CPU kind (CPU)")."""
+    - An encoder on a CPU with AVX-512 and no AMX: OpenVINO, whose compiled pass measured faster than torch's
+      on AMD EPYC with AVX-512 and AVX512-BF16 (sentence-transformers' backends on passes of 32: OpenVINO float32
+      2.1 times torch's rate, bfloat16 3.3 times; docs/benchmarks/cpu-runtimes.md, "The runtime rule on each CPU
+      kind (CPU)").
+    - An encoder on a CPU with AVX2 alone: torch. On AMD EPYC with AVX2, in one run with nothing beside it, torch's
+      pass of all-MiniLM-L6-v2 was the faster on passes of 32 (167 texts/s against OpenVINO's 135 in process;
+      make bench's loads over HTTP 1.11-1.27 times OpenVINO's) and within a tenth on one text (a run on another
+      such machine, shared with a test run, had found the opposite: docs/benchmarks/cpu-runtimes.md, "The runtime
+      rule on each CPU kind (CPU)"); it also holds a third less memory.
+    - An encoder with fewer than SMALL_ENCODER_WEIGHTS weights in its layers: torch, on any CPU. On AMD EPYC with
+      AVX2, random BERTs of 1 layer 32 wide to 3 layers 256 wide (12 thousand to 2.4 million weights) ran up to 3.8
+      times faster on torch, one text or 32 (OpenVINO's fixed cost a call, which no vector width changes)."""
     if decoder:
         return TORCH, "a decoder: torch's pass is the faster on every CPU measured"
+    if weights < SMALL_ENCODER_WEIGHTS:
+        return (
+            TORCH,
+            f"a small encoder ({weights / 1e6:.2g} million weights in its layers, "
+            f"under {SMALL_ENCODER_WEIGHTS / 1e6:.0f})",
+        )
     if cpu.amx and dtype == torch.bfloat16:
         return OPENVINO_FOR_ONE_TEXT, "an encoder in bfloat16 on a CPU with AMX: OpenVINO for one text, torch for more"
     if cpu.amx:
         return TORCH, f"an encoder in {_name(dtype)} on a CPU with AMX"
+    if not cpu.avx512:
+        return TORCH, f"an encoder on a CPU with {cpu}"
     return OPENVINO, f"an encoder on a CPU with {cpu}"
 
 
@@ -336,7 +366,9 @@ def choose_runtime(model: TextEncoder, runtime: str, threads: int, cpu: CpuKind 
     if runtime == "torch":
         return "ENCODER_RUNTIME=torch"
     if runtime == "auto":
-        chosen, why = runtime_rule(cpu or CpuKind.here(), model.dtype, model.config.family in DECODERS)
+        chosen, why = runtime_rule(
+            cpu or CpuKind.here(), model.dtype, model.config.family in DECODERS, layer_weights(model.config)
+        )
         if chosen == TORCH:
             return f"ENCODER_RUNTIME=auto: {why}"
     else:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from model import TextEncoder, load_model
+from model import EncoderConfig, TextEncoder, load_model
 from model.runtime import loader
 from model.runtime.backends import OneText, TracedPass, unwrapped
 from model.runtime.openvino_pass import OpenVINOPass, batch_bucket
@@ -174,7 +174,7 @@ AMX, AVX512, AVX2 = loader.CpuKind(amx=True, avx512=True), loader.CpuKind(False,
         (AMX, torch.bfloat16, False, "openvino for one text"),
         (AVX512, torch.float32, False, "openvino"),  # an AMD EPYC with AVX-512 and AVX512-BF16
         (AVX512, torch.bfloat16, False, "openvino"),
-        (AVX2, torch.float32, False, "openvino"),  # an AMD EPYC with AVX2 alone
+        (AVX2, torch.float32, False, "torch"),  # an AMD EPYC with AVX2 alone
         (AMX, torch.float32, True, "torch"),  # a decoder, anywhere
         (AMX, torch.bfloat16, True, "torch"),
         (AVX512, torch.bfloat16, True, "torch"),
@@ -184,7 +184,24 @@ AMX, AVX512, AVX2 = loader.CpuKind(amx=True, avx512=True), loader.CpuKind(False,
 def test_the_runtime_rule_on_each_cpu_kind(
     cpu: loader.CpuKind, dtype: torch.dtype, decoder: bool, runtime: str
 ) -> None:
-    assert loader.runtime_rule(cpu, dtype, decoder)[0] == runtime
+    minilm = loader.layer_weights(EncoderConfig())  # all-MiniLM-L6-v2's shape: 6 layers, 384 wide
+    assert loader.runtime_rule(cpu, dtype, decoder, minilm)[0] == runtime
+
+
+@pytest.mark.parametrize(
+    ("layers", "width", "weights"),
+    [(6, 384, 10_616_832), (3, 256, 2_359_296), (1, 32, 12_288)],  # 6 × (4 × 384² + 2 × 384 × 1536), ...
+)
+def test_an_encoder_below_five_million_layer_weights_runs_on_torch_on_every_cpu(
+    layers: int, width: int, weights: int
+) -> None:
+    config = EncoderConfig(n_layers=layers, d_model=width, n_heads=4, d_ff=4 * width)
+    assert loader.layer_weights(config) == weights
+    small = weights < 5_000_000
+    for cpu in (AMX, AVX512, AVX2):
+        chosen, why = loader.runtime_rule(cpu, torch.float32, False, weights)
+        assert (chosen == "torch") if small else (chosen == ("openvino" if cpu == AVX512 else "torch")), (cpu, chosen)
+        assert ("a small encoder" in why) == small
 
 
 @pytest.mark.parametrize(
@@ -199,7 +216,7 @@ def test_the_cpu_kind_is_read_from_torch(
     assert loader.CpuKind.here() == expected
 
 
-@pytest.mark.parametrize(("cpu", "runtime"), [(AMX, "torch (traced)"), (AVX512, "openvino"), (AVX2, "openvino")])
+@pytest.mark.parametrize(("cpu", "runtime"), [(AMX, "torch (traced)"), (AVX512, "openvino"), (AVX2, "torch (traced)")])
 def test_auto_serves_what_the_rule_says_and_why(
     tiny_model_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -208,8 +225,9 @@ def test_auto_serves_what_the_rule_says_and_why(
     runtime: str,
 ) -> None:
     """No timing: the same CPU kind, model and settings give the same runtime at every load, and the log says by
-    which part of the rule."""
+    which part of the rule (the tiny model counted as large here: the rule's size term is tested below)."""
     monkeypatch.setattr(loader.CpuKind, "here", classmethod(lambda cls: cpu))
+    monkeypatch.setattr(loader, "SMALL_ENCODER_WEIGHTS", 0)
     with caplog.at_level(logging.INFO, logger="model.runtime.loader"):
         model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto")
     assert model.runtime == runtime
@@ -218,8 +236,19 @@ def test_auto_serves_what_the_rule_says_and_why(
     assert str(cpu) in line and " ms" not in line  # the CPU kind that decided, and no timing
 
 
+def test_auto_serves_a_small_encoder_on_torch_and_says_why(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(loader.CpuKind, "here", classmethod(lambda cls: AVX512))  # a larger encoder: OpenVINO
+    with caplog.at_level(logging.INFO, logger="model.runtime.loader"):
+        model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto")
+    assert model.runtime == "torch (traced)"
+    line = next(record.getMessage() for record in caplog.records if record.getMessage().startswith("loaded"))
+    assert "ENCODER_RUNTIME=auto: a small encoder (" in line and "million weights in its layers, under 5)" in line
+
+
 def test_the_rule_sends_a_decoder_to_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loader.CpuKind, "here", classmethod(lambda cls: AVX2))  # an encoder would get OpenVINO
+    monkeypatch.setattr(loader.CpuKind, "here", classmethod(lambda cls: AVX512))  # an encoder would get OpenVINO
     write_family_model(tmp_path, "qwen3")
     model = load_model(tmp_path, device="cpu", dtype="float32", runtime="auto")
     assert model.runtime == "torch (traced)"
@@ -239,7 +268,9 @@ def test_openvino_for_one_text_leaves_larger_batches_to_torch(
 ) -> None:
     """Where OpenVINO took only single texts, a pass of one text is its (equal to torch's within 1e-5) and a pass
     of more is torch's traced pass."""
-    monkeypatch.setattr(loader, "runtime_rule", lambda cpu, dtype, decoder: (loader.OPENVINO_FOR_ONE_TEXT, "made up"))
+    monkeypatch.setattr(
+        loader, "runtime_rule", lambda cpu, dtype, decoder, weights: (loader.OPENVINO_FOR_ONE_TEXT, "made up")
+    )
     model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto")
     reference = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="torch")
     first, aligned = model.backends
@@ -417,7 +448,7 @@ def test_the_compiled_pass_hands_back_its_buffers_and_computes_the_same_after(
 ) -> None:
     """TextEncoder.release_memory reaches OpenVINO's compiled pass, also behind OneText; the next pass prepares its
     shape again and gives the same numbers; OpenVINO's refusal while a pass runs is no failure."""
-    monkeypatch.setattr(loader, "runtime_rule", lambda cpu, dtype, decoder: (rule, "made up"))
+    monkeypatch.setattr(loader, "runtime_rule", lambda cpu, dtype, decoder, weights: (rule, "made up"))
     model = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="auto")
     first = unwrapped(model.backends[0])
     compiled = first.inner if isinstance(first, OneText) else first
