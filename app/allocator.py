@@ -125,20 +125,28 @@ _WATCH_LOCK = threading.Lock()
 
 def watch_heap(headroom_mib: int) -> HeapWatch | None:
     """Start (once a process) the thread that keeps this process within ``headroom_mib`` of its size now, or
-    measure again from now where it runs; None where glibc is not the C library or ``headroom_mib`` is 0."""
+    measure again from now where it runs; None where glibc is not the C library, /proc cannot be read, or
+    ``headroom_mib`` is 0 (which also stops a watch started before from trimming)."""
     global _WATCH
     trim = malloc_trim()
-    if trim is None or headroom_mib <= 0:
-        return None
     with _WATCH_LOCK:
+        if trim is None or headroom_mib <= 0:
+            if _WATCH is not None:
+                _WATCH.floor = None
+            return None
+        watch = _WATCH or HeapWatch(headroom_mib * 2**20, trim)
+        watch.headroom = headroom_mib * 2**20
+        try:
+            watch.ready()
+        except OSError as error:
+            logger.warning(
+                "the heap watch cannot read /proc/self/statm (%s); the heap is trimmed when idle only", error
+            )
+            return None
         if _WATCH is None:
-            _WATCH = HeapWatch(headroom_mib * 2**20, trim)
-            _WATCH.ready()
-            threading.Thread(target=_watch, args=(_WATCH,), name="heap-watch", daemon=True).start()
-        else:
-            _WATCH.headroom = headroom_mib * 2**20
-            _WATCH.ready()
-        return _WATCH
+            _WATCH = watch
+            threading.Thread(target=_watch, args=(watch,), name="heap-watch", daemon=True).start()
+        return watch
 
 
 def _watch(watch: HeapWatch) -> None:

@@ -45,8 +45,8 @@ class Settings(BaseSettings):
         description="what computes the embedding pass on a CPU: openvino (the pass compiled by OpenVINO), torch, or "
         "auto: by a stated rule of the CPU kind, the model and the precision (docs/operations.md, 'Runtime and "
         "precision': a decoder or a small encoder on torch; an encoder on OpenVINO with AVX-512 and no AMX, on "
-        "torch with AMX (OpenVINO taking its single texts in bfloat16) or AVX2 alone), torch where OpenVINO cannot "
-        "compile the model; on a GPU, torch always",
+        "torch with AMX (OpenVINO taking its single texts in bfloat16) or without AVX-512), torch where OpenVINO "
+        "cannot compile the model; on a GPU, torch always",
     )
     traced_pass: bool = Field(
         True,

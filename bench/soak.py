@@ -230,6 +230,9 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 on an error or a lost request")
     args = parser.parse_args()
     print_header("soak")
+    only = re.compile(args.only)
+    if not any(only.search(path) for _, path, _, _ in good_requests(random.Random(0), ["a text"] * 64)):
+        parser.error(f"--only {args.only!r} finds none of the paths loaded")
     port = free_port()
     process = start_service(port, {}, quiet=True, supervised=True)  # as the image runs it
     try:

@@ -304,7 +304,7 @@ TORCH, OPENVINO, OPENVINO_FOR_ONE_TEXT = "torch", "openvino", "openvino for one 
 # Below this many weights in its layers (the embedding tables not counted), an encoder's pass is cheaper on torch on
 # every CPU kind: OpenVINO's fixed cost a call outweighs what its kernels save (docs/benchmarks/cpu-runtimes.md,
 # "Small encoders on torch (CPU)").
-SMALL_ENCODER_WEIGHTS = 5_000_000
+SMALL_ENCODER_WEIGHTS = 1_000_000
 
 
 def layer_weights(config: EncoderConfig) -> int:
@@ -333,14 +333,17 @@ def runtime_rule(cpu: CpuKind, dtype: torch.dtype, decoder: bool, weights: int) 
       on AMD EPYC with AVX-512 and AVX512-BF16 (sentence-transformers' backends on passes of 32: OpenVINO float32
       2.1 times torch's rate, bfloat16 3.3 times; docs/benchmarks/cpu-runtimes.md, "The runtime rule on each CPU
       kind (CPU)").
-    - An encoder on a CPU with AVX2 alone: torch. On AMD EPYC with AVX2, in one run with nothing beside it, torch's
-      pass of all-MiniLM-L6-v2 was the faster on passes of 32 (167 texts/s against OpenVINO's 135 in process;
-      make bench's loads over HTTP 1.11-1.27 times OpenVINO's) and within a tenth on one text (a run on another
-      such machine, shared with a test run, had found the opposite: docs/benchmarks/cpu-runtimes.md, "The runtime
-      rule on each CPU kind (CPU)"); it also holds a third less memory.
+    - An encoder on a CPU without AVX-512 or AMX (AVX2 alone, and any other): torch. On AMD EPYC with AVX2, in one
+      run with nothing beside it, torch's pass of all-MiniLM-L6-v2 was the faster on passes of 32 (167 texts/s
+      against OpenVINO's 135 in process; make bench's loads over HTTP 1.11-1.27 times OpenVINO's; one text within a
+      fifth either way, OpenVINO 0.83 to 1.12 times torch's time by run), and it holds a third less memory. A run on
+      another such machine, shared with a test run, had found the opposite (docs/benchmarks/cpu-runtimes.md, "The
+      runtime rule on each CPU kind (CPU)").
     - An encoder with fewer than SMALL_ENCODER_WEIGHTS weights in its layers: torch, on any CPU. On AMD EPYC with
-      AVX2, random BERTs of 1 layer 32 wide to 3 layers 256 wide (12 thousand to 2.4 million weights) ran up to 3.8
-      times faster on torch, one text or 32 (OpenVINO's fixed cost a call, which no vector width changes)."""
+      AVX2, random BERTs of 1 layer 32 wide and 2 layers 128 wide (8 thousand and 390 thousand weights) ran 1.2 to
+      2.3 times faster on torch, one text or 32: OpenVINO's fixed cost a call, which no vector width changes. Larger
+      ones (3 layers 256 wide, 2.4 million: 1.1-1.2 times) are left to the CPU's row, since on AVX-512 OpenVINO's
+      kernels gain more than on AVX2 (measured there on all-MiniLM-L6-v2 alone)."""
     if decoder:
         return TORCH, "a decoder: torch's pass is the faster on every CPU measured"
     if weights < SMALL_ENCODER_WEIGHTS:
