@@ -6,7 +6,16 @@ that only reads model cards (a front end) never imports torch."""
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
+
+# Intel MKL, torch's float32 products on a CPU, computes a small product (a text of a few tokens: 5-9 rows) in another
+# order on two threads than on one, so the same pass gave bits that differ by thread count, and the service's thread
+# count for a pass follows its load (app/engine/compute.py). Its strict reproducible mode makes a product's bits
+# independent of the thread count (for outputs of any width but 16 and 17 columns, measured on AMD EPYC with AVX2), at
+# no measured cost (docs/operations.md, "The same numbers"). MKL reads it once, at its first product: set here, before
+# any, unless the environment chooses.
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 if TYPE_CHECKING:
     from model.nn.encoder import (
