@@ -16,8 +16,11 @@ cores, passes of 16 texts ran at 152 texts/s that way against 137/s with both co
 (docs/benchmarks/cpu-passes.md, "Two compute lanes (CPU)"). So there are ``lanes`` threads, each computing with its
 share of torch's threads. Lane 0 alone may compute a pass *wide*, with all of them, so that a lone request is answered
 as fast as the cores allow: when no other lane is at work or waited for, nothing more is queued behind the pass (the
-caller says so with ``spread``), and no pass has computed with a share for ``quiet_s`` (so not under a steady load,
-where the next pass is a moment away). A wide pass has the cores to itself: work for the other lanes waits until it
+caller says so with ``spread``), and no pass has computed with a share beside another for ``quiet_s`` (so not under a
+steady load, where the next pass is a moment away). A pass that computed with a share yet alone does not count: one
+client's texts sent one after another, the first of them a moment after a burst, were otherwise each computed with a
+share, the next always within ``quiet_s`` of the last, on one core of two (a text of 30 tokens 20 ms a pass instead
+of 13.6). A wide pass has the cores to itself: work for the other lanes waits until it
 ends, because a second pass beside it leaves three threads on two cores, and every barrier of the wide pass then waits
 for a thread that is off its core (under load a one-text pass took 589 ms that way, against 18-32 ms without). With the
 default share of one thread a lane on 2 cores, only lane 0 ever opens a team, so the process keeps one team and its
@@ -63,6 +66,7 @@ class _Lane:
         self.index = index
         self.busy = False
         self.threads = threads  # torch threads it computes with now
+        self.company = False  # another pass computed while its pass did
         self.ident: int | None = None
         self.executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"{name}-{index}", initializer=self._started
@@ -98,7 +102,7 @@ class ComputeLanes:
         self._share = self.threads
         self._wide = False  # a pass computes with every thread: nothing else starts
         self._waiting = 0  # callers waiting for a lane
-        self._shared_until = -float("inf")  # when the last pass computed with a share ended (monotonic)
+        self._shared_until = -float("inf")  # when the last pass with a share beside another ended (monotonic)
         self.configure(lanes)
 
     @property
@@ -142,7 +146,10 @@ class ComputeLanes:
             finally:
                 self._waiting -= 1
             lane = next(lane for lane in self._lanes if not lane.busy)
-            lane.busy = True
+            others = [other for other in self._lanes if other.busy]
+            lane.busy, lane.company = True, bool(others)
+            for other in others:
+                other.company = True
             wide = (
                 lane.index == 0
                 and self.threads > self._share
@@ -159,7 +166,7 @@ class ComputeLanes:
                 lane.busy = False
                 if wide:
                     self._wide = False
-                else:
+                elif lane.company:
                     self._shared_until = self._clock()
                 self._condition.notify_all()
 

@@ -158,6 +158,11 @@ def test_no_pass_goes_wide_until_passes_with_a_share_have_stopped_for_a_while() 
     assert compute.run(torch.get_num_threads) == 1  # still within quiet_s of the last shared pass
     now[0] += 3.1
     assert compute.run(torch.get_num_threads) == 2
+    side_by_side(compute, 2)
+    now[0] += 1.0
+    assert compute.run(torch.get_num_threads) == 1  # a share, yet alone: it does not put off the next wide pass
+    now[0] += 2.1
+    assert compute.run(torch.get_num_threads) == 2  # 3.1 s after the last pass that had company
     one_lane = ComputeLanes("compute-test", lanes=1, threads=2)
     assert [one_lane.run(torch.get_num_threads, spread=spread) for spread in (False, True)] == [2, 2]
 
