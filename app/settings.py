@@ -94,6 +94,13 @@ class Settings(BaseSettings):
         description="attention weights held at once while /attention/heads computes (texts × layers × heads × "
         "tokens² of one slice; at least one text): what bounds its peak memory",
     )
+    inspection_passes: int = Field(
+        1,
+        ge=1,
+        description="inspection passes (/attention, /attention/heads slices) computed at once in the process, "
+        "whatever the models and compute lanes; what bounds the memory they hold together. Embeddings and other "
+        "passes go on beside them",
+    )
     max_explanation_values: int = Field(
         2_000_000,
         ge=1,

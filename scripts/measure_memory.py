@@ -15,7 +15,8 @@ library only, so it runs in the serving environment as well as the development o
 
 instead sends the largest inspection requests the default bounds admit, one at a time, with the attention
 token limit raised to the position table (ENCODER_MAX_ATTENTION_TOKENS=512): the peak resident memory is
-reset before each (/proc/PID/clear_refs) and read after it.
+reset before each (/proc/PID/clear_refs) and read after it; then three of the two largest at once (the npz
+/attention and the /attention/heads request, three lanes' worth), their peak read the same way.
 
     ENCODER_WORKERS=2 .venv/bin/python scripts/measure_memory.py --processes
 
@@ -125,6 +126,32 @@ def measure_inspection(url: str, pid: int) -> None:
         )
 
 
+def measure_inspection_at_once(url: str, pid: int, at_once: int = 3) -> None:
+    """``at_once`` of each of the two largest inspection requests sent together: what inspection passes side by
+    side hold (ENCODER_INSPECTION_PASSES of them compute at once)."""
+    rng = random.Random(2)
+    largest = [job for job in inspection_jobs(rng) if "npz" in job[0] or job[1] == "/attention/heads"]
+    for label, path, body, headers in largest:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        before = memory_mib(pid)["VmRSS"]
+        started = time.monotonic()
+
+        def send(_: int, path: str = path, body: dict[str, object] = body, headers: dict[str, str] = headers) -> None:
+            request = urllib.request.Request(
+                url + path, json.dumps(body).encode(), {"Content-Type": "application/json", **headers, **auth()}
+            )
+            with urllib.request.urlopen(request, timeout=600) as response:
+                response.read()
+
+        with ThreadPoolExecutor(max_workers=at_once) as pool:
+            list(pool.map(send, range(at_once)))
+        after = memory_mib(pid)
+        print(
+            f"{at_once} at once, {label}: {time.monotonic() - started:.1f} s; resident before {before:.0f} MiB, "
+            f"peak {after['VmHWM']:.0f} MiB (+{after['VmHWM'] - before:.0f})"
+        )
+
+
 def processes(pid: int) -> dict[str, int]:
     """The service's processes by name: the server itself, and under ``python -m app.serve`` the engine and each
     front end it started (their /proc/PID/comm)."""
@@ -179,6 +206,7 @@ def main() -> int:
             report("ready", pids)
         if inspection:
             measure_inspection(url, server.pid)
+            measure_inspection_at_once(url, server.pid)
             return 0
 
         rng = random.Random(0)

@@ -105,6 +105,9 @@ class Kind:
     batched: bool
     options: type | None
     compute: Pass
+    # Its pass holds up to a few hundred MiB (the attention maps of every layer and head, bounded per request by the
+    # settings): the process computes at most ENCODER_INSPECTION_PASSES of these at once (app/engine/work_queue.py).
+    large: bool = False
 
 
 KINDS: dict[TaskKind, Kind] = {
@@ -113,11 +116,14 @@ KINDS: dict[TaskKind, Kind] = {
     "sparse": Kind(True, SparseOptions, lambda model, texts, options: model.sparse_encodings(texts, options)),
     "multi_vector": Kind(True, MultiVectorOptions, lambda model, texts, options: model.multi_vectors(texts, options)),
     "attention": Kind(
-        False, AttentionSelection, lambda model, texts, selection: [model.attention(texts[0], selection)]
+        False, AttentionSelection, lambda model, texts, selection: [model.attention(texts[0], selection)], large=True
     ),
     "neuron": Kind(False, HeadChoice, lambda model, texts, choice: [model.neuron(texts[0], choice.layer, choice.head)]),
     "head_statistics": Kind(
-        False, KeyMarks, lambda model, texts, marks: [model.head_statistics(texts, marks.separators, marks.punctuation)]
+        False,
+        KeyMarks,
+        lambda model, texts, marks: [model.head_statistics(texts, marks.separators, marks.punctuation)],
+        large=True,
     ),
     "explain": Kind(
         False, ExplainInputs, lambda model, _, inputs: [model.explain(inputs.source, inputs.texts, inputs.skip)]

@@ -14,6 +14,11 @@ free lane takes each as it comes, and one lane computes passes of one to four te
 everything else into one large pass (all-MiniLM-L6-v2 on one core: 59 texts/s in passes of one, 94 in passes
 of sixteen).
 
+Passes of the kinds that hold the most memory (``Kind.large``: the attention maps of every layer and head) pass a
+gate the whole process shares, every model's queue: at most ENCODER_INSPECTION_PASSES of them compute at once (1
+by default), so that the memory they hold together is bounded whatever the lanes and the models, and a queue whose
+head waits at the gate takes the passes behind it meanwhile; embeddings are not held up by an inspection.
+
 The queue knows entries, their kinds, token counts and tickets; what a kind asks of the model is the worker's
 business (app/engine/worker.py).
 """
@@ -23,18 +28,65 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.messages import Options, Task, TaskKind
+from app.engine.messages import KINDS, Options, Task, TaskKind
 from app.errors import NotReady
 from model import TokenSequence
 
 # How long a free lane waits for its fair share while another pass of the same queue computes: about the time
 # the event loop takes to answer a pass of sixteen texts and to read their clients' next requests.
 BALANCE_WAIT_S = 0.02
+
+
+class LargePasses:
+    """The gate of the passes that hold the most memory (``Kind.large``), shared by every queue of the process: at
+    most ``passes`` compute at once. Queues wait for it without blocking anything else; each is woken when one
+    leaves."""
+
+    def __init__(self, passes: int = 1) -> None:
+        self.passes = passes
+        self.running = 0
+        self._lock = threading.Lock()
+        self._queues: weakref.WeakSet[WorkQueue] = weakref.WeakSet()
+
+    def configure(self, passes: int) -> None:
+        if passes < 1:
+            raise ValueError(f"passes must be at least 1, got {passes}")
+        with self._lock:
+            self.passes = passes
+        self._wake()
+
+    def watch(self, queue: WorkQueue) -> None:
+        """Wake ``queue`` whenever a pass leaves."""
+        with self._lock:
+            self._queues.add(queue)
+
+    def enter(self) -> bool:
+        """Take a place if there is one."""
+        with self._lock:
+            if self.running >= self.passes:
+                return False
+            self.running += 1
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self.running -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        with self._lock:
+            queues = list(self._queues)
+        for queue in queues:
+            queue.wake()
+
+
+LARGE_PASSES = LargePasses()  # one per process: configured at start-up (app/serving/registry.py)
 
 
 class QueueClosed(NotReady):
@@ -138,6 +190,11 @@ class Entry:
     batched: bool
     tokens: int  # its longest text's tokens (0 for a task without texts)
 
+    @property
+    def large(self) -> bool:
+        """A pass that holds the most memory: it waits at the gate of large passes (``LargePasses``)."""
+        return KINDS[self.kind].large
+
 
 def entries(ticket: Ticket, task: Task) -> list[Entry]:
     """A task as queue entries: one a text for a batched kind, else one."""
@@ -161,6 +218,7 @@ class WorkQueue:
         on_drop: Callable[[int], None] | None = None,  # (entries) dropped because their request was gone
         lanes: int = 1,  # passes of this queue that can compute at once (its worker's threads)
         balance_wait: float = BALANCE_WAIT_S,
+        large_passes: LargePasses = LARGE_PASSES,
     ) -> None:
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
@@ -173,6 +231,8 @@ class WorkQueue:
         self._condition = threading.Condition()
         self._closed = False
         self._computing = 0  # entries taken for passes that have not finished
+        self.large_passes = large_passes
+        large_passes.watch(self)
 
     # ---- the event loop's side ----
 
@@ -219,9 +279,17 @@ class WorkQueue:
         return self._computing
 
     def alone(self, entries: Sequence[Entry]) -> bool:
-        """Whether the pass of ``entries`` is all this queue has: nothing queued, no other pass taken."""
+        """Whether the pass of ``entries`` is all this queue has: nothing queued that could start (large passes
+        waiting at a full gate cannot), no other pass taken."""
         with self._condition:
-            return not self._entries and self._computing == len(entries)
+            gate = self.large_passes
+            startable = any(not entry.large or gate.running < gate.passes for entry in self._entries)
+            return not startable and self._computing == len(entries)
+
+    def wake(self) -> None:
+        """Look at the queue again (a place at the gate of large passes came free)."""
+        with self._condition:
+            self._condition.notify_all()
 
     def close(self) -> None:
         """Take no more entries; the worker finishes what is queued, then stops."""
@@ -258,14 +326,22 @@ class WorkQueue:
                 if batch:
                     self._computing += len(batch)
                     return batch
-                # everything at the head was dropped: wait again
+                if self._entries and not self._closed:  # all at the gate of large passes: wait for a place
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return []
+                    self._condition.wait(left)
+                # everything at the head was dropped or waited: look again
 
-    def finished(self, n_entries: int) -> None:
-        """A pass of ``n_entries`` taken from the queue is done (computed or failed)."""
+    def finished(self, n_entries: int, large: bool = False) -> None:
+        """A pass of ``n_entries`` taken from the queue is done (computed or failed); ``large``: it was a large pass,
+        whose place at the gate is now free."""
         with self._condition:
             self._computing -= n_entries
             if self.lanes > 1:
                 self._condition.notify_all()
+        if large:
+            self.large_passes.leave()
 
     def _fair_share(self) -> int:
         """The most entries one pass takes: all it may, or with several lanes their share of what is queued
@@ -305,22 +381,29 @@ class WorkQueue:
         longest = 0
         dropped = 0
         entries = self._entries
-        while entries and len(batch) < limit:
-            entry = entries[0]
+        at = 0  # entries before it wait at the gate of large passes: the pass is cut from those after them
+        while at < len(entries) and len(batch) < limit:
+            entry = entries[at]
             if entry.ticket.gone():
-                entries.popleft()
+                del entries[at]
                 dropped += 1
                 continue
             if not entry.batched:
-                if not batch:
-                    batch.append(entries.popleft())
+                if batch:
+                    break
+                if entry.large and not self.large_passes.enter():
+                    at += 1  # it waits for a place; what is behind it need not
+                    continue
+                del entries[at]
+                batch.append(entry)
                 break
             if batch and entry.kind != batch[0].kind:
                 break  # each batched kind (embedding, classification) takes passes of its own
             longest_with = max(longest, entry.tokens)
             if batch and longest_with * (len(batch) + 1) > self.max_batch_tokens:
                 break
-            batch.append(entries.popleft())
+            del entries[at]
+            batch.append(entry)
             longest = longest_with
         if dropped:
             self.dropped += dropped

@@ -143,7 +143,7 @@ class Worker:
                     else:
                         self._alone(entries[0])
                 finally:
-                    self.queue.finished(len(entries))
+                    self.queue.finished(len(entries), large=entries[0].large)
             except BaseException:  # a bug outside the model: fail what is left of the pass, keep the thread
                 logger.exception("the inference thread failed outside the model; it goes on")
                 for ticket in _tickets(entries or []):

@@ -20,7 +20,7 @@ from app.allocator import watch_heap
 from app.download import DownloadError, default_name, resolve
 from app.engine.interface import Runner
 from app.engine.remote import EngineClient, EngineQueue, ModelFacts
-from app.engine.work_queue import WorkQueue
+from app.engine.work_queue import LARGE_PASSES, WorkQueue
 from app.errors import ModelNotFound
 from app.metrics import Metrics
 from app.serving.tokenization import Reading, Tokenization
@@ -239,6 +239,7 @@ def load_registry(
     from app.engine.compute import COMPUTE
 
     COMPUTE.configure(compute_lanes(settings))
+    LARGE_PASSES.configure(settings.inspection_passes)
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
     served: list[ServedModel] = []
     try:

@@ -9,6 +9,7 @@ from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 from tokenizers import Encoding
 
 from app.engine.messages import KeyMarks, Task
-from app.engine.work_queue import QueueClosed, WorkQueue
+from app.engine.work_queue import LargePasses, QueueClosed, WorkQueue
 from app.engine.worker import Worker
 from app.errors import InferenceFailed, InvalidRequest
 from app.serving.tokenization import Tokenization
@@ -551,3 +552,103 @@ def test_every_kind_of_task_is_declared_once_and_its_options_checked() -> None:
         Task("neuron", [], AttentionSelection((0,), (0,)))
     with pytest.raises(TypeError, match="a task of kind 'embed' takes EmbeddingSpec, not NoneType"):
         Task("embed", [])
+
+
+class LargeAndSmall:
+    """A stand-in model whose attention pass takes 0.3 s and whose embedding pass is quick; it counts the attention
+    passes computing at once and when each pass ended."""
+
+    def __init__(self, model: TextEncoder) -> None:
+        self.model = model
+        self.lock = threading.Lock()
+        self.computing = self.most = 0
+        self.ended: list[tuple[str, float]] = []
+
+    def attention(self, encoding: Encoding, selection: AttentionSelection) -> np.ndarray:
+        with self.lock:
+            self.computing += 1
+            self.most = max(self.most, self.computing)
+        time.sleep(0.3)
+        with self.lock:
+            self.computing -= 1
+            self.ended.append(("attention", time.monotonic()))
+        return np.zeros(1)
+
+    def embed_encodings(self, encodings: list[Encoding], specs: list[EmbeddingSpec]) -> list[Any]:
+        results = self.model.embed_encodings(encodings, specs)
+        with self.lock:
+            self.ended.append(("embed", time.monotonic()))
+        return results
+
+
+@pytest.fixture
+def three_lanes() -> Iterator[None]:
+    from app.engine.compute import COMPUTE
+
+    before = COMPUTE.lanes
+    COMPUTE.configure(3)
+    yield
+    COMPUTE.configure(before)
+
+
+@pytest.mark.parametrize("places", [1, 2])
+async def test_large_passes_compute_at_most_so_many_at_once_and_embeddings_go_on_beside_them(
+    tiny_model: TextEncoder, three_lanes: None, places: int
+) -> None:
+    model = LargeAndSmall(tiny_model)
+    queue = WorkQueue(lanes=3, large_passes=LargePasses(places))
+    worker = Worker(queue, model, threads=3)  # type: ignore[arg-type]
+    selection = AttentionSelection(layers=(0,), heads=(0,))
+    try:
+        (text,) = encode(tiny_model, ["the cat sat"])
+        inspections = [asyncio.ensure_future(attention(queue, text, selection)) for _ in range(4)]
+        await wait_until(lambda: model.computing == places)
+        embeddings = [asyncio.ensure_future(embed(queue, [text])) for _ in range(3)]
+        await asyncio.gather(*inspections, *embeddings)
+    finally:
+        worker.stop()
+    assert model.most == places  # three lanes and four waiting: the gate alone held them to ``places``
+    last_embedding = max(at for kind, at in model.ended if kind == "embed")
+    assert sorted(at for kind, at in model.ended if kind == "attention")[-1] > last_embedding  # not held up
+    assert queue.large_passes.running == 0
+
+
+async def test_a_large_pass_waits_at_the_gate_that_every_queue_shares(tiny_model: TextEncoder) -> None:
+    gate = LargePasses(1)
+    first, second = WorkQueue(large_passes=gate), WorkQueue(large_passes=gate)  # two models' queues
+    (text,) = encode(tiny_model, ["the cat sat"])
+    selection = AttentionSelection(layers=(0,), heads=(0,))
+    requests: list[asyncio.Future[Any]] = [
+        asyncio.ensure_future(attention(queue, text, selection)) for queue in (first, second)
+    ]
+    requests.append(asyncio.ensure_future(embed(second, [text])))
+    await wait_until(lambda: first.pending() == 1 and second.pending() == 2)
+    try:
+        taken_first = await asyncio.to_thread(first.take, 5) or []
+        assert [entry.kind for entry in taken_first] == ["attention"] and gate.running == 1
+        behind = await asyncio.to_thread(second.take, 5) or []
+        assert [entry.kind for entry in behind] == ["embed"]  # the attention ahead of it waits; the embedding need not
+        assert second.alone(behind)  # what waits at the gate cannot start: the pass may take every thread
+        assert await asyncio.to_thread(second.take, 0.3) == []  # nothing for it until the place is free
+        waiting = asyncio.ensure_future(asyncio.to_thread(second.take, 5))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        first.finished(1, large=True)
+        assert [entry.kind for entry in await asyncio.wait_for(waiting, 5) or []] == ["attention"]
+        assert gate.running == 1
+    finally:
+        for request in requests:
+            request.cancel()
+
+
+def test_loading_the_models_sets_the_large_passes_at_once_from_the_setting(tiny_model_dir: Path) -> None:
+    from app.engine.work_queue import LARGE_PASSES
+    from app.metrics import Metrics
+    from app.serving.registry import load_registry
+
+    try:
+        registry = load_registry(Settings(model_dir=tiny_model_dir, inspection_passes=3), Metrics())
+        registry.close()
+        assert LARGE_PASSES.passes == 3
+    finally:
+        LARGE_PASSES.configure(1)  # as every other service of the session has it
