@@ -1,7 +1,7 @@
 """The service under a long mixed load, its resident memory sampled: what an orchestrator sizes a pod by.
 
-    .venv/bin/python -m bench.soak [--seconds 480] [--clients 16] [--sample-s 30] [--bad 0.25] [--only REGEX]
-        [ENCODER_*=... env]
+    .venv/bin/python -m bench.soak [--seconds 480] [--clients 16] [--sample-s 30] [--fine-s 2] [--bad 0.25]
+        [--only REGEX] [ENCODER_*=... env]
 
 Starts the service as the image runs it (``python -m app.serve``, settings from the environment; the bundled model),
 warms every endpoint, then reads the resident memory of all its processes once idle (the "warmed-up idle" figure).
@@ -12,11 +12,13 @@ and /v2/rerank, TEI's /tei/embed, /tei/rerank, /tei/tokenize, /positional-encodi
 ``--bad`` of them bad input (an empty text, a whitespace text, a field of the wrong type, a request past a limit,
 JSON that does not parse); ``--only`` keeps the paths a regular expression finds (``--only '^/attention'``: where
 the memory goes, a family at a time). Every ``--sample-s`` it samples the resident memory (the sum over the service's
-processes, VmRSS, and each process's); after the load it samples again 10 s later.
+processes, VmRSS, and each process's), and every ``--fine-s`` (2 s) once more, silently, for the trend and the
+peak: the 30-second samples alone swing by the requests in flight at that instant, and a slope over eight of them
+moved by ±60 MiB from run to run; after the load it samples again 10 s later.
 
 Reports: requests answered (good and bad), errors (a 5xx, or a status other than the expected one's class), lost
 (a request with no answer: the connection broke), the idle figure, every sample, the peak (the largest sample, and
-the processes' VmHWM), the trend of the second half (the least-squares slope over its samples times its length),
+the processes' VmHWM), the trend of the second half (the least-squares slope over its fine samples times its length),
 and the figure 10 s after the load. Exits non-zero on an error or a lost request (``--check``: so CI can run it
 short). The figures are measurements, printed; nothing asserts them.
 """
@@ -191,6 +193,14 @@ async def soak(port: int, pid: int, args: argparse.Namespace) -> Tally:
         for _ in range(args.clients)
     ]
     samples: list[tuple[float, float]] = []
+    fine: list[tuple[float, float]] = []
+
+    async def sample_finely() -> None:
+        while time.monotonic() < until:
+            await asyncio.sleep(min(args.fine_s, max(0.0, until - time.monotonic())))
+            fine.append((time.monotonic() - started, resident_mib(pid)[0]))
+
+    finely = asyncio.create_task(sample_finely())
     while time.monotonic() < until:
         await asyncio.sleep(min(args.sample_s, max(0.0, until - time.monotonic())))
         now, _ = resident_mib(pid)
@@ -200,20 +210,23 @@ async def soak(port: int, pid: int, args: argparse.Namespace) -> Tally:
             f"{tally.bad} bad",
             flush=True,
         )
-    await asyncio.gather(*clients)
+    await asyncio.gather(*clients, finely)
     _, peak_hwm = resident_mib(pid)
     await asyncio.sleep(10)
     after, _ = resident_mib(pid)
-    second_half = [s for s in samples if s[0] >= args.seconds / 2]
+    second_half = [s for s in fine if s[0] >= args.seconds / 2]
     peak = max((m for _, m in samples), default=idle)
+    fine_peak = max((m for _, m in fine), default=idle)
     print(
         f"load: {args.seconds:.0f} s, {args.clients} clients, {args.bad:.0%} bad input: {tally.good} good and "
         f"{tally.bad} bad requests answered, {len(tally.errors)} errors, {len(tally.lost)} lost"
     )
     print(
         f"resident memory: idle {idle:.0f} MiB; under load {min(m for _, m in samples):.0f}-{peak:.0f} MiB "
-        f"(peak {peak - idle:+.0f} over idle; the processes' VmHWM sum {peak_hwm:.0f}); second half's trend "
-        f"{trend(second_half):+.0f} MiB; 10 s after the load {after:.0f} MiB ({after - idle:+.0f})"
+        f"(peak {peak - idle:+.0f} over idle; of the {len(fine)} samples every {args.fine_s:g} s "
+        f"{fine_peak - idle:+.0f}; "
+        f"the processes' VmHWM sum {peak_hwm:.0f}); second half's trend {trend(second_half):+.0f} MiB (its "
+        f"{len(second_half)} fine samples); 10 s after the load {after:.0f} MiB ({after - idle:+.0f})"
     )
     for line in (tally.errors + tally.lost)[:20]:
         print("  " + line)
@@ -225,6 +238,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=480.0, help="how long the load lasts")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--sample-s", type=float, default=30.0, help="seconds between samples of resident memory")
+    parser.add_argument("--fine-s", type=float, default=2.0, help="seconds between the samples of the trend and peak")
     parser.add_argument("--bad", type=float, default=0.25, help="the share of requests that are bad input")
     parser.add_argument("--only", default="", help="load only the paths this regular expression finds")
     parser.add_argument("--check", action="store_true", help="exit 1 on an error or a lost request")

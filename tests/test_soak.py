@@ -32,3 +32,5 @@ def test_a_short_soak_of_every_endpoint_answers_every_request_as_it_should(worke
     assert load is not None and int(load.group(1)) > 0 and int(load.group(2)) > 0, result.stdout
     assert len(re.findall(r"^ +\d+ s: \d+ MiB", result.stdout, re.M)) == 4, result.stdout  # a sample each 5 s
     assert re.search(r"resident memory: idle \d+ MiB; under load \d+-\d+ MiB", result.stdout), result.stdout
+    fine = re.search(r"of the (\d+) samples every 2 s .* trend [+-]\d+ MiB \(its (\d+) fine samples\)", result.stdout)
+    assert fine is not None and int(fine.group(1)) >= 8 and int(fine.group(2)) >= 4, result.stdout  # 20 s: about 10, 5
