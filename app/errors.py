@@ -88,11 +88,6 @@ class ModelLacks(InvalidRequest):
         super().__init__("model", f"model {name!r} has no {lacks}")
 
 
-class PayloadTooLarge(ApiError):
-    status_code = 413
-    type = "payload_too_large"
-
-
 class Unauthorized(ApiError):
     status_code = 401
     type = "unauthorized"

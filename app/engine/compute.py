@@ -29,8 +29,6 @@ workers spin.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import os
 import threading
 import time
@@ -174,11 +172,6 @@ class ComputeLanes:
     def _call(lane: _Lane, threads: int, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         lane.use_threads(threads)
         return fn(*args)
-
-    async def run_async(self, fn: Callable[..., T], *args: Any) -> T:
-        """fn(*args) on a lane, awaited from the event loop (the wait for a free lane happens off the loop). These
-        are the routes' side computations: never wide, so that they never hold the passes up."""
-        return await asyncio.to_thread(functools.partial(self.run, fn, *args, spread=False))
 
 
 COMPUTE = ComputeLanes()  # one per process: OpenMP's thread budget is the process's; configured at start-up

@@ -223,12 +223,6 @@ def model_specs(settings: Settings) -> list[tuple[str, str | Path]]:
     return [(settings.model_name or default_name(source), source)]
 
 
-def model_sources(settings: Settings) -> list[tuple[str, Path]]:
-    """(name, directory) of every model to serve: a Hub id's snapshot in the Hugging Face cache, fetched where
-    the cache lacks it (app/download.py; DownloadError naming the model where it cannot be had)."""
-    return [(name, resolve(source)) for name, source in model_specs(settings)]
-
-
 def load_registry(
     settings: Settings, metrics: Metrics, models: Mapping[str, TextEncoder] | None = None
 ) -> ModelRegistry:
