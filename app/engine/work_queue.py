@@ -326,7 +326,7 @@ class WorkQueue:
                 if batch:
                     self._computing += len(batch)
                     return batch
-                if self._entries and not self._closed:  # all at the gate of large passes: wait for a place
+                if self._entries:  # all at the gate of large passes (closed or not): wait for a place
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         return []

@@ -650,3 +650,22 @@ def test_loading_the_models_sets_the_large_passes_at_once_from_the_setting(tiny_
         assert LARGE_PASSES.passes == 3
     finally:
         LARGE_PASSES.configure(1)  # as every other service of the session has it
+
+
+async def test_a_closed_queue_whose_last_entry_waits_at_the_gate_waits_rather_than_spins(
+    tiny_model: TextEncoder,
+) -> None:
+    gate = LargePasses(1)
+    queue = WorkQueue(large_passes=gate)
+    (text,) = encode(tiny_model, ["the cat sat"])
+    request = asyncio.ensure_future(attention(queue, text, AttentionSelection(layers=(0,), heads=(0,))))
+    await wait_until(lambda: queue.pending() == 1)
+    assert gate.enter()  # another queue's large pass holds the place
+    queue.close()  # shutting down: what is queued is still computed
+    try:
+        assert await asyncio.wait_for(asyncio.to_thread(queue.take, 0.3), 5) == []  # its timeout, not a spin
+        waiting = asyncio.ensure_future(asyncio.to_thread(queue.take, 5))
+        gate.leave()  # the place comes free: the closed queue is woken and hands its last entry out
+        assert [entry.kind for entry in await asyncio.wait_for(waiting, 5) or []] == ["attention"]
+    finally:
+        request.cancel()
