@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import base64
 import functools
-import io
+import zipfile
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import numpy as np
@@ -62,11 +63,64 @@ def json_response(content: Any, status_code: int = 200, headers: dict[str, str] 
 NPZ_MEDIA_TYPE = "application/x-npz"
 
 
-def npz(arrays: dict[str, Any]) -> bytes:
-    """Arrays as an uncompressed NumPy .npz archive (``numpy.load`` reads it, allow_pickle not needed)."""
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
+class _Parts:
+    """A file that keeps what is written to it, as it was given (bytes, or views of arrays' memory)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes | memoryview] = []
+
+    def write(self, data: bytes | memoryview) -> int:
+        self.parts.append(data)
+        return memoryview(data).nbytes
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def npz_parts(arrays: dict[str, Any]) -> list[bytes | memoryview]:
+    """Arrays as an uncompressed NumPy .npz archive (``numpy.load`` reads it, allow_pickle not needed), in the
+    parts it is sent in: the archive's and each array's headers as bytes, each array's data as a view of the
+    array's own memory. ``numpy.savez`` into a buffer took 80 MiB more than the arrays for a 72 MiB archive (the
+    data copied a 16 MiB chunk at a time into a buffer grown by reallocation); these parts take 2 MiB."""
+    sink = _Parts()
+    with zipfile.ZipFile(sink, mode="w", compression=zipfile.ZIP_STORED) as archive:  # sink cannot seek: sizes after
+        for name, value in arrays.items():
+            array = np.asarray(value)
+            if not array.flags.c_contiguous:
+                array = array.copy(order="C")  # (ascontiguousarray would make a 0-d array 1-d)
+            if array.dtype.hasobject:
+                raise TypeError(f"{name}: an array of Python objects has no .npy form without pickle")
+            with archive.open(f"{name}.npy", mode="w", force_zip64=True) as member:  # as numpy.savez writes them
+                header = np.lib.format.header_data_from_array_1_0(array)
+                try:
+                    np.lib.format.write_array_header_1_0(member, header)
+                except ValueError:  # a header over 64 KiB
+                    np.lib.format.write_array_header_2_0(member, header)
+                member.write(array.reshape(-1).view(np.uint8).data)
+    return sink.parts
+
+
+SENT_PART_BYTES = 1 << 20  # a large answer is handed to the transport this much at a time
+
+
+def sent_in_parts(parts: list[bytes | memoryview]) -> Iterator[bytes]:
+    """The parts as the transport takes them: at most SENT_PART_BYTES each, copied only as each is sent. uvicorn
+    waits for a slow client to drain its buffer between them, so that a large answer is not copied whole into the
+    transport's buffer."""
+    for part in parts:
+        if isinstance(part, bytes) and len(part) <= SENT_PART_BYTES:
+            yield part
+            continue
+        view = memoryview(part)
+        for start in range(0, view.nbytes, SENT_PART_BYTES):
+            yield bytes(view[start : start + SENT_PART_BYTES])
+
+
+def parts_length(parts: list[bytes | memoryview]) -> int:
+    return sum(memoryview(part).nbytes for part in parts)
 
 
 def accepts_npz(accept: str | None) -> bool:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from app.engine.admission import Admission
 from app.engine.work_queue import Timing
@@ -23,7 +23,7 @@ from app.errors import Timeout
 from app.metrics import Metrics
 from app.schemas import Reply
 from app.schemas import Request as Body
-from app.serialization import NPZ_MEDIA_TYPE, dumps, npz
+from app.serialization import NPZ_MEDIA_TYPE, SENT_PART_BYTES, dumps, npz_parts, parts_length, sent_in_parts
 from app.serving.registry import ModelRegistry, ServedModel
 
 logger = logging.getLogger(__name__)
@@ -124,25 +124,32 @@ class Responder:
         started = time.perf_counter()
         media_type = "application/json"
         if reply.archive is not None:
-            body, media_type = await asyncio.to_thread(npz, reply.archive), NPZ_MEDIA_TYPE
+            parts, media_type = await asyncio.to_thread(npz_parts, reply.archive), NPZ_MEDIA_TYPE
         elif reply.n_values > RENDER_IN_THREAD_VALUES:
-            body = await asyncio.to_thread(dumps, reply.body)
+            parts = [await asyncio.to_thread(dumps, reply.body)]
         else:
-            body = dumps(reply.body)
+            parts = [dumps(reply.body)]
         serialization_s = time.perf_counter() - started
         route = request.scope["route"].path
         self.metrics.latency.labels(route, "queue").observe(timing.queue_s)
         self.metrics.latency.labels(route, "inference").observe(timing.inference_s)
         self.metrics.latency.labels(route, "serialization").observe(serialization_s)
-        return Response(
-            body,
-            media_type=media_type,
-            headers={
-                "X-Queue-Time": f"{timing.queue_s * 1000:.2f}",
-                "X-Inference-Time": f"{timing.inference_s * 1000:.2f}",
-                "X-Serialization-Time": f"{serialization_s * 1000:.2f}",
-            },
-        )
+        headers = {
+            "X-Queue-Time": f"{timing.queue_s * 1000:.2f}",
+            "X-Inference-Time": f"{timing.inference_s * 1000:.2f}",
+            "X-Serialization-Time": f"{serialization_s * 1000:.2f}",
+        }
+        length = parts_length(parts)
+        if length <= SENT_PART_BYTES:
+            return Response(b"".join(parts), media_type=media_type, headers=headers)
+        # A large answer goes out a part at a time, each as the client has taken the one before.
+        headers["Content-Length"] = str(length)
+        return StreamingResponse(sent(parts), media_type=media_type, headers=headers)
+
+
+async def sent(parts: list[bytes | memoryview]) -> AsyncIterator[bytes]:
+    for part in sent_in_parts(parts):
+        yield part
 
 
 async def answer_value(

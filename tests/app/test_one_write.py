@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import httpx
+import numpy as np
 import pytest
 import uvicorn
 from fastapi import FastAPI
@@ -21,6 +22,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.types import ASGIApp
 
 from app.main import Service, create_app
+from app.serialization import SENT_PART_BYTES
 from app.settings import Settings
 from model import TextEncoder
 from tests.helpers import assert_error, free_port, wait_until_ready
@@ -140,3 +142,36 @@ async def test_empty_and_streamed_bodies_still_arrive_whole(server_writes) -> No
     # The first part goes with the headers; later parts are written as they come.
     assert streamed_written[0].startswith(b"HTTP/1.1 200") and streamed_written[0].endswith(b"c\r\nfirst part, \r\n")
     assert b"".join(streamed_written[1:]) == b"b\r\nsecond part\r\n0\r\n\r\n"
+
+
+async def test_a_large_answer_leaves_in_parts_of_at_most_a_mebibyte_with_its_length(
+    server_writes, tiny_model: TextEncoder
+) -> None:
+    """An answer over SENT_PART_BYTES is not written to the transport whole (which copies what the socket does not
+    take at once): the headers with its first part, then a part at a time; its length is still declared (no
+    chunked encoding), and it arrives whole."""
+    app = create_app(Settings(), {tiny_model.name: tiny_model})
+    port = free_port()
+    async with app.router.lifespan_context(app), uvicorn_serving(app, port) as client:
+        await wait_until_ready(client)
+        server_writes.clear()
+        table = await client.get("/positional-encoding", params={"length": 4096, "d_model": 128})
+    assert table.status_code == 200
+    expected = sinusoid_table(4096, 128)
+    np.testing.assert_allclose(np.array(table.json()["encoding"]), expected, atol=1e-3)  # float32 angles to 4096
+    [written] = list(responses_written(server_writes, port))
+    head, _, first = written[0].partition(b"\r\n\r\n")
+    assert b"transfer-encoding" not in head.lower()
+    assert b"content-length: %d" % len(table.content) in head.lower()
+    assert first + b"".join(written[1:]) == table.content
+    assert len(table.content) > 2 * SENT_PART_BYTES and len(written) >= 3
+    assert max(len(first), *(len(part) for part in written[1:])) <= SENT_PART_BYTES
+
+
+def sinusoid_table(length: int, d_model: int) -> np.ndarray:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), as the seed notebook writes it."""
+    position = np.arange(length)[:, None]
+    angle = position / np.power(10000.0, np.arange(0, d_model, 2) / d_model)
+    table = np.zeros((length, d_model))
+    table[:, 0::2], table[:, 1::2] = np.sin(angle), np.cos(angle)
+    return table
