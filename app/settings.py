@@ -133,7 +133,8 @@ class Settings(BaseSettings):
         None,
         ge=1,
         description="padded tokens (rows × longest row) in one forward pass of merged /encode work; unset: 16384 on "
-        "a GPU, and on a CPU as many as keep the pass's largest activation within 24 MiB (4096 for all-MiniLM-L6-v2)",
+        "a GPU, and on a CPU as many as keep the pass's largest activation within 24 MiB and the compute lanes' passes "
+        "together within 48 MiB (all-MiniLM-L6-v2: 4096 on one or two lanes, 2730 on three, two cores' default)",
     )
     max_batch_size: int = Field(256, ge=1, description="texts in one forward pass of merged /encode work")
     memory_headroom_mib: int = Field(

@@ -41,7 +41,7 @@ from bench.run import (
 )
 
 HOST = "127.0.0.1"
-UNITS = {"a": "texts/s", "b": "texts/s", "idle": "p50 ms", "d": "pairs/s", "e": "texts/s"}
+UNITS = {"a": "texts/s", "b": "texts/s", "idle": "p50 ms", "d": "pairs/s", "e": "texts/s", "f": "texts/s"}
 IDLE_TEXTS = 150  # an idle phase: at most this many sequential texts
 
 
@@ -54,7 +54,11 @@ async def run_case(loads: dict[str, Load], case: str, port: int, seconds: float)
 
 
 async def compare(ports: dict[str, int], cases: list[str], rounds: int, seconds: float) -> None:
-    loads = service_loads(make_sentences(2000), "", IDLE_TEXTS, 0)  # no /attention case here
+    sentences = make_sentences(2000)
+    loads = service_loads(sentences, "", IDLE_TEXTS, 0)  # no /attention case here
+    # a queue deeper than the lanes' fair shares, whose passes are cut by the token budget (the soak's /encode)
+    deep = [orjson.dumps({"texts": sentences[i : i + 64]}) for i in range(0, len(sentences) - 63, 64)]
+    loads["f"] = Load("(f) 16 clients × 64 texts", "/encode", deep, 64, 16)
     for port in ports.values():
         await drive("warm-up", HOST, port, "/encode", loads["a"].bodies[:64], 1, 8, 30)
     results: dict[tuple[str, str], list[float]] = {}

@@ -69,7 +69,7 @@ class ServedModel:
         # Inspection may look at texts longer than the embeddings are made for (all-MiniLM-L6-v2: 256 tokens for
         # sentence-transformers, 512 positions): up to the position table, when the setting asks for it.
         queue = WorkQueue(
-            max_batch_tokens=settings.max_batch_tokens or pass_tokens(model),
+            max_batch_tokens=settings.max_batch_tokens or pass_tokens(model, COMPUTE.lanes),
             max_batch_size=settings.max_batch_size,
             max_wait=settings.batch_wait_ms / 1000,
             on_drop=metrics.dropped_texts.inc,
@@ -332,10 +332,11 @@ def compute_lanes(settings: Settings, threads: int | None = None) -> int:
     return {2: 3, 3: 2}.get(TORCH_THREADS if threads is None else threads, 1)
 
 
-CPU_PASS_ACTIVATION_BYTES = 24 * 2**20  # the largest activation of a pass on a CPU
+CPU_PASS_ACTIVATION_BYTES = 24 * 2**20  # the largest activation of one pass on a CPU
+CPU_LANES_ACTIVATION_BYTES = 48 * 2**20  # and the lanes' passes together: a budget they share
 
 
-def pass_tokens(model: TextEncoder) -> int:
+def pass_tokens(model: TextEncoder, lanes: int = 1) -> int:
     """Padded tokens a forward pass takes at most, unless set (ENCODER_MAX_BATCH_TOKENS).
 
     On a CPU, as many as keep the pass's largest activation (the padded q, k, v, or the feed-forward's
@@ -344,12 +345,17 @@ def pass_tokens(model: TextEncoder) -> int:
     pass: cross-encoder passes cut at 16,384 tokens (up to 128 pairs) ran at about 0.75× the speed of passes
     cut at 4,096, which took almost no page faults, and embedding passes lost nothing by the cut
     (docs/benchmarks/cpu-passes.md, "Pass size and page faults (CPU)", ``python -m bench.passes``).
-    """
+
+    The ``lanes`` that compute at once share 48 MiB of largest activations: three lanes (two cores) take 16 MiB
+    a pass, 2,730 tokens for all-MiniLM-L6-v2: under the soak's load the service then stayed within idle + 250 MiB,
+    and a deep queue computed faster (16 clients × 64 texts: 146 → 159 texts/s), the smaller passes sharing two
+    cores more evenly (docs/benchmarks/memory.md, "The lanes' passes share one budget (CPU)")."""
     if model.device.type != "cpu":
         return GPU_PASS_TOKENS
     config = model.config
     widest = max(sum(config.qkv_widths), config.d_ff * (2 if config.glu else 1))  # floats a token, in one activation
-    return max(256, min(GPU_PASS_TOKENS, CPU_PASS_ACTIVATION_BYTES // (4 * widest)))
+    budget = min(CPU_PASS_ACTIVATION_BYTES, CPU_LANES_ACTIVATION_BYTES // lanes)
+    return max(256, min(GPU_PASS_TOKENS, budget // (4 * widest)))
 
 
 def settle_heap() -> None:

@@ -120,7 +120,7 @@ async def test_cpu_passes_are_cut_where_their_largest_activation_stays_small(bun
     """Unset, the budget on a CPU keeps a pass's widest activation (the feed-forward's 1,536 floats a token for
     all-MiniLM-L6-v2) within 24 MiB: 24 MiB / (4 bytes × 1,536) = 4,096 padded tokens, so 64 texts of 253
     tokens take four passes of 16, and /info reports the budget in force."""
-    async with serving(Settings(), bundled_model) as service:
+    async with serving(Settings(compute_lanes=1), bundled_model) as service:
         assert (await service.client.get("/info")).json()["limits"]["max_batch_tokens"] == 4096
         texts = [f"{i} " + "word " * 250 for i in range(64)]
         before = await passes(service.client)
@@ -132,6 +132,26 @@ async def test_cpu_passes_are_cut_where_their_largest_activation_stays_small(bun
         assert computed.count == 4 and computed.all_of(16)
     async with serving(Settings(max_batch_tokens=1000), bundled_model) as service:  # a setting wins
         assert (await service.client.get("/info")).json()["limits"]["max_batch_tokens"] == 1000
+
+
+@pytest.mark.parametrize(("lanes", "tokens"), [(2, 4096), (3, 2730), (4, 2048)])
+async def test_the_lanes_passes_share_one_budget(bundled_model: TextEncoder, lanes: int, tokens: int) -> None:
+    """Passes computing at once on the lanes hold at most 48 MiB of widest activations together (each at most 24):
+    48 MiB / (lanes × 4 bytes × 1,536) padded tokens a pass. With three lanes, 2,730: 64 texts of 253 tokens go in
+    passes of at most 10 (11 × 253 = 2,783)."""
+    async with serving(Settings(compute_lanes=lanes), bundled_model) as service:
+        assert (await service.client.get("/info")).json()["limits"]["max_batch_tokens"] == tokens
+        if lanes != 3:
+            return
+        texts = [f"{i} " + "word " * 250 for i in range(64)]
+        before = await passes(service.client)
+        async with busy(service.model):  # all 64 queued before the first pass is cut
+            request = asyncio.ensure_future(service.client.post("/encode", json={"texts": texts}))
+            await until_metric(service.client, "encoder_queue_texts", lambda queued: queued == 64)
+        assert (await request).status_code == 200
+        computed = await passes(service.client) - before
+        assert computed.texts == 64 and computed.count >= 7  # ⌈64 / 10⌉ (four of 16 under 4,096 tokens)
+        assert computed.at_most[16] == computed.count
 
 
 async def test_two_lanes_compute_two_passes_of_one_model_at_once(
