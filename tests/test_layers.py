@@ -97,6 +97,19 @@ def test_every_name_of_the_package_face_resolves_and_is_listed() -> None:
         assert getattr(model, name) is getattr(importlib.import_module(model.WHERE[name]), name), name
 
 
+def test_the_type_checkers_imports_of_the_package_face_are_its_names() -> None:
+    """The imports under TYPE_CHECKING in model/__init__ (what mypy sees) name the same names from the same modules
+    as WHERE (what a running program gets): one list kept, the other checked against it."""
+    import model
+
+    tree = ast.parse(Path(model.__file__).read_text())
+    (checking,) = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"]
+    imported = {
+        alias.name: node.module for node in checking.body if isinstance(node, ast.ImportFrom) for alias in node.names
+    }
+    assert imported == model.WHERE
+
+
 def test_checkpoint_tensor_names_live_in_one_module() -> None:
     """Every string of model/ that names a checkpoint tensor (``….weight``, ``….bias``, a layer's ``{i}``, a head's
     part as the tables name it) is in model/spec/tensor_names.py; docstrings and comments aside."""
