@@ -144,24 +144,10 @@ def missing_files(snapshot: Path) -> list[str]:
 
 def fetch(model: HubModel) -> Path:
     """The model's snapshot directory, fetched from the Hub where the cache lacks it (see the module's text)."""
-    if offline():
-        snapshot = cached(model)
-        if snapshot is None:
-            raise DownloadError(
-                f"{model} is not in the Hugging Face cache ({cache_dir()}) and HF_HUB_OFFLINE=1: fetch it first "
-                f"where the Hub can be reached (python -m app.download {model}), or unset HF_HUB_OFFLINE"
-            )
-        return snapshot
-    if COMMIT.match(model.revision or ""):  # a commit never changes: a whole copy needs no network
-        try:
-            pinned = cached(model)
-        except DownloadError:
-            pinned = None
-        if pinned is not None:
-            logger.info("%s: in the cache (%s)", model, pinned)
-            return pinned
+    local = without_network(model)
+    if local is not None:
+        return local
 
-    from huggingface_hub import HfApi, hf_hub_download
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
@@ -170,58 +156,9 @@ def fetch(model: HubModel) -> Path:
     )
 
     hub, token = endpoint(), os.environ.get("HF_TOKEN") or None
-    for name in ("httpx", "httpx2"):  # a line per request at INFO: the files fetched are logged below
-        logging.getLogger(name).setLevel(logging.WARNING)
-    if not sys.stderr.isatty():  # the per-file lines below are the progress; no bars in a log
-        from huggingface_hub.utils import disable_progress_bars
-
-        disable_progress_bars()
-
-    def unreachable(error: Exception) -> Path:
-        """The whole cached copy where the Hub cannot answer, else DownloadError."""
-        try:
-            found = cached(model)
-        except DownloadError:
-            found = None
-        if found is not None:
-            logger.warning("cannot reach %s (%s): serving %s as cached", hub, first_line(error), model)
-            return found
-        raise DownloadError(
-            f"could not fetch {model} from {hub}: {type(error).__name__}: {first_line(error)} (nothing of it is "
-            "served; a download that stalls for HF_HUB_DOWNLOAD_TIMEOUT seconds, 10 by default, is given up)"
-        ) from error
-
+    quiet_hub_logs()
     try:
-        info = HfApi(endpoint=hub, token=token).model_info(model.repo, revision=model.revision, files_metadata=True)
-        files = {sibling.rfilename: sibling.size or 0 for sibling in info.siblings or []}
-        check_weights(model, files)
-        chosen = sorted(name for name in files if wanted(name))
-        commit = info.sha or ""
-        if not COMMIT.match(commit):
-            raise DownloadError(f"the Hub at {hub} gave no commit for {model}")
-        snapshot = repo_folder(model) / "snapshots" / commit
-        if (snapshot / COMPLETE).is_file():
-            write_ref(model, commit)
-            logger.info("%s: commit %s, already in the cache (%s)", model, commit[:12], snapshot)
-            return snapshot
-        logger.info(
-            "fetching %s (commit %s) from %s: %d files, %.1f MB, into %s",
-            model,
-            commit[:12],
-            hub,
-            len(chosen),
-            sum(files[name] for name in chosen) / 1e6,
-            cache_dir(),
-        )
-        snapshot.mkdir(parents=True, exist_ok=True)
-        (snapshot / FETCHING).write_text(str(model))  # until every file is in: an interrupted copy says so
-        for number, name in enumerate(chosen, 1):
-            logger.info("%s: %s (%.1f MB), file %d of %d", model, name, files[name] / 1e6, number, len(chosen))
-            # every file at the one commit, whatever the branch does meanwhile
-            hf_hub_download(model.repo, name, revision=commit, cache_dir=cache_dir(), endpoint=hub, token=token)
-        write_ref(model, commit)
-        (snapshot / COMPLETE).write_text(json.dumps({"model": str(model), "commit": commit, "files": chosen}))
-        (snapshot / FETCHING).unlink(missing_ok=True)
+        return download(model, hub, token)
     except DownloadError:
         raise
     except GatedRepoError as error:
@@ -238,7 +175,7 @@ def fetch(model: HubModel) -> Path:
     except HfHubHTTPError as error:
         status = error.response.status_code if error.response is not None else None
         if status is not None and (status >= 500 or status == 429):  # the Hub busy or down: the cache, if whole
-            return unreachable(error)
+            return unreachable(model, hub, error)
         raise DownloadError(f"the Hub at {hub} refused {model}: {first_line(error)}") from error
     except OSError as error:
         if error.errno in CACHE_ERRORS:
@@ -246,11 +183,95 @@ def fetch(model: HubModel) -> Path:
                 f"cannot write {model} into the Hugging Face cache at {cache_dir()}: {error.strerror} (set HF_HOME "
                 "to a writable directory with room, or mount one there)"
             ) from error
-        return unreachable(error)
+        return unreachable(model, hub, error)
     except Exception as error:  # the network: unreachable, stalled, broken off
-        return unreachable(error)
+        return unreachable(model, hub, error)
+
+
+def without_network(model: HubModel) -> Path | None:
+    """The cached snapshot where none of the Hub is asked: offline (DownloadError if the cache lacks it), or a
+    commit pinned and whole in the cache; else None."""
+    if offline():
+        snapshot = cached(model)
+        if snapshot is None:
+            raise DownloadError(
+                f"{model} is not in the Hugging Face cache ({cache_dir()}) and HF_HUB_OFFLINE=1: fetch it first "
+                f"where the Hub can be reached (python -m app.download {model}), or unset HF_HUB_OFFLINE"
+            )
+        return snapshot
+    if COMMIT.match(model.revision or ""):  # a commit never changes: a whole copy needs no network
+        try:
+            pinned = cached(model)
+        except DownloadError:
+            pinned = None
+        if pinned is not None:
+            logger.info("%s: in the cache (%s)", model, pinned)
+            return pinned
+    return None
+
+
+def quiet_hub_logs() -> None:
+    """No line per HTTP request (the files fetched are logged), and no progress bars in a log."""
+    for name in ("httpx", "httpx2"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    if not sys.stderr.isatty():
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+
+
+def download(model: HubModel, hub: str, token: str | None) -> Path:
+    """The snapshot of the revision's commit, each file the cache lacks fetched from ``hub``; a snapshot is marked
+    whole (COMPLETE) only once every file is in. The Hub's errors pass through (``fetch`` words them)."""
+    from huggingface_hub import HfApi, hf_hub_download
+
+    info = HfApi(endpoint=hub, token=token).model_info(model.repo, revision=model.revision, files_metadata=True)
+    files = {sibling.rfilename: sibling.size or 0 for sibling in info.siblings or []}
+    check_weights(model, files)
+    chosen = sorted(name for name in files if wanted(name))
+    commit = info.sha or ""
+    if not COMMIT.match(commit):
+        raise DownloadError(f"the Hub at {hub} gave no commit for {model}")
+    snapshot = repo_folder(model) / "snapshots" / commit
+    if (snapshot / COMPLETE).is_file():
+        write_ref(model, commit)
+        logger.info("%s: commit %s, already in the cache (%s)", model, commit[:12], snapshot)
+        return snapshot
+    logger.info(
+        "fetching %s (commit %s) from %s: %d files, %.1f MB, into %s",
+        model,
+        commit[:12],
+        hub,
+        len(chosen),
+        sum(files[name] for name in chosen) / 1e6,
+        cache_dir(),
+    )
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (snapshot / FETCHING).write_text(str(model))  # until every file is in: an interrupted copy says so
+    for number, name in enumerate(chosen, 1):
+        logger.info("%s: %s (%.1f MB), file %d of %d", model, name, files[name] / 1e6, number, len(chosen))
+        # every file at the one commit, whatever the branch does meanwhile
+        hf_hub_download(model.repo, name, revision=commit, cache_dir=cache_dir(), endpoint=hub, token=token)
+    write_ref(model, commit)
+    (snapshot / COMPLETE).write_text(json.dumps({"model": str(model), "commit": commit, "files": chosen}))
+    (snapshot / FETCHING).unlink(missing_ok=True)
     logger.info("fetched %s into %s", model, snapshot)
     return snapshot
+
+
+def unreachable(model: HubModel, hub: str, error: Exception) -> Path:
+    """The whole cached copy where the Hub cannot answer, else DownloadError."""
+    try:
+        found = cached(model)
+    except DownloadError:
+        found = None
+    if found is not None:
+        logger.warning("cannot reach %s (%s): serving %s as cached", hub, first_line(error), model)
+        return found
+    raise DownloadError(
+        f"could not fetch {model} from {hub}: {type(error).__name__}: {first_line(error)} (nothing of it is "
+        "served; a download that stalls for HF_HUB_DOWNLOAD_TIMEOUT seconds, 10 by default, is given up)"
+    ) from error
 
 
 def write_ref(model: HubModel, commit: str) -> None:

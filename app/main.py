@@ -140,29 +140,64 @@ def create_app(
         on_load_failure = on_load_failure or exit_process
         on_ready = on_ready or (lambda registry: logger.info("ready: %s", ", ".join(registry.names)))
     metrics = Metrics()
+    loading = Loading(settings, metrics, models, engine, on_load_failure, on_ready)
+    app = Service(
+        title="encoder-service",
+        version=__version__,
+        description="Tokens, sentence and token embeddings, attention matrices and positional encodings "
+        "from a transformer encoder.",
+        lifespan=loading.lifespan,
+        docs_url=None,  # served below from a package's files, not a CDN: /docs works offline
+        redoc_url=None,  # ReDoc's page asks a CDN for its logo
+    )
+    offline_docs(app)
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.registry = None  # the loaded models, once every one is loaded and warm
+    app.state.load_error = None
+    add_services(app, settings, metrics, engine)
+    add_routes(app, settings, metrics)
+    return app
+
+
+class Loading:
+    """The application's life: its models loaded in the background once the server runs (or, for a front end,
+    the cards read and the engine reached before it accepts), closed once it has stopped."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        models: Mapping[str, TextEncoder] | None,
+        engine: str | None,
+        on_load_failure: Callable[[str], None] | None,
+        on_ready: Callable[[ModelRegistry], None] | None,
+    ) -> None:
+        self.settings, self.metrics, self.models, self.engine = settings, metrics, models, engine
+        self.on_load_failure, self.on_ready = on_load_failure, on_ready
+
+    async def load(self, app: FastAPI) -> None:
+        try:
+            if self.engine is not None:
+                registry = await front_end_registry(self.settings, self.engine)
+            else:
+                registry = await asyncio.to_thread(load_registry, self.settings, self.metrics, self.models)
+        except Exception as error:
+            message = str(error)
+            if self.on_load_failure is not None:
+                self.on_load_failure(message)
+            else:
+                logger.error(message)
+            app.state.load_error = message
+            return
+        app.state.registry = registry
+        if self.on_ready is not None:
+            self.on_ready(registry)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async def load() -> None:
-            try:
-                if engine is not None:
-                    registry = await front_end_registry(settings, engine)
-                else:
-                    registry = await asyncio.to_thread(load_registry, settings, metrics, models)
-            except Exception as error:
-                message = str(error)
-                if on_load_failure is not None:
-                    on_load_failure(message)
-                else:
-                    logger.error(message)
-                app.state.load_error = message
-                return
-            app.state.registry = registry
-            if on_ready is not None:
-                on_ready(registry)
-
-        loading = asyncio.create_task(load())
-        if engine is not None:
+    async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        loading = asyncio.create_task(self.load(app))
+        if self.engine is not None:
             # A front end reads cards and connects to the engine in a moment: it starts accepting once ready, and
             # the connections that arrive meanwhile go to the others rather than getting 503s.
             await loading
@@ -176,27 +211,12 @@ def create_app(
                 await asyncio.to_thread(app.state.registry.close)
             logger.info("stopped")
 
-    app = Service(
-        title="encoder-service",
-        version=__version__,
-        description="Tokens, sentence and token embeddings, attention matrices and positional encodings "
-        "from a transformer encoder.",
-        lifespan=lifespan,
-        docs_url=None,  # served below from a package's files, not a CDN: /docs works offline
-        redoc_url=None,  # ReDoc's page asks a CDN for its logo
-    )
-    offline_docs(app)
-    app.state.settings = settings
-    app.state.metrics = metrics
-    app.state.registry = None  # the loaded models, once every one is loaded and warm
-    app.state.load_error = None
 
-    def registry() -> ModelRegistry | None:
-        loaded: ModelRegistry | None = app.state.registry
-        return loaded
+def add_services(app: FastAPI, settings: Settings, metrics: Metrics, engine: str | None) -> None:
+    """What the routes call: the services over the models, and the responder that bounds and answers them."""
 
     def seconds_per_text() -> float | None:
-        loaded = registry()
+        loaded: ModelRegistry | None = app.state.registry
         return loaded.seconds_per_text() if loaded is not None else None
 
     # One bound on the texts held: here, or where the engine is a process of its own, the engine's (Admission)
@@ -206,6 +226,10 @@ def create_app(
     app.state.tasks = Tasks(app.state.embeddings)
     app.state.inspection = Inspection(settings, app.state.embeddings)
 
+
+def add_routes(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
+    """The middleware, and every API's routers, each behind the API key unless open, each answering errors in its
+    API's shape."""
     error_shapes = ErrorShapes()  # each router's routes answer in its API's shape; a path none serves, by prefix
     install_error_handlers(app, error_shapes)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
@@ -236,4 +260,3 @@ def create_app(
     include(service.open_router, keyed=False)  # /health and /metrics: probes and scrapers come without a key
     include(viewer.router, keyed=False)  # the page is static and open; its API calls carry the key
     app.mount("/static", StaticFiles(directory=viewer.STATIC_DIR), name="static")
-    return app

@@ -11,6 +11,7 @@ import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -424,9 +425,8 @@ def load_model(
             "openvino"
         )
     card = read_card(path, name, max_tokens)
-    model_dir, config, hf, name = card["path"], card["config"], card["hf"], card["name"]
     torch_device = resolve_device(device)
-    weights_path = model_dir / "model.safetensors"
+    weights_path = card["path"] / "model.safetensors"
     stored = checkpoint_dtype(weights_path)
     precision = resolve_precision(dtype, torch_device, stored)
     if torch_device.type == "cpu" and precision.compute == torch.bfloat16 and not cpu_bfloat16():
@@ -434,98 +434,119 @@ def load_model(
             "bfloat16 on this CPU: it has neither AVX512-BF16 nor AMX, so its bfloat16 products would be emulated, "
             "slower than float32; use ENCODER_DTYPE=float32 (or auto)"
         )
+    model = assemble(card, weights_path, torch_device, precision)
+    if traced:
+        trace(model)
+    why = "on a GPU" if torch_device.type == "cuda" else "ENCODER_RUNTIME=torch"
+    if torch_device.type == "cpu":
+        why = cpu_passes(model, runtime, quantize, threads or cpu_threads())
+    elif torch_device.type == "cuda":
+        gpu_passes(model, cuda_graphs, graph_tokens)
+    log_loaded(model, time.perf_counter() - started, stored, precision, why)
+    return model
 
+
+def assemble(card: dict[str, Any], weights_path: Path, device: torch.device, precision: Precision) -> TextEncoder:
+    """The model the card describes with its weights read onto ``device``: the encoder (and the pass's copy of it
+    where its precision differs) and every head the card names."""
+    config = card["config"]
     encoder = read_encoder(config, weights_path, precision.explicit)
     pass_encoder = None
     if not precision.shared:  # a GPU under float16 over a float32 checkpoint: a copy for the embedding pass
-        pass_encoder = copy.deepcopy(encoder).to(device=torch_device, dtype=precision.weights)
-    encoder = encoder.to(device=torch_device)
-    if torch_device.type == "cpu" and precision.autocast:
+        pass_encoder = copy.deepcopy(encoder).to(device=device, dtype=precision.weights)
+    encoder = encoder.to(device=device)
+    if device.type == "cpu" and precision.autocast:
         pass_encoder = products_in(encoder, precision.compute)
-    classifier = None
-    if card["head"] is not None:
-        classifier = SequenceClassificationHead(config, card["head"])
-        load_head(classifier, config, weights_path)
-        classifier = classifier.to(device=torch_device, dtype=precision.weights).eval().requires_grad_(False)
-    reranker = None
-    if card["answers"] is not None:
-        tied = bool(hf.get("tie_word_embeddings", config.family == "gemma3_text"))
-        reranker = load_language_model_rows(config, weights_path, list(card["answers"]), tied, precision.weights)
-        reranker = reranker.to(device=torch_device).eval()
-    dense = tuple(Dense.load(spec).to(device=torch_device) for spec in card["pooling"].dense)
-    masked_lm, lexical = None, None
-    if card["sparse"] is not None and card["sparse"].kind == "splade":  # float32: kept exact, as the weights are
-        masked_lm = load_masked_lm_head(config, weights_path, torch.float32).to(device=torch_device)
-    elif card["sparse"] is not None:
-        lexical = load_linear(model_dir / BGE_M3_SPARSE, config.d_model, 1).to(device=torch_device)
-    colbert: nn.Linear | None = None
-    projections: tuple[Dense, ...] = ()
-    if card["late_interaction"] is not None:
-        projections = tuple(Dense.load(spec).to(device=torch_device) for spec in card["late_interaction"].dense)
-    elif card["multi_vector"] is not None:
-        colbert = load_linear(model_dir / BGE_M3_COLBERT, config.d_model).to(device=torch_device)
-    model = TextEncoder(
+    return TextEncoder(
         **card,
         encoder=encoder,
-        device=torch_device,
+        device=device,
         dtype=precision.compute,
         weights_dtype=precision.weights,
         explicit_dtype=precision.explicit,
-        classifier=classifier,
-        reranker=reranker,
-        masked_lm=masked_lm,
-        lexical=lexical,
-        colbert=colbert,
-        projections=projections,
-        dense=dense,
         pass_encoder=pass_encoder,
+        **load_heads(card, weights_path, device, precision),
     )
-    limit = model.max_tokens
-    why = "on a GPU" if torch_device.type == "cuda" else "ENCODER_RUNTIME=torch"
-    if traced:
-        trace(model)
-    if torch_device.type == "cpu":
-        torch_passes = model.backends or (EagerPass(model.passes, model.autocast_dtype),)
-        if model.autocast_dtype == torch.bfloat16:
-            # bfloat16 products through oneDNN: a kernel prepared for each count of rows (BucketedRows)
-            torch_passes = tuple(BucketedRows(backend, config.pad_token_id) for backend in torch_passes)
-        # the attention kernel's lengths (AlignedLength)
-        longest = model.passes.embeddings.max_length
-        model.backends = tuple(AlignedLength(backend, longest) for backend in torch_passes)
-    if torch_device.type == "cpu" and quantize is not None:
-        why = quantized_runtime(model, quantize, threads or cpu_threads())
-    elif torch_device.type == "cpu":
-        why = choose_runtime(model, runtime, threads or cpu_threads())
-    if torch_device.type == "cuda" and precision.weights in (torch.float16, torch.bfloat16):
-        fuse_kernels(model, name)  # before the graphs record the pass, so that they hold these kernels too
-    if cuda_graphs and torch_device.type == "cuda":
+
+
+def load_heads(card: dict[str, Any], weights_path: Path, device: torch.device, precision: Precision) -> dict[str, Any]:
+    """The heads the card names, read onto ``device``, by the TextEncoder fields they fill."""
+    config, model_dir = card["config"], card["path"]
+    heads: dict[str, Any] = {}
+    heads.update(dense=tuple(Dense.load(spec).to(device=device) for spec in card["pooling"].dense))
+    if card["head"] is not None:
+        classifier = SequenceClassificationHead(config, card["head"])
+        load_head(classifier, config, weights_path)
+        heads.update(classifier=classifier.to(device=device, dtype=precision.weights).eval().requires_grad_(False))
+    if card["answers"] is not None:
+        tied = bool(card["hf"].get("tie_word_embeddings", config.family == "gemma3_text"))
+        rows = load_language_model_rows(config, weights_path, list(card["answers"]), tied, precision.weights)
+        heads.update(reranker=rows.to(device=device).eval())
+    if card["sparse"] is not None and card["sparse"].kind == "splade":  # float32: kept exact, as the weights are
+        heads.update(masked_lm=load_masked_lm_head(config, weights_path, torch.float32).to(device=device))
+    elif card["sparse"] is not None:
+        heads.update(lexical=load_linear(model_dir / BGE_M3_SPARSE, config.d_model, 1).to(device=device))
+    if card["late_interaction"] is not None:
+        heads.update(projections=tuple(Dense.load(spec).to(device=device) for spec in card["late_interaction"].dense))
+    elif card["multi_vector"] is not None:
+        heads.update(colbert=load_linear(model_dir / BGE_M3_COLBERT, config.d_model).to(device=device))
+    return heads
+
+
+def cpu_passes(model: TextEncoder, runtime: str, quantize: str | None, threads: int) -> str:
+    """The CPU's embedding passes: torch's (traced, or eager), wrapped for the attention kernel's lengths and, under
+    bfloat16, for oneDNN's row counts; then OpenVINO's where ``runtime`` or ``quantize`` has it. Returns why the
+    runtime serving it was chosen."""
+    torch_passes = model.backends or (EagerPass(model.passes, model.autocast_dtype),)
+    if model.autocast_dtype == torch.bfloat16:
+        # bfloat16 products through oneDNN: a kernel prepared for each count of rows (BucketedRows)
+        torch_passes = tuple(BucketedRows(backend, model.config.pad_token_id) for backend in torch_passes)
+    # the attention kernel's lengths (AlignedLength)
+    longest = model.passes.embeddings.max_length
+    model.backends = tuple(AlignedLength(backend, longest) for backend in torch_passes)
+    if quantize is not None:
+        return quantized_runtime(model, quantize, threads)
+    return choose_runtime(model, runtime, threads)
+
+
+def gpu_passes(model: TextEncoder, cuda_graphs: bool, graph_tokens: int) -> None:
+    """The GPU's embedding passes: in half precision the fused kernels and the packed attention core; with
+    ``cuda_graphs`` passes of up to ``graph_tokens`` replayed as CUDA graphs."""
+    half = model.weights_dtype in (torch.float16, torch.bfloat16)
+    if half:
+        fuse_kernels(model, model.name)  # before the graphs record the pass, so that they hold these kernels too
+    if cuda_graphs:
         try:
-            graphs = GraphedPass(model.passes, config.pad_token_id, limit, max_tokens=graph_tokens)
+            graphs = GraphedPass(model.passes, model.config.pad_token_id, model.max_tokens, max_tokens=graph_tokens)
             model.backends = (graphs, *model.backends)
         except RuntimeError as error:  # a family whose pass cannot be recorded: it runs as before
-            logger.warning("the embedding pass of %s could not be recorded as CUDA graphs: %s", name, error)
-    if torch_device.type == "cuda" and precision.weights in (torch.float16, torch.bfloat16):
+            logger.warning("the embedding pass of %s could not be recorded as CUDA graphs: %s", model.name, error)
+    if half:
         # Passes the graphs do not hold run eagerly with the attention core on the packed tokens (flash attention's
         # variable-length kernel) instead of the traced padded core: 4 to 11 % more tokens/s at 512 and 2,048 rows
         # on an H100 (docs/benchmarks/cuda.md, "make gpu-check on an H100: packed attention, front ends, a decoder,
         # the AMX host (CUDA)"). The trace cannot hold it: it would fix the longest row's length.
         model.passes.varlen = True
         model.backends = tuple(backend for backend in model.backends if not isinstance(backend, TracedPass))
+
+
+def log_loaded(model: TextEncoder, seconds: float, stored: torch.dtype, precision: Precision, why: str) -> None:
+    """One line: what was loaded from where, in which precisions, and which runtime runs its pass and why."""
     logger.info(
         "loaded %s (%s) from %s on %s in %.2f s: the checkpoint's %s weights kept in %s%s, products in %s%s; "
         "the embedding pass runs on %s (%s)",
-        name,
-        config.family,
-        model_dir,
-        torch_device,
-        time.perf_counter() - started,
+        model.name,
+        model.config.family,
+        model.path,
+        model.device,
+        seconds,
         _name(stored),
         _name(precision.explicit),
         (
             f" and in {_name(precision.weights)} for the embedding pass"
             if not precision.shared
             else f", the linear layers' also in {_name(precision.compute)} for the embedding pass"
-            if pass_encoder is not None
+            if model.pass_encoder is not None
             else ""
         ),
         _name(precision.compute) if model.quantized is None else f"{model.quantized} weights on OpenVINO's pass",
@@ -533,7 +554,6 @@ def load_model(
         model.runtime,
         why,
     )
-    return model
 
 
 def _name(dtype: torch.dtype) -> str:

@@ -253,27 +253,36 @@ class EncoderConfig:
             return HF_ACTIVATIONS[value]
 
         if model_type == "distilbert":
-            return cls(
-                family="distilbert",
-                vocab_size=required("vocab_size"),
-                d_model=required("dim"),
-                n_heads=required("n_heads"),
-                n_layers=required("n_layers"),
-                d_ff=required("hidden_dim"),
-                max_positions=required("max_position_embeddings"),
-                type_vocab_size=0,
-                position_embedding="sinusoidal" if hf.get("sinusoidal_pos_embds") else "learned",
-                activation=activation("activation"),
-                layer_norm_eps=1e-12,  # fixed in DistilBERT's code
-                pad_token_id=hf.get("pad_token_id", 0) or 0,
-            )
+            return cls._distilbert(hf, required, activation("activation"))
         if model_type == "modernbert":
             return cls._modernbert(hf, required, activation("hidden_activation"))
         if model_type in DECODERS:
             return cls._decoder(hf, required, activation)
         if model_type == "deberta-v2":
             return cls._deberta(hf, required, activation("hidden_act"))
+        return cls._bert_like(hf, required, activation("hidden_act"))
 
+    @classmethod
+    def _distilbert(cls, hf: dict[str, Any], required: Any, activation: Activation) -> EncoderConfig:
+        return cls(
+            family="distilbert",
+            vocab_size=required("vocab_size"),
+            d_model=required("dim"),
+            n_heads=required("n_heads"),
+            n_layers=required("n_layers"),
+            d_ff=required("hidden_dim"),
+            max_positions=required("max_position_embeddings"),
+            type_vocab_size=0,
+            position_embedding="sinusoidal" if hf.get("sinusoidal_pos_embds") else "learned",
+            activation=activation,
+            layer_norm_eps=1e-12,  # fixed in DistilBERT's code
+            pad_token_id=hf.get("pad_token_id", 0) or 0,
+        )
+
+    @classmethod
+    def _bert_like(cls, hf: dict[str, Any], required: Any, activation: Activation) -> EncoderConfig:
+        """BERT and the families that share its layers: RoBERTa's kin, MPNet, ELECTRA."""
+        model_type = hf["model_type"]
         position_type = hf.get("position_embedding_type", "absolute")
         if position_type != "absolute":
             raise ValueError(
@@ -287,7 +296,7 @@ class EncoderConfig:
             "n_layers": required("num_hidden_layers"),
             "d_ff": required("intermediate_size"),
             "max_positions": required("max_position_embeddings"),
-            "activation": activation("hidden_act"),
+            "activation": activation,
             "layer_norm_eps": float(hf.get("layer_norm_eps", 1e-12)),
         }
         if model_type == "mpnet":
@@ -368,37 +377,8 @@ class EncoderConfig:
             if hf.get(field) not in (None, 1, 1.0):
                 raise ValueError(f"unsupported config field {field!r}: {hf[field]!r}")
 
-        window = hf.get("sliding_window")
-        if model_type in ("qwen2", "qwen3") and not hf.get("use_sliding_window", False):
-            window = None  # transformers reads the window only with use_sliding_window
-        layer_types = hf.get("layer_types")
-        if layer_types is None:
-            if model_type in ("qwen2", "qwen3"):
-                first = hf.get("max_window_layers", 28)
-                layer_types = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
-            elif gemma:
-                pattern = hf.get("sliding_window_pattern", 6)
-                layer_types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
-            else:  # Mistral: every layer within the window, when there is one; Llama: none
-                layer_types = ["sliding_attention"] * n_layers
-        local_layers = _local_layers(layer_types, n_layers) if window else ()
-
-        # Rotary bases: transformers 5 writes rope_parameters (one dict, or one per layer type for Gemma 3), older
-        # versions rope_theta, rope_scaling and Gemma's rope_local_base_freq.
-        parameters = hf.get("rope_parameters") or {}
-        if gemma:
-            full = dict(parameters.get("full_attention") or {})
-            sliding = dict(parameters.get("sliding_attention") or {})
-            full.setdefault("rope_theta", hf.get("rope_theta", 1_000_000.0))
-            sliding.setdefault("rope_theta", hf.get("rope_local_base_freq", 10_000.0))
-            if hf.get("rope_scaling"):
-                full.update(hf["rope_scaling"])
-        else:
-            full = dict(parameters)
-            full.setdefault("rope_theta", hf.get("rope_theta", 10_000.0))
-            if hf.get("rope_scaling"):
-                full.update(hf["rope_scaling"])
-            sliding = full
+        window, local_layers = _decoder_windows(hf, n_layers)
+        full, sliding = _decoder_rope(hf)
 
         attention_bias = bool(hf.get("attention_bias", False))
         default_kv_heads, default_head_dim = DECODER_DEFAULTS[model_type]
@@ -513,6 +493,46 @@ def _local_layers(layer_types: list[str], n_layers: int) -> tuple[int, ...]:
             f"unsupported config field 'layer_types': {layer_types} (one of {', '.join(sorted(kinds))} per layer)"
         )
     return tuple(i for i, kind in enumerate(layer_types) if kind == "sliding_attention")
+
+
+def _decoder_windows(hf: dict[str, Any], n_layers: int) -> tuple[int | None, tuple[int, ...]]:
+    """A decoder's sliding window (None without one) and the layers that attend within it, as transformers reads
+    them for each family."""
+    model_type = hf["model_type"]
+    window = hf.get("sliding_window")
+    if model_type in ("qwen2", "qwen3") and not hf.get("use_sliding_window", False):
+        window = None  # transformers reads the window only with use_sliding_window
+    layer_types = hf.get("layer_types")
+    if layer_types is None:
+        if model_type in ("qwen2", "qwen3"):
+            first = hf.get("max_window_layers", 28)
+            layer_types = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
+        elif model_type == "gemma3_text":
+            pattern = hf.get("sliding_window_pattern", 6)
+            layer_types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
+        else:  # Mistral: every layer within the window, when there is one; Llama: none
+            layer_types = ["sliding_attention"] * n_layers
+    return window, _local_layers(layer_types, n_layers) if window else ()
+
+
+def _decoder_rope(hf: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A decoder's rotary parameters for its full-attention and its sliding-window layers. transformers 5 writes
+    rope_parameters (one dict, or one per layer type for Gemma 3), older versions rope_theta, rope_scaling and
+    Gemma's rope_local_base_freq."""
+    parameters = hf.get("rope_parameters") or {}
+    if hf["model_type"] == "gemma3_text":
+        full = dict(parameters.get("full_attention") or {})
+        sliding = dict(parameters.get("sliding_attention") or {})
+        full.setdefault("rope_theta", hf.get("rope_theta", 1_000_000.0))
+        sliding.setdefault("rope_theta", hf.get("rope_local_base_freq", 10_000.0))
+        if hf.get("rope_scaling"):
+            full.update(hf["rope_scaling"])
+        return full, sliding
+    full = dict(parameters)
+    full.setdefault("rope_theta", hf.get("rope_theta", 10_000.0))
+    if hf.get("rope_scaling"):
+        full.update(hf["rope_scaling"])
+    return full, full
 
 
 def _rope_scaling(parameters: dict[str, Any]) -> RopeScaling | None:
