@@ -6,7 +6,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.engine.work_queue import Timing
+from app.engine.messages import Timing
 from app.schemas import (
     ERROR_RESPONSES,
     AttentionRequest,

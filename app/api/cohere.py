@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from app.engine.work_queue import Timing
+from app.engine.messages import Timing
 from app.errors import Failure, InvalidRequest, errors_in
 from app.schemas import ERROR_RESPONSES, EncodeRequest, RerankRequest
 from app.serialization import json_response, vectors_as

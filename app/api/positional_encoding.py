@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from app.engine.work_queue import Timing
+from app.engine.messages import Timing
 from app.schemas import ERROR_RESPONSES, PositionalEncodingResponse, Reply
 from app.serialization import construct
 from app.services.inspection import Positions

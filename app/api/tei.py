@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
 from app import __version__
-from app.engine.work_queue import Timing
+from app.engine.messages import Timing
 from app.errors import ApiError, Failure, InvalidRequest, errors_in
 from app.schemas import (
     ClassifyRequest,

@@ -1,14 +1,14 @@
 """What the services ask of the engine, whichever process computes: one interface, two implementations chosen
 once at start. In the process that computes, a model's ``WorkQueue`` (work_queue.py); in a front end, its
-``EngineQueue`` (remote.py), which sends the same tasks over the socket with the time their requests have left."""
+``EngineQueue`` (remote.py), which sends the same tasks over the socket with the time their requests have left.
+And what the engine asks of the served models (``Models``; app/serving/registry.py's ``ModelRegistry``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
-from app.engine.messages import Task
-from app.engine.work_queue import Timing
+from app.engine.messages import ModelFacts, Task, Timing
 
 
 class Runner(Protocol):
@@ -24,3 +24,24 @@ class Runner(Protocol):
     def pending(self) -> int:
         """Texts queued or computing: what /health and the graceful stop wait on."""
         ...
+
+
+class Served(Protocol):
+    """A served model as the engine sees it: its name, its facts, and the queue its tasks go through."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def facts(self) -> ModelFacts: ...
+
+    @property
+    def queue(self) -> Runner: ...
+
+
+class Models(Protocol):
+    """The served models: each by name (the default for None), and all of them."""
+
+    def get(self, name: str | None = None) -> Served: ...
+
+    def __iter__(self) -> Iterator[Served]: ...

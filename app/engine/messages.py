@@ -4,11 +4,13 @@ A task is one kind of computation (embed, classify, an inspection) on tokenised 
 what comes back is arrays and small records. Every kind is this one type, and it holds token ids, numbers and
 arrays only (no closure, no model object): the queue that carries it knows nothing of the model, the engine runs a
 pass of one kind through the model's method for that kind, and the same message can cross to another process as
-it is. Each kind is declared once, in ``KINDS``: whether it is batched, its options, its pass.
+it is. Each kind is declared once, in ``KINDS``: whether it is batched, its options, its pass. Beside the task goes
+its ``Timing``: the time left to it, and where its time went (queue, pass), which the answer's headers report.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,6 +25,34 @@ if TYPE_CHECKING:
 TaskKind = Literal[
     "embed", "classify", "sparse", "multi_vector", "attention", "neuron", "head_statistics", "explain", "positions"
 ]
+
+
+@dataclass
+class Timing:
+    """Where one request's time went: waiting in the queue, then computing; and when its time runs out (the event
+    loop's clock), so that work sent elsewhere carries the time left."""
+
+    queue_s: float = 0.0
+    inference_s: float = 0.0
+    deadline: float | None = None
+
+    def left_s(self, default: float) -> float:
+        """Seconds until the deadline (at least 0), or ``default`` where there is none."""
+        if self.deadline is None:
+            return default
+        return max(0.0, self.deadline - asyncio.get_running_loop().time())
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """Where and how the engine computes a model: what /info reports beside the card."""
+
+    device: str
+    dtype: str  # what the products run in
+    weights_dtype: str  # what the embedding pass's weights are kept in
+    explicit_weights_dtype: str  # what the explicit paths' weights are kept in
+    max_batch_tokens: int  # the padded tokens a pass takes at most
+    runtime: str = "torch"  # what computes the embedding pass (TextEncoder.runtime)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,30 +20,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from app.engine.admission import Admission
-from app.engine.messages import Task
+from app.engine.interface import Models
+from app.engine.messages import ModelFacts, Task, Timing
 from app.engine.wire import FrameReader
-from app.engine.work_queue import Timing
 from app.errors import ApiError, InferenceFailed, NotReady, Timeout
 from app.metrics import Metrics
 from model import TokenIds
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """Where and how the engine computes a model: what /info reports beside the card."""
-
-    device: str
-    dtype: str  # what the products run in
-    weights_dtype: str  # what the embedding pass's weights are kept in
-    explicit_weights_dtype: str  # what the explicit paths' weights are kept in
-    max_batch_tokens: int  # the padded tokens a pass takes at most
-    runtime: str = "torch"  # what computes the embedding pass (TextEncoder.runtime)
 
 
 def wire_task(task: Task) -> Task:
@@ -112,8 +99,8 @@ class Engine:
     """Serves the registry's models to front ends: each task through its model's queue, within the one admission
     bound of the whole service (ENCODER_MAX_QUEUE_TEXTS: 429 past it, whichever front end the request came to)."""
 
-    def __init__(self, registry: Any, admission: Admission, metrics: Metrics) -> None:
-        self.registry = registry  # app.serving.registry.ModelRegistry
+    def __init__(self, registry: Models, admission: Admission, metrics: Metrics) -> None:
+        self.registry = registry
         self.admission = admission
         self.metrics = metrics  # the models', their queues' and passes' (the front ends count HTTP)
         self.connections: set[Connection] = set()

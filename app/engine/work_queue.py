@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.messages import KINDS, Options, Task, TaskKind
+from app.engine.messages import KINDS, Options, Task, TaskKind, Timing
 from app.errors import NotReady
 from model import TokenSequence
 
@@ -95,22 +95,6 @@ class QueueClosed(NotReady):
 
     def __init__(self) -> None:
         super().__init__("the service is shutting down", headers={"Retry-After": "1"})
-
-
-@dataclass
-class Timing:
-    """Where one request's time went: waiting in the queue, then computing; and when its time runs out (the event
-    loop's clock), so that work sent elsewhere carries the time left."""
-
-    queue_s: float = 0.0
-    inference_s: float = 0.0
-    deadline: float | None = None
-
-    def left_s(self, default: float) -> float:
-        """Seconds until the deadline (at least 0), or ``default`` where there is none."""
-        if self.deadline is None:
-            return default
-        return max(0.0, self.deadline - asyncio.get_running_loop().time())
 
 
 class Ticket:

@@ -9,8 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from tokenizers import Encoding
 
-from app.engine.messages import Task
-from app.engine.work_queue import Timing
+from app.engine.messages import Task, Timing
 from app.errors import InvalidRequest, ModelLacks
 from app.schemas import (
     EncodeRequest,

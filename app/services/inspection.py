@@ -14,8 +14,7 @@ from typing import Literal
 import numpy as np
 from tokenizers import Encoding
 
-from app.engine.messages import ExplainInputs, HeadChoice, KeyMarks, Task
-from app.engine.work_queue import Timing
+from app.engine.messages import ExplainInputs, HeadChoice, KeyMarks, Task, Timing
 from app.errors import InvalidRequest
 from app.schemas import (
     AttentionRequest,

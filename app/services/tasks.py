@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.engine.messages import Task
-from app.engine.work_queue import Timing
+from app.engine.messages import Task, Timing
 from app.errors import InvalidRequest, ModelLacks
 from app.schemas import (
     ClassifyRequest,

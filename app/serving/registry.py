@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from app.allocator import watch_heap
 from app.download import DownloadError, default_name, resolve
 from app.engine.interface import Runner
-from app.engine.remote import EngineClient, EngineQueue, ModelFacts
+from app.engine.messages import ModelFacts
+from app.engine.remote import EngineClient, EngineQueue
 from app.engine.work_queue import LARGE_PASSES, WorkQueue
 from app.errors import ModelNotFound
 from app.metrics import Metrics

@@ -18,7 +18,7 @@ from fastapi import Request
 from starlette.responses import Response, StreamingResponse
 
 from app.engine.admission import Admission
-from app.engine.work_queue import Timing
+from app.engine.messages import Timing
 from app.errors import Timeout
 from app.metrics import Metrics
 from app.schemas import Reply

@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 from app.engine.admission import Admission
-from app.engine.messages import Task
+from app.engine.messages import Task, Timing
 from app.engine.remote import Engine, EngineClient, EngineQueue, wire_task
-from app.engine.work_queue import Timing, WorkQueue
+from app.engine.work_queue import WorkQueue
 from app.engine.worker import Worker
 from app.errors import InferenceFailed, Overloaded
 from app.main import create_app
