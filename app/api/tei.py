@@ -29,10 +29,9 @@ from app.schemas import (
 from app.serialization import json_response
 from app.services.embeddings import Embeddings
 from app.serving.registry import ModelRegistry, ServedModel
-from app.serving.tokenization import Reading
+from app.serving.tokenization import Reading, check_token_ids
 from app.web.dependencies import EmbeddingsDep, InspectionDep, Registry, ResponderDep, TasksDep, get_registry
 from app.web.responding import answer_value as answer
-from model import TokenIdOutOfRange
 
 TAG = "text-embeddings-inference"
 PREFIXES = ("/tei", "/models/{model_name:path}/tei")  # where the app serves these routes; names may hold a /
@@ -253,13 +252,9 @@ def strings(inputs: Input, served: ServedModel | None = None) -> tuple[list[str]
     elif served is not None and all(not isinstance(item, str) for item in inputs):
         rows: list[list[int]] = [inputs] if isinstance(inputs[0], int) else inputs  # type: ignore[assignment]
         tokenizer = served.card.tokenizer
-        for index, row in enumerate(rows):
-            if not row:
-                raise Empty("Input validation error: `inputs` cannot be empty")
-            try:
-                tokenizer.check_ids(row)
-            except TokenIdOutOfRange as error:
-                raise InvalidRequest(f"inputs[{index}][{error.position}]", str(error)) from None
+        if any(not row for row in rows):
+            raise Empty("Input validation error: `inputs` cannot be empty")
+        check_token_ids(tokenizer, rows, "inputs")
         return [tokenizer.decode(row, skip_special_tokens=False) for row in rows], True
     else:
         raise InvalidRequest("inputs", "texts or token ids, not both in one batch")
@@ -294,13 +289,10 @@ async def embed(
         text_rows = [index for index, item in enumerate(items) if isinstance(item, str)]
         if any(blank(items[index]) for index in text_rows):
             raise Empty("Input validation error: `inputs` cannot be empty")
-        for index in id_rows:  # named by their place in `inputs`, not in the batch of ids handed on
-            if not items[index]:
-                raise Empty("Input validation error: `inputs` cannot be empty")
-            try:
-                served.card.tokenizer.check_ids(items[index])
-            except TokenIdOutOfRange as error:
-                raise InvalidRequest(f"inputs[{index}][{error.position}]", str(error)) from None
+        if any(not items[index] for index in id_rows):
+            raise Empty("Input validation error: `inputs` cannot be empty")
+        # named by their place in `inputs`, not in the batch of ids handed on
+        check_token_ids(served.card.tokenizer, [items[index] for index in id_rows], "inputs", places=id_rows)
         native_ids = OpenAIEmbeddingsRequest(input=[items[i] for i in id_rows], dimensions=body.dimensions)
         native_texts = (
             EncodeRequest(texts=[items[i] for i in text_rows], truncate=truncates(body), dimensions=body.dimensions)
@@ -527,18 +519,13 @@ async def tokenize(body: TeiTokenizeRequest, served: Model) -> Response:
 @router.post("/decode", response_model=list[str], summary="TEI: token ids back to text")
 async def decode(body: DecodeRequest, served: Model) -> Response:
     ids = body.ids
-    rows: list[list[int]] = [ids] if not ids or isinstance(ids[0], int) else ids  # type: ignore[list-item]
+    bare = not ids or isinstance(ids[0], int)  # one row of ids, not a list of rows
+    rows: list[list[int]] = [ids] if bare else ids  # type: ignore[list-item,assignment]
     if not rows or any(not row for row in rows):
         raise Empty("Input validation error: `input_ids` cannot be empty")
     tokenizer = served.card.tokenizer
-    texts = []
-    for row in rows:
-        try:
-            tokenizer.check_ids(row)
-        except TokenIdOutOfRange as error:
-            raise InvalidRequest(f"ids[{error.position}]", str(error)) from None
-        texts.append(tokenizer.decode(row, skip_special_tokens=body.skip_special_tokens))
-    return json_response(texts)
+    check_token_ids(tokenizer, rows, "ids", bare=bare)
+    return json_response([tokenizer.decode(row, skip_special_tokens=body.skip_special_tokens) for row in rows])
 
 
 @router.get("/info", response_model=TeiInfo, summary="TEI: the served model")

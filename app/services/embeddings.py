@@ -20,6 +20,7 @@ from app.schemas import (
     TokenizeRequest,
 )
 from app.serving.registry import ServedModel
+from app.serving.tokenization import check_token_ids
 from app.settings import Settings
 from model import (
     EmbeddingSpec,
@@ -28,7 +29,6 @@ from model import (
     SparseOptions,
     SparseVector,
     TextEmbedding,
-    TokenIdOutOfRange,
     TokenSequence,
     keep_dimensions,
     unit_rows,
@@ -252,13 +252,8 @@ class Embeddings:
             single = all(isinstance(item, int) for item in inputs)
             rows: list[list[int]] = [inputs] if single else inputs  # type: ignore[list-item,assignment]
             self.check_batch(len(rows), "input")
-            encodings = []
-            for index, row in enumerate(rows):
-                try:
-                    encodings.append(model.tokenizer.from_ids(row))
-                except TokenIdOutOfRange as error:
-                    name = f"input[{error.position}]" if single else f"input[{index}][{error.position}]"
-                    raise InvalidRequest(name, str(error)) from None
+            check_token_ids(model.tokenizer, rows, "input", bare=single)
+            encodings = [model.tokenizer.from_ids(row) for row in rows]
         spec = EmbeddingSpec(layer=model.config.n_layers, pooling=model.pooling.mode, normalize=True, skip=skip)
         counted: Sequence[TokenSequence] = encodings
         texts_given = [e for e in encodings if isinstance(e, Encoding)]

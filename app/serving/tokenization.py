@@ -21,12 +21,30 @@ from tokenizers import Encoding
 
 from app.engine.work_queue import QueueClosed
 from app.errors import InvalidRequest
-from model import TextTokenizer, TooManyTokensError
+from model import TextTokenizer, TokenIdOutOfRange, TooManyTokensError
 
 logger = logging.getLogger(__name__)
 
 # A loop turn with at most this many characters to tokenise is tokenised on the event loop itself.
 INLINE_CHARACTERS = 4096
+
+
+def check_token_ids(
+    tokenizer: TextTokenizer,
+    rows: Sequence[Sequence[int]],
+    param: str,
+    places: Sequence[int] | None = None,
+    bare: bool = False,
+) -> None:
+    """Every row's ids inside the vocabulary, else a 422 naming the first id outside it: ``param[place][position]``,
+    the place being the row's in the request (``places``, by default its index among ``rows``), or
+    ``param[position]`` where the request gave one ``bare`` row (a list of ids rather than a list of lists)."""
+    for index, row in enumerate(rows):
+        try:
+            tokenizer.check_ids(row)
+        except TokenIdOutOfRange as error:
+            place = "" if bare else f"[{index if places is None else places[index]}]"
+            raise InvalidRequest(f"{param}{place}[{error.position}]", str(error)) from None
 
 
 @dataclass(frozen=True)

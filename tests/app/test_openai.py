@@ -96,6 +96,8 @@ async def test_openai_client_errors(two_models: Service) -> None:
             await client.embeddings.create(input="x", model="minilm", **bad)  # type: ignore[arg-type]
     response = await two_models.client.post("/v1/embeddings", json={"input": [[101, 40000]]})
     assert_error(response, 422, "validation_error", "input[0][1]", "token id 40000 is outside the vocabulary")
+    response = await two_models.client.post("/v1/embeddings", json={"input": [5, 40000]})  # one row given bare
+    assert_error(response, 422, "validation_error", "input[1]", "token id 40000 is outside the vocabulary")
     response = await two_models.client.post("/v1/embeddings", json={"input": [5, -1]})
     assert response.status_code == 422
     empties: list[object] = ["", [], [[]], [""]]

@@ -155,6 +155,10 @@ def test_tokenize_counts_bytes_and_decode_and_info_describe_the_model(server: st
     bare = httpx.post(f"{server}/tei/tokenize", json={"inputs": ["a", "b"], "add_special_tokens": False}).json()
     assert [[t["text"] for t in row] for row in bare] == [["a"], ["b"]]
     assert httpx.post(f"{server}/tei/decode", json={"ids": [[101, 7592, 102], [2088]]}).json() == ["hello", "world"]
+    outside = httpx.post(f"{server}/tei/decode", json={"ids": [[101], [2088, 10**6]]})  # named by its row and place
+    tei_error(outside, 422, "Validation", "ids[1][1]: token id 1000000 is outside the vocabulary")
+    outside = httpx.post(f"{server}/tei/decode", json={"ids": [101, 10**6]})  # one row given bare
+    tei_error(outside, 422, "Validation", "ids[1]: token id 1000000 is outside the vocabulary")
     info = httpx.get(f"{server}/tei/info").json()
     assert info["model_type"] == {"embedding": {"pooling": "mean"}} and info["max_input_length"] == 256
     reranker = httpx.get(f"{server}/models/ce/tei/info").json()["model_type"]
