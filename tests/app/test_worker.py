@@ -109,12 +109,30 @@ async def test_passes_keep_to_their_size_and_token_limits(
         worker.stop()
 
 
+class CountedWaits(threading.Condition):
+    """A queue's condition that counts the waits begun on it. A lane that begins another wait after a put has
+    looked at the queue again and chosen to wait: the test knows it without sleeping and seeing nothing happen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1  # the lock is held
+        return super().wait(timeout)
+
+
 class Queued:
     """Requests of one text each put on a queue from the test's event loop (never answered: no worker)."""
 
     def __init__(self, queue: WorkQueue, model: TextEncoder) -> None:
         self.queue, self.model = queue, model
         self.requests: list[asyncio.Future] = []
+        self.condition = queue._condition = CountedWaits()
+
+    async def waiting(self, waits: int) -> None:
+        """Until ``waits`` waits have begun on the queue's condition."""
+        await wait_until(lambda: self.condition.waits >= waits)
 
     async def put(self, n: int, taken: bool = False) -> None:
         """Queue ``n`` requests; wait until they are queued, or with ``taken`` until a waiting lane took them."""
@@ -170,18 +188,20 @@ async def test_a_free_lane_waits_for_about_as_many_texts_as_the_pass_computing(t
         queue = queued.queue
         await queued.one_pass_of_four_computing()
         await queued.put(1)
+        waits = queued.condition.waits
         taking = asyncio.ensure_future(taken(queue))
-        await asyncio.sleep(0.3)
+        await queued.waiting(waits + 1)
         assert not taking.done()  # one text queued beside a pass of 4: the lane waits
         await queued.put(1)
-        await asyncio.sleep(0.3)
+        await queued.waiting(waits + 2)  # it looked again
         assert not taking.done()  # two: still short of half of the 6 queued and computing
         await queued.put(1, taken=True)
         assert await asyncio.wait_for(taking, 5) == 3  # 3 of 7: the share, rounded down, has come
         queue.finished(4)
         await queued.put(1)
+        waits = queued.condition.waits
         taking = asyncio.ensure_future(taken(queue))
-        await asyncio.sleep(0.3)
+        await queued.waiting(waits + 1)
         assert not taking.done()  # 1 queued beside a pass of 3
         queue.finished(3)  # the other pass ends: nothing left to balance with, the lane takes what there is
         assert await asyncio.wait_for(taking, 5) == 1
