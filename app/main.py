@@ -223,7 +223,7 @@ def add_services(app: FastAPI, settings: Settings, metrics: Metrics, engine: str
     admission = Admission(settings.max_queue_texts if engine is None else None, seconds_per_text, metrics)
     app.state.responder = Responder(admission, metrics, settings.request_timeout_s)
     app.state.embeddings = Embeddings(settings)
-    app.state.tasks = Tasks(app.state.embeddings)
+    app.state.tasks = Tasks(app.state.embeddings, settings.max_explain_steps, settings.max_explained_texts)
     app.state.inspection = Inspection(settings, app.state.embeddings)
 
 

@@ -602,6 +602,12 @@ RERANK_METHOD = (
 )
 
 
+EXPLAIN_SCORES = (
+    "add each result's explanation: which tokens made its score (integrated gradients, as /explain with its "
+    "defaults); at most ENCODER_MAX_EXPLAINED_TEXTS (16) texts"
+)
+
+
 class RerankRequest(Request):
     query: Text
     documents: Annotated[list[Text], Field(min_length=1)] = Field(
@@ -627,6 +633,7 @@ class RerankRequest(Request):
     method: RerankMethod | None = Field(
         None, description="how to score, one the model supports (/info's rerank is its own); the model's when null"
     )
+    explain: bool = Field(False, description=EXPLAIN_SCORES)
 
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"query": "What is a fox?", "documents": ["A fox is an animal.", "Paris."]}]}
@@ -637,10 +644,19 @@ class RerankRequest(Request):
         return len(self.documents)
 
 
+class ScoreExplanation(BaseModel):
+    tokens: list[str]
+    attributions: list[float] = Field(description="each token's share of the score (integrated gradients)")
+    score: float = Field(description="the logit explained (a yes/no reranker: yes − no)")
+    baseline_score: float | None
+    convergence_delta: float | None
+
+
 class RerankResult(BaseModel):
     index: int = Field(description="the document's position in the request")
     relevance_score: float
     document: str | None = Field(None, description="only with return_documents")
+    explanation: ScoreExplanation | None = Field(None, description="only with explain")
 
 
 class RerankResponse(BaseModel):
@@ -657,6 +673,7 @@ class ClassifyRequest(Request):
     top_k: int | None = Field(None, ge=1, description="keep the top_k labels; all when null")
     truncate: bool = Field(True, description="cut texts longer than the maximum; with false such a text is a 422")
     raw_scores: bool = Field(False, description="the head's logits instead of the probabilities")
+    explain: bool = Field(False, description=EXPLAIN_SCORES + " (of its top label)")
 
 
 class LabelScore(BaseModel):
@@ -667,11 +684,50 @@ class LabelScore(BaseModel):
 class Classified(BaseModel):
     index: int
     labels: list[LabelScore] = Field(description="best first")
+    explanation: ScoreExplanation | None = Field(None, description="only with explain: of the top label")
 
 
 class ClassifyResponse(BaseModel):
     model: str
     data: list[Classified]
+    usage: Usage
+
+
+class ExplainRequest(Request):
+    text: Text
+    text_pair: Text | None = Field(None, description="the second text: a reranker's document, NLI's hypothesis")
+    model: str | None = Field(None, description="a cross-encoder, a classifier or a yes/no reranker")
+    target: int | str | None = Field(
+        None, description="the output explained: a label's index or name; null: the only output, or the top label"
+    )
+    method: Literal["integrated_gradients", "gradient_x_input"] = Field(
+        "integrated_gradients", description="integrated gradients (Gauss–Legendre), or gradient × input"
+    )
+    steps: int = Field(50, description="integrated gradients' steps, 1 to ENCODER_MAX_EXPLAIN_STEPS (256)")
+    truncate: bool = Field(True, description="cut a text (or pair) longer than the maximum; with false it is a 422")
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"text": "Where do foxes live?", "text_pair": "Foxes live in dens."}]}
+    )
+
+
+class ExplainTarget(BaseModel):
+    index: int
+    label: str
+
+
+class ExplainResponse(BaseModel):
+    model: str
+    target: ExplainTarget | None = Field(description="the label explained; null for a yes/no reranker's one score")
+    method: str
+    steps: int | None = Field(description="integrated gradients' steps; null for gradient × input")
+    tokens: list[str]
+    attributions: list[float] = Field(description="each token's share of the score, summed over the hidden size")
+    score: float = Field(description="the explained logit at the input (a yes/no reranker: yes − no)")
+    baseline_score: float | None = Field(description="the same at the baseline (integrated gradients)")
+    convergence_delta: float | None = Field(
+        description="sum(attributions) − (score − baseline_score): the quadrature's error (integrated gradients)"
+    )
     usage: Usage
 
 

@@ -107,6 +107,12 @@ class Settings(BaseSettings):
         description="contributions in one /similarity response with explain (source tokens × text tokens, summed "
         "over the texts)",
     )
+    max_explain_steps: int = Field(
+        256, ge=1, description="integrated gradients' steps in one /explain request (each step a row of its passes)"
+    )
+    max_explained_texts: int = Field(
+        16, ge=1, description="documents or texts explained in one /rerank or /classify request with explain"
+    )
     max_vectors_per_request: int = Field(
         65_536,
         ge=1,

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
         HEAD_STATISTICS,
         HEAD_STEP_ARRAYS,
         AttentionSelection,
+        Attribution,
+        AttributionOptions,
         EmbeddingSpec,
         HeadSteps,
         IndexOutOfRange,
@@ -71,6 +73,8 @@ if TYPE_CHECKING:
 # checker's view of the same names (a test holds the two equal).
 WHERE = {
     "AttentionSelection": "model.spec.outputs",
+    "Attribution": "model.spec.outputs",
+    "AttributionOptions": "model.spec.outputs",
     "Batch": "model.spec.tokenizer",
     "DEFAULT_MODEL_NAME": "model.spec.card",
     "EmbeddingSpec": "model.spec.outputs",

@@ -17,13 +17,30 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from model import AttentionSelection, EmbeddingSpec, MultiVectorOptions, PositionQuery, SparseOptions, TokenSequence
+from model import (
+    AttentionSelection,
+    AttributionOptions,
+    EmbeddingSpec,
+    MultiVectorOptions,
+    PositionQuery,
+    SparseOptions,
+    TokenSequence,
+)
 
 if TYPE_CHECKING:
     from model import TextEncoder
 
 TaskKind = Literal[
-    "embed", "classify", "sparse", "multi_vector", "attention", "neuron", "head_statistics", "explain", "positions"
+    "embed",
+    "classify",
+    "sparse",
+    "multi_vector",
+    "attention",
+    "neuron",
+    "head_statistics",
+    "explain",
+    "attribute",
+    "positions",
 ]
 
 
@@ -89,6 +106,7 @@ Options = (
     | HeadChoice
     | KeyMarks
     | ExplainInputs
+    | AttributionOptions
     | PositionQuery
     | None
 )
@@ -102,7 +120,8 @@ class Task:
     ``sparse``: SparseOptions, one SparseVector a text. ``multi_vector``: MultiVectorOptions, one MultiVectors a text.
     ``attention``: an AttentionSelection on one text, its maps. ``neuron``: a HeadChoice on one text, its
     HeadSteps. ``head_statistics``: KeyMarks of the texts, (S, B, L, H) statistics. ``explain``: ExplainInputs,
-    no texts, each text's contributions and method. ``positions``: a PositionQuery, no texts, the table.
+    no texts, each text's contributions and method. ``attribute``: AttributionOptions on one text (or pair), its
+    Attribution. ``positions``: a PositionQuery, no texts, the table.
     """
 
     kind: TaskKind
@@ -157,6 +176,10 @@ KINDS: dict[TaskKind, Kind] = {
     ),
     "explain": Kind(
         False, ExplainInputs, lambda model, _, inputs: [model.explain(inputs.source, inputs.texts, inputs.skip)]
+    ),
+    # with gradients, through every layer and back, several steps a pass: it holds as much as an attention pass
+    "attribute": Kind(
+        False, AttributionOptions, lambda model, texts, options: [model.attribute(texts[0], options)], large=True
     ),
     "positions": Kind(False, PositionQuery, lambda model, _, query: [model.position_encoding(query)]),
 }

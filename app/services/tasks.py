@@ -4,19 +4,32 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+from tokenizers import Encoding
 
 from app.engine.messages import Task, Timing
 from app.errors import InvalidRequest, ModelLacks
 from app.schemas import (
     ClassifyRequest,
+    ExplainRequest,
     RerankRequest,
 )
 from app.services.embeddings import Embeddings, second_segments, tokens_in
 from app.serving.registry import ServedModel
-from model import YES_NO, EmbeddingSpec, HeadConfig, SparseOptions, TokenIds, TokenSequence, maxsim
+from model import (
+    YES_NO,
+    Attribution,
+    AttributionOptions,
+    EmbeddingSpec,
+    HeadConfig,
+    SparseOptions,
+    TextTokenizer,
+    TokenIds,
+    TokenSequence,
+    maxsim,
+)
 
 
 def head_of(served: ServedModel, task: str, labels: int | None = None) -> HeadConfig:
@@ -57,6 +70,7 @@ class Ranked:
     order: list[int]  # the documents best first, as many as asked (top_n)
     scores: np.ndarray  # (B,) each document's score
     tokens_used: int
+    explanations: list[Explanation] | None = None  # each document's, with explain
 
 
 @dataclass(frozen=True)
@@ -66,11 +80,43 @@ class Labelled:
     model: str
     labels: list[list[tuple[str, float]]]  # each text's labels (as many as asked: top_k) and scores, best first
     tokens_used: int
+    explanations: list[Explanation] | None = None  # each text's, of its top label, with explain
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """A score's attribution to the tokens of its input."""
+
+    tokens: list[str]
+    attribution: Attribution
+
+
+@dataclass(frozen=True)
+class Explained:
+    """Which tokens made a score, for any API to write."""
+
+    model: str
+    target: tuple[int, str] | None  # the label explained (index, name); None for a yes/no reranker's one score
+    method: str
+    steps: int | None  # integrated gradients' steps
+    tokens: list[str]
+    attribution: Attribution
+    tokens_used: int
+
+
+def baseline_of(encoding: TokenSequence, tokenizer: TextTokenizer) -> tuple[int, ...]:
+    """An explanation's baseline: the text's ids with every token made the pad token but the special ones, those
+    the tokenizer's post-processor added ([CLS], [SEP]) and those its vocabulary marks special (<|im_start|>)."""
+    added = encoding.special_tokens_mask if isinstance(encoding, Encoding) else [0] * len(encoding.ids)
+    special = tokenizer.special_ids
+    return tuple(i if mark or i in special else tokenizer.pad_token_id for i, mark in zip(encoding.ids, added))
 
 
 class Tasks:
-    def __init__(self, embeddings: Embeddings) -> None:
+    def __init__(self, embeddings: Embeddings, max_explain_steps: int = 256, max_explained_texts: int = 16) -> None:
         self.embeddings = embeddings  # for its limits
+        self.max_explain_steps = max_explain_steps
+        self.max_explained_texts = max_explained_texts
 
     async def rerank(self, served: ServedModel, request: RerankRequest, timing: Timing | None = None) -> Ranked:
         """Documents by relevance to the query: a cross-encoder's score of each (query, document) pair, a yes/no
@@ -78,6 +124,12 @@ class Tasks:
         document's vectors (sparse or dense)."""
         method = rerank_method(served, request.method)
         self.embeddings.check_batch(len(request.documents), "documents")
+        if request.explain and method not in ("cross-encoder", "yes-no"):
+            raise InvalidRequest(
+                "explain",
+                f"explains the scores of cross-encoders and yes/no rerankers; model {served.name!r} ranks by "
+                f"{method} (/similarity with explain: true says which token pairs made a similarity)",
+            )
         if method in ("cosine", "sparse-dot", "maxsim"):
             if request.instruction is not None:
                 raise InvalidRequest("instruction", f"applies to yes-no rerankers; model {served.name!r} is not one")
@@ -96,9 +148,15 @@ class Tasks:
             encodings = await served.tokens.encode(
                 queries, request.documents, truncate=request.truncate, param="documents"
             )
+        if request.explain:
+            self.check_explained(len(encodings))
         scored = await served.queue.run(Task("classify", encodings), timing)
         scores = np.array([(row.logits if request.raw_scores else row.probabilities)[0] for row in scored])  # (B,)
-        return self.ranked(served, request, method, scores, encodings)
+        ranked = self.ranked(served, request, method, scores, encodings)
+        if not request.explain:
+            return ranked
+        explanations = await self.explanations(served, encodings, [0] * len(encodings))
+        return replace(ranked, explanations=explanations)
 
     @staticmethod
     def ranked(
@@ -205,6 +263,72 @@ class Tasks:
                     )
         return [model.tokenizer.around(prefix, encoding.ids, suffix) for encoding in encodings]
 
+    async def explain(self, served: ServedModel, request: ExplainRequest, timing: Timing | None = None) -> Explained:
+        """Which tokens of a text (or pair) made the model's score (API.md, "POST /explain"): integrated gradients
+        or gradient × input at the embedding block's output, for a classifier's label or a yes/no reranker's
+        yes − no."""
+        card = served.card
+        if card.head is None and card.answers is None:
+            raise InvalidRequest(
+                "model",
+                f"model {served.name!r} has no score to explain: it is an embedding model (/similarity with "
+                "explain: true says which token pairs made its similarities)",
+            )
+        most = self.max_explain_steps
+        if not 1 <= request.steps <= most:
+            raise InvalidRequest(
+                "steps", f"must be between 1 and {most} (ENCODER_MAX_EXPLAIN_STEPS), got {request.steps}"
+            )
+        encoding: TokenSequence
+        if card.answers is not None:  # a yes/no reranker: the pair in its template, as /rerank scores it
+            if request.text_pair is None:
+                raise InvalidRequest("text_pair", "a yes/no reranker scores a pair: send the document as text_pair")
+            if request.target not in (None, 0):
+                raise InvalidRequest("target", "a yes/no reranker has one score (yes − no): send null or 0")
+            pair = RerankRequest(query=request.text, documents=[request.text_pair], truncate=request.truncate)
+            (encoding,) = await self.formatted(served, pair)
+            target = None
+        else:
+            pairs = None if request.text_pair is None else [request.text_pair]
+            (encoding,) = await served.tokens.encode(
+                [request.text], pairs, truncate=request.truncate, param="text", indexed=False
+            )
+            target = await self.target(served, request.target, encoding, timing)
+        tokenizer = card.tokenizer
+        baseline = baseline_of(encoding, tokenizer)
+        steps = request.steps if request.method == "integrated_gradients" else None
+        index = 0 if target is None else target[0]
+        options = AttributionOptions(index, request.method, steps or 1, baseline, served.facts.max_batch_tokens)
+        (attribution,) = await served.queue.run(Task("attribute", [encoding], options), timing)
+        tokens = tokenizer.vocabulary_entries(encoding.ids)
+        return Explained(served.name, target, request.method, steps, tokens, attribution, len(encoding.ids))
+
+    @staticmethod
+    async def target(
+        served: ServedModel, asked: int | str | None, encoding: TokenSequence, timing: Timing | None
+    ) -> tuple[int, str]:
+        """The label an explanation is of: the one asked for by index or name, else the only one, else the one the
+        model scores highest for the text (one pass more); a 422 naming ``target`` with the labels."""
+        labels = head_of(served, "explain").labels
+        if isinstance(asked, str):
+            if asked not in labels:
+                raise InvalidRequest(
+                    "target", f"{asked!r} is not a label of model {served.name!r}: {', '.join(labels)}"
+                )
+            return labels.index(asked), asked
+        if asked is not None:
+            if not 0 <= asked < len(labels):
+                raise InvalidRequest(
+                    "target",
+                    f"{asked} is out of range: model {served.name!r} has {len(labels)} labels, {', '.join(labels)}",
+                )
+            return asked, labels[asked]
+        if len(labels) == 1:
+            return 0, labels[0]
+        (scores,) = await served.queue.run(Task("classify", [encoding]), timing)
+        top = int(np.argmax(scores.logits))
+        return top, labels[top]
+
     async def classify(self, served: ServedModel, request: ClassifyRequest, timing: Timing | None = None) -> Labelled:
         """Labels with their scores: softmax over the labels, or a sigmoid per label for multi-label heads (the
         logits with ``raw_scores``)."""
@@ -212,10 +336,43 @@ class Tasks:
         self.embeddings.check_batch(len(request.texts))
         pairs = second_segments(request.texts, request.text_pair)
         encodings = await served.tokens.encode(request.texts, pairs, truncate=request.truncate, param="texts")
+        if request.explain:
+            self.check_explained(len(encodings))
         scores = await served.queue.run(Task("classify", encodings), timing)
         probabilities = np.stack([row.logits if request.raw_scores else row.probabilities for row in scores])
         labels = [
             [(head.labels[j], float(row[j])) for j in np.argsort(-row, kind="stable")[: request.top_k]]
             for row in probabilities
         ]
-        return Labelled(served.name, labels, tokens_in(encodings))
+        explanations = None
+        if request.explain:  # of each text's top label
+            tops = [int(np.argmax(row.logits)) for row in scores]
+            explanations = await self.explanations(served, encodings, tops)
+        return Labelled(served.name, labels, tokens_in(encodings), explanations)
+
+    def check_explained(self, n_texts: int) -> None:
+        if n_texts > self.max_explained_texts:
+            raise InvalidRequest(
+                "explain",
+                f"explains at most {self.max_explained_texts} texts a request (ENCODER_MAX_EXPLAINED_TEXTS), this one "
+                f"has {n_texts}: send fewer, or ask /explain for each",
+            )
+
+    @staticmethod
+    async def explanations(
+        served: ServedModel, encodings: Sequence[TokenSequence], targets: Sequence[int]
+    ) -> list[Explanation]:
+        """Each text's explanation with /explain's defaults (integrated gradients, 50 steps) of its ``targets``
+        output: one task each, queued together."""
+        tokenizer = served.card.tokenizer
+        tasks = []
+        for encoding, target in zip(encodings, targets, strict=True):
+            options = AttributionOptions(
+                target, "integrated_gradients", 50, baseline_of(encoding, tokenizer), served.facts.max_batch_tokens
+            )
+            tasks.append(served.queue.run(Task("attribute", [encoding], options)))
+        attributions = await asyncio.gather(*tasks)
+        return [
+            Explanation(tokenizer.vocabulary_entries(encoding.ids), attribution)
+            for encoding, (attribution,) in zip(encodings, attributions, strict=True)
+        ]

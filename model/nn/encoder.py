@@ -915,6 +915,9 @@ class Encoder(nn.Module):
         # (B, T) the positions computed, where more than the keys of ``attention_mask``: ColBERT's query expansion
         # tokens, which no token attends to but which have outputs (and positions) of their own
         computed: Tensor | None = None,
+        # (B, T, D) the embedding block's output given rather than computed from the ids: the point at which
+        # attributions are taken (model/nn/attribution.py)
+        embedded: Tensor | None = None,
     ) -> EncoderOutput:
         config = self.config
         if attention_mask is None:
@@ -929,7 +932,7 @@ class Encoder(nn.Module):
 
         shared = self.shared(attention_mask, causal, dtype)
 
-        x = self.embeddings(input_ids, token_type_ids, computed, dtype)  # (B, T, D)
+        x = self.embeddings(input_ids, token_type_ids, computed, dtype) if embedded is None else embedded  # (B, T, D)
         # Fast path with padding: per-token work on the real tokens only (padded rows come back as zeros).
         varlen = self.varlen and dtype is None and computed is attention_mask  # the pass, not the explicit paths
         skip = pack and not return_attentions and (varlen or not bool(computed.all()))

@@ -13,9 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model.nn.attribution import gradient_x_input, integrated_gradients
 from model.nn.encoder import (
     Encoder,
     EncoderOutput,
+    in_dtype,
     relative_embedding_rows,
     relative_position_buckets,
     rotary_angles,
@@ -31,6 +33,8 @@ from model.spec.checkpoint import Pooling
 from model.spec.outputs import (
     HEAD_STEP_ARRAYS,
     AttentionSelection,
+    Attribution,
+    AttributionOptions,
     EmbeddingSpec,
     HeadSteps,
     MultiVectorOptions,
@@ -458,6 +462,37 @@ class TextEncoder(ModelCard):
             last = last_token(attention_mask)  # (B,): the last real token
             answers = self.reranker(hidden[torch.arange(hidden.size(0), device=hidden.device), last]).float()  # (B, 2)
             return (answers[:, 0] - answers[:, 1]).unsqueeze(1)  # (B, 1): yes − no
+
+    def attribute(self, encoding: TokenSequence, options: AttributionOptions) -> Attribution:
+        """Which tokens of one text (or pair) made its score, float32 on the model's device, the explicit path's
+        weights: the classification head's logit ``options.target``, or a yes/no reranker's yes − no at the last
+        token, attributed at the embedding block's output (model/nn/attribution.py). Integrated gradients compute
+        as many of their points a pass as keep it within ``options.tokens`` tokens. Gradients are taken here alone:
+        every other pass runs without them."""
+        if self.classifier is None and self.reranker is None:
+            raise ValueError(f"model {self.name!r} has no score to attribute")
+        input_ids, attention_mask, token_type_ids = self.to_tensors(self.tokenizer.pad([encoding]))  # (1, T) each
+        baseline_ids = torch.tensor([options.baseline], dtype=input_ids.dtype, device=self.device)
+        encoder, f32 = self.encoder, torch.float32
+        with torch.inference_mode(False), torch.enable_grad():
+            embedded, baseline = (
+                encoder.embeddings(ids, token_type_ids, attention_mask, f32)[0] for ids in (input_ids, baseline_ids)
+            )  # (T, D) each
+
+            def score(points: Tensor) -> Tensor:  # (S, T, D) → (S,)
+                rows = points.size(0)
+                ids, mask, types = (t.expand(rows, -1) for t in (input_ids, attention_mask, token_type_ids))
+                hidden = encoder(ids, mask, types, dtype=f32, embedded=points).last_hidden_state  # (S, T, D)
+                if self.classifier is not None:
+                    return in_dtype(self.classifier, f32)(hidden, mask, ids)[:, options.target]
+                assert self.reranker is not None
+                answers = in_dtype(self.reranker, f32)(hidden[:, last_token(mask)[0]])  # (S, 2)
+                return answers[:, 0] - answers[:, 1]  # yes − no
+
+            if options.method == "gradient_x_input":
+                return gradient_x_input(score, embedded.detach())
+            rows = max(1, options.tokens // input_ids.size(1))
+            return integrated_gradients(score, embedded.detach(), baseline.detach(), options.steps, rows)
 
     def scores(self, encodings: Sequence[TokenSequence]) -> list[Scores]:
         """Each text's logits and probabilities, from one pass (``classify`` and ``probabilities``)."""

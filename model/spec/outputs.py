@@ -88,6 +88,35 @@ class Scores:
     probabilities: np.ndarray  # (labels,): softmax, or a sigmoid per label (multi-label heads, cross-encoders)
 
 
+ATTRIBUTION_METHODS = ("integrated_gradients", "gradient_x_input")
+
+
+@dataclass(frozen=True)
+class AttributionOptions:
+    """What to attribute and how: the output explained (a label's index; 0 for a model with one output or a yes/no
+    reranker), the method (``ATTRIBUTION_METHODS``), integrated gradients' steps, the baseline's token ids (the
+    text's, with every token but the special ones made the pad token), and the tokens a pass may hold (steps × the
+    text's tokens, split into passes within it)."""
+
+    target: int
+    method: str
+    steps: int
+    baseline: tuple[int, ...]
+    tokens: int = 4096
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Each token's share of a score, summed over the hidden size (T,); the score at the input, and for integrated
+    gradients the score at the baseline and the convergence delta (sum of the attributions minus the difference
+    of the two scores)."""
+
+    attributions: np.ndarray
+    score: float
+    baseline_score: float | None
+    convergence_delta: float | None
+
+
 @dataclass(frozen=True)
 class PositionQuery:
     """A positional encoding to compute: the seeds' sinusoid, the model's learned table, rotary angles (with a

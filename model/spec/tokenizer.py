@@ -137,6 +137,11 @@ class TextTokenizer:
         """The vocabulary's entry (its token string: ``##ing``, ``▁the``) for each id."""
         return [self._complete.id_to_token(id_) or "" for id_ in ids]
 
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """The ids of the vocabulary's special tokens ([CLS], [SEP], [PAD], <|im_start|>, …)."""
+        return frozenset(i for i, token in self._complete.get_added_tokens_decoder().items() if token.special)
+
     def token_id(self, token: str) -> int | None:
         """The id of one token of the vocabulary (``yes``), or None where the vocabulary has no such token."""
         return self._complete.token_to_id(token)

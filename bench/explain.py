@@ -1,0 +1,131 @@
+"""The explanation benchmark: /explain of one 64-token pair on a MiniLM-sized cross-encoder (random weights; 6 layers,
+384 wide), 50 steps of integrated gradients, against Captum's ``LayerIntegratedGradients`` on transformers' model of
+the same checkpoint in process, which batches all its steps in one pass.
+
+    .venv/bin/python -m bench.explain [--rounds 5]
+
+The service runs in its own process (``python -m app.serve``, as the image runs it) and is asked over keep-alive
+HTTP; Captum runs in this process while the service idles, the two taking turns round by round. Prints the median
+seconds a request of each and their ratio (the goal: the service at most half Captum's time), and the attributions'
+largest difference (Captum's model and ours computing the same numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import torch
+
+from bench.run import Connection, free_port, machine, start_service
+
+MINILM: dict[str, Any] = {
+    "hidden_size": 384,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 12,
+    "intermediate_size": 1536,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+}
+
+
+def write_cross_encoder(directory: Path) -> Path:
+    """A MiniLM-shaped BertForSequenceClassification with one output, random weights, the bundled model's
+    tokenizer."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from model import default_model_path
+
+    tokenizer = default_model_path() / "tokenizer.json"
+    vocab = len(json.loads(tokenizer.read_text())["model"]["vocab"])
+    torch.manual_seed(0)
+    config = BertConfig.from_dict({"vocab_size": vocab, "num_labels": 1, **MINILM})
+    BertForSequenceClassification(config).save_pretrained(directory, safe_serialization=True)
+    (directory / "tokenizer.json").write_bytes(tokenizer.read_bytes())
+    return directory
+
+
+def captum_seconds(directory: Path, ids: list[int], types: list[int], steps: int) -> tuple[float, np.ndarray]:
+    from captum.attr import LayerIntegratedGradients
+    from transformers import BertForSequenceClassification
+
+    model = BertForSequenceClassification.from_pretrained(directory, attn_implementation="eager").eval()
+    special = {ids[0], ids[-1]}  # [CLS] and [SEP]
+    input_ids, token_types = torch.tensor([ids]), torch.tensor([types])
+    baseline = torch.tensor([[i if i in special else 0 for i in ids]])
+
+    def f(i: torch.Tensor, t: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=i, token_type_ids=t, attention_mask=a).logits[:, 0]
+
+    explainer = LayerIntegratedGradients(f, model.bert.embeddings)
+    began = time.perf_counter()
+    attributions = explainer.attribute(
+        input_ids,
+        baselines=baseline,
+        additional_forward_args=(token_types, torch.ones_like(input_ids)),
+        n_steps=steps,
+        method="gausslegendre",
+    )
+    return time.perf_counter() - began, attributions.sum(-1)[0].detach().numpy()
+
+
+async def served_seconds(port: int, body: bytes) -> tuple[float, dict]:
+    connection = await Connection.open("127.0.0.1", port)
+    began = time.perf_counter()
+    status, payload = await connection.request("POST", "/explain", body)
+    seconds = time.perf_counter() - began
+    connection.close()
+    assert status == 200, payload
+    return seconds, orjson.loads(payload)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=50)
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="explain-"))
+    directory = write_cross_encoder(scratch / "cross-encoder")
+    words = "the quick brown fox jumps over the lazy dog while".split()
+    text, pair = " ".join(words * 3), " ".join(reversed(words * 3))  # 64 tokens as a pair
+    body = orjson.dumps({"text": text, "text_pair": pair, "steps": args.steps})
+    port = free_port()
+    service = start_service(port, {"ENCODER_MODEL_DIR": str(directory)}, quiet=True, supervised=True)
+    try:
+        _, answer = asyncio.run(served_seconds(port, body))  # warm-up
+        from model import TextTokenizer
+
+        tokenizer = TextTokenizer.from_file(directory / "tokenizer.json", 512)
+        (encoding,) = tokenizer.encode([text], [pair])
+        ids, types = list(encoding.ids), list(encoding.type_ids)
+        captum_seconds(directory, ids, types, args.steps)  # warm-up
+        ours, theirs = [], []
+        for _ in range(args.rounds):
+            seconds, answer = asyncio.run(served_seconds(port, body))
+            ours.append(seconds)
+            seconds, reference = captum_seconds(directory, ids, types, args.steps)
+            theirs.append(seconds)
+    finally:
+        service.terminate()
+        service.wait(60)
+    difference = np.abs(np.asarray(answer["attributions"]) - reference).max() / np.abs(reference).max()
+    print(machine())
+    print(f"/explain, {len(ids)} tokens, {args.steps} steps, {args.rounds} rounds; seconds a request, median")
+    print(f"  the service over HTTP: {statistics.median(ours):.3f} (rounds {', '.join(f'{s:.3f}' for s in ours)})")
+    print(f"  Captum in process:     {statistics.median(theirs):.3f} (rounds {', '.join(f'{s:.3f}' for s in theirs)})")
+    print(
+        f"  ratio {statistics.median(ours) / statistics.median(theirs):.2f}; attributions differ by at most "
+        f"{difference:.1e} of the largest"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""/explain against Captum on transformers' models: integrated gradients (Gauss–Legendre) and gradient × input at the
+embedding block's output, for a cross-encoder, classifiers of two families and a yes/no reranker; its bad inputs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import torch
+
+from app.main import create_app
+from app.settings import Settings
+from model import TextEncoder, load_model
+from tests.app.test_tasks import classifier_dir, cross_encoder_dir
+from tests.families import write_family_model
+from tests.helpers import Service, assert_error, wait_until_ready
+
+TEXT, PAIR = "what does the cat do", "the cat sat on the mat"
+MODEL_DIRS: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="module")
+async def explaining(tmp_path_factory: pytest.TempPathFactory, tiny_model: TextEncoder) -> AsyncIterator[Service]:
+    root = tmp_path_factory.mktemp("explain")
+    models = {
+        "bert-ce": cross_encoder_dir(root, "bert"),
+        "bert-cls": classifier_dir(root, "bert"),
+        "roberta-cls": classifier_dir(root, "roberta"),
+        "reranker": write_family_model(root / "reranker", "qwen3-reranker", head="causal-lm"),
+    }
+    loaded = {"plain": tiny_model} | {
+        name: load_model(path, device="cpu", dtype="float32", name=name) for name, path in models.items()
+    }
+    app = create_app(Settings(max_explain_steps=64, max_explained_texts=3), loaded)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=120) as client:
+            await wait_until_ready(client)
+            MODEL_DIRS.update(models)
+            yield Service(app, client)
+
+
+def captum(name: str, ids: list[int], types: list[int], target: int, method: str, steps: int) -> dict[str, Any]:
+    """Captum's attributions (summed over the hidden size), score, baseline score and delta, on transformers' model
+    of ``name``, for the input ``ids``: the baseline keeps the special tokens and puts the pad token elsewhere."""
+    from captum.attr import LayerGradientXActivation, LayerIntegratedGradients
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    directory = MODEL_DIRS[name]
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    # the named special tokens, and those the vocabulary marks special (<|im_start|>, …)
+    special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    pad = tokenizer.pad_token_id
+    baseline = torch.tensor([[i if i in special else pad for i in ids]])
+    input_ids, token_types = torch.tensor([ids]), torch.tensor([types])
+    mask = torch.ones_like(input_ids)
+    # the input's positions for the baseline too (RoBERTa's would count the baseline's pad tokens out otherwise)
+    offset = pad + 1 if name.startswith("roberta") else 0
+    positions = offset + torch.arange(len(ids))[None]
+    if name == "reranker":
+        model = AutoModelForCausalLM.from_pretrained(directory, attn_implementation="eager").eval()
+        layer = model.model.embed_tokens
+        yes, no = (tokenizer.get_vocab()[token] for token in ("yes", "no"))
+
+        def f(i: torch.Tensor, t: torch.Tensor, a: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+            logits = model(input_ids=i, attention_mask=a, position_ids=p).logits[:, -1]  # the last token's
+            return logits[:, yes] - logits[:, no]
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(directory, attn_implementation="eager").eval()
+        layer = model.base_model.embeddings
+
+        def f(i: torch.Tensor, t: torch.Tensor, a: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+            return model(input_ids=i, token_type_ids=t, attention_mask=a, position_ids=p).logits[:, target]
+
+    with torch.no_grad():
+        score = float(f(input_ids, token_types, mask, positions)[0])
+        baseline_score = float(f(baseline, token_types, mask, positions)[0])
+    extra = (token_types, mask, positions)
+    if method == "gradient_x_input":
+        attributions = LayerGradientXActivation(f, layer).attribute(input_ids, additional_forward_args=extra)
+        return {"attributions": attributions.sum(-1)[0].detach().numpy(), "score": score}
+    attributions, delta = LayerIntegratedGradients(f, layer).attribute(
+        input_ids,
+        baselines=baseline,
+        additional_forward_args=extra,
+        n_steps=steps,
+        method="gausslegendre",
+        return_convergence_delta=True,
+    )
+    return {
+        "attributions": attributions.sum(-1)[0].detach().numpy(),
+        "score": score,
+        "baseline_score": baseline_score,
+        "convergence_delta": float(delta[0]),
+    }
+
+
+def assert_equal_to_captum(body: dict[str, Any], expected: dict[str, Any]) -> None:
+    attributions = np.asarray(body["attributions"])
+    largest = np.abs(expected["attributions"]).max()
+    assert np.abs(attributions - expected["attributions"]).max() <= 1e-4 * largest, (attributions, expected)
+    for key in ("score", "baseline_score"):
+        if key in expected:
+            assert body[key] == pytest.approx(expected[key], abs=1e-5), key
+    if "convergence_delta" in expected:
+        assert body["convergence_delta"] == pytest.approx(expected["convergence_delta"], abs=1e-5)
+        assert body["convergence_delta"] == pytest.approx(
+            sum(body["attributions"]) - (body["score"] - body["baseline_score"]), abs=1e-5
+        )
+
+
+@pytest.mark.parametrize(
+    ("name", "target", "method", "steps"),
+    [
+        ("bert-ce", None, "integrated_gradients", 50),
+        ("bert-cls", 2, "integrated_gradients", 50),
+        ("bert-cls", "LABEL_1", "gradient_x_input", 50),
+        ("roberta-cls", 0, "integrated_gradients", 7),
+        ("reranker", None, "integrated_gradients", 20),
+        ("reranker", None, "gradient_x_input", 50),
+    ],
+)
+async def test_explain_equals_captum(
+    explaining: Service, name: str, target: int | str | None, method: str, steps: int
+) -> None:
+    from transformers import AutoTokenizer
+
+    body = {"model": name, "text": TEXT, "text_pair": PAIR, "method": method, "steps": steps}
+    if target is not None:
+        body["target"] = target
+    response = await explaining.client.post("/explain", json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    tokenizer = AutoTokenizer.from_pretrained(MODEL_DIRS[name])
+    vocabulary = tokenizer.get_vocab()
+    ids = [vocabulary[token] for token in answer["tokens"]]
+    if name == "reranker":
+        types = [0] * len(ids)
+        rerank = {"model": name, "query": TEXT, "documents": [PAIR], "raw_scores": True}
+        ranked = (await explaining.client.post("/rerank", json=rerank)).json()
+        assert answer["score"] == pytest.approx(ranked["results"][0]["relevance_score"], abs=1e-4)
+        assert answer["target"] is None
+    else:
+        encoded = tokenizer(TEXT, PAIR)
+        assert ids == encoded["input_ids"]  # the pair as transformers' tokenizer reads it
+        types = list(encoded["token_type_ids"]) if "token_type_ids" in encoded else [0] * len(ids)
+        labels = [f"LABEL_{i}" for i in range(1 if name == "bert-ce" else 3)]
+        index = labels.index(target) if isinstance(target, str) else 0 if target is None else target
+        assert answer["target"] == {"index": index, "label": labels[index]}
+    reference = captum(name, ids, types, 0 if answer["target"] is None else answer["target"]["index"], method, steps)
+    assert len(answer["attributions"]) == len(ids)
+    assert answer["method"] == method and answer["steps"] == (steps if method == "integrated_gradients" else None)
+    assert_equal_to_captum(answer, reference)
+    if method == "gradient_x_input":
+        assert answer["baseline_score"] is None and answer["convergence_delta"] is None
+
+
+async def test_a_classifier_explains_its_top_label_by_default(explaining: Service) -> None:
+    classified = (await explaining.client.post("/classify", json={"model": "bert-cls", "texts": [TEXT]})).json()
+    top = classified["data"][0]["labels"][0]["label"]
+    body = {"model": "bert-cls", "text": TEXT, "method": "gradient_x_input"}
+    answer = (await explaining.client.post("/explain", json=body)).json()
+    assert answer["target"]["label"] == top
+    raw = {"model": "bert-cls", "texts": [TEXT], "raw_scores": True}
+    logits = {
+        row["label"]: row["score"]
+        for row in (await explaining.client.post("/classify", json=raw)).json()["data"][0]["labels"]
+    }
+    assert answer["score"] == pytest.approx(logits[top], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "words"),
+    [
+        ({"model": "plain", "text": TEXT}, "model", "/similarity"),
+        ({"model": "bert-cls", "text": TEXT, "steps": 0}, "steps", "between 1 and 64"),
+        ({"model": "bert-cls", "text": TEXT, "steps": 65}, "steps", "between 1 and 64"),
+        ({"model": "bert-cls", "text": TEXT, "target": 3}, "target", "LABEL_0, LABEL_1, LABEL_2"),
+        ({"model": "bert-cls", "text": TEXT, "target": "nope"}, "target", "LABEL_0, LABEL_1, LABEL_2"),
+        ({"model": "bert-cls", "text": TEXT, "method": "saliency"}, "method", ""),
+        ({"model": "bert-cls", "text": " "}, "text", "empty"),
+        ({"model": "reranker", "text": TEXT}, "text_pair", "pair"),
+        ({"model": "reranker", "text": TEXT, "text_pair": PAIR, "target": 1}, "target", "one score"),
+    ],
+)
+async def test_bad_explain_requests_name_their_field(
+    explaining: Service, body: dict[str, Any], param: str, words: str
+) -> None:
+    response = await explaining.client.post("/explain", json=body)
+    assert_error(response, 422, "validation_error", param, words)
+
+
+async def test_rerank_and_classify_with_explain_add_what_explain_answers(explaining: Service) -> None:
+    client = explaining.client
+    documents = [PAIR, "a dog", "the cat"]
+    for name in ("bert-ce", "reranker"):
+        ranked = (
+            await client.post("/rerank", json={"model": name, "query": TEXT, "documents": documents, "explain": True})
+        ).json()
+        assert len(ranked["results"]) == 3
+        for result in ranked["results"]:
+            alone = {"model": name, "text": TEXT, "text_pair": documents[result["index"]]}
+            explained = (await client.post("/explain", json=alone)).json()
+            explanation = result["explanation"]
+            assert explanation["tokens"] == explained["tokens"]
+            np.testing.assert_allclose(explanation["attributions"], explained["attributions"], atol=1e-6)
+            for key in ("score", "baseline_score", "convergence_delta"):
+                assert explanation[key] == pytest.approx(explained[key], abs=1e-6)
+        plain = (await client.post("/rerank", json={"model": name, "query": TEXT, "documents": documents})).json()
+        assert all("explanation" not in result for result in plain["results"])
+    texts = [TEXT, PAIR]
+    classified = (await client.post("/classify", json={"model": "bert-cls", "texts": texts, "explain": True})).json()
+    for row, text in zip(classified["data"], texts, strict=True):
+        top = row["labels"][0]["label"]
+        explained = (await client.post("/explain", json={"model": "bert-cls", "text": text, "target": top})).json()
+        np.testing.assert_allclose(row["explanation"]["attributions"], explained["attributions"], atol=1e-6)
+        assert row["explanation"]["score"] == pytest.approx(explained["score"], abs=1e-6)
+
+
+async def test_explain_on_rerank_and_classify_is_bounded_and_refused_where_there_is_no_score(
+    explaining: Service,
+) -> None:
+    client = explaining.client
+    four = {"query": TEXT, "documents": ["a", "b", "c", "d"], "explain": True}
+    assert_error(
+        await client.post("/rerank", json={"model": "bert-ce", **four}), 422, "validation_error", "explain", "at most 3"
+    )
+    texts = {"texts": ["a", "b", "c", "d"], "explain": True}
+    assert_error(
+        await client.post("/classify", json={"model": "bert-cls", **texts}),
+        422,
+        "validation_error",
+        "explain",
+        "at most 3",
+    )
+    by_cosine = {"model": "plain", "query": TEXT, "documents": ["a"], "explain": True}
+    assert_error(await client.post("/rerank", json=by_cosine), 422, "validation_error", "explain", "/similarity")
