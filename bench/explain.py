@@ -8,6 +8,10 @@ The service runs in its own process (``python -m app.serve``, as the image runs 
 HTTP; Captum runs in this process while the service idles, the two taking turns round by round. Prints the median
 seconds a request of each and their ratio (the goal: the service at most half Captum's time), and the attributions'
 largest difference (Captum's model and ours computing the same numbers).
+
+With ``--beside``, what an explanation does to other requests in flight: 32 clients send /encode of one text each,
+one at a time, for ``--seconds`` alone and then with a client asking /explain of 256 steps over and over beside them;
+prints their median latency both ways (the goal: within 2x).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 import orjson
 import torch
 
-from bench.run import Connection, free_port, machine, start_service
+from bench.run import Connection, free_port, machine, make_sentences, start_service
 
 MINILM: dict[str, Any] = {
     "hidden_size": 384,
@@ -87,16 +91,72 @@ async def served_seconds(port: int, body: bytes) -> tuple[float, dict]:
     return seconds, orjson.loads(payload)
 
 
+async def encode_p50(port: int, seconds: float, clients: int, explain: bytes | None) -> tuple[float, int]:
+    """The median latency (s) of /encode of one text from ``clients`` clients over ``seconds``, with /explain of
+    ``explain`` asked over and over beside them where given; and how many explanations were answered."""
+    texts = [orjson.dumps({"texts": [text]}) for text in make_sentences(256, seed=3)]
+    latencies: list[float] = []
+    explained = 0
+    deadline = time.perf_counter() + seconds
+
+    async def client(k: int) -> None:
+        connection = await Connection.open("127.0.0.1", port)
+        n = k
+        while time.perf_counter() < deadline:
+            began = time.perf_counter()
+            status, _ = await connection.request("POST", "/encode", texts[n % len(texts)])
+            assert status == 200
+            latencies.append(time.perf_counter() - began)
+            n += clients
+        connection.close()
+
+    async def explainer() -> None:
+        nonlocal explained
+        connection = await Connection.open("127.0.0.1", port)
+        while time.perf_counter() < deadline:
+            status, payload = await connection.request("POST", "/explain", explain or b"")
+            assert status == 200, payload
+            explained += 1
+        connection.close()
+
+    await asyncio.gather(*(client(k) for k in range(clients)), *([explainer()] if explain else []))
+    return statistics.median(latencies), explained
+
+
+def beside(directory: Path, body: bytes, seconds: float) -> None:
+    port = free_port()
+    service = start_service(port, {"ENCODER_MODEL_DIR": str(directory)}, quiet=True, supervised=True)
+    try:
+        asyncio.run(encode_p50(port, 2, 32, None))  # warm-up
+        alone, _ = asyncio.run(encode_p50(port, seconds, 32, None))
+        with_explain, explained = asyncio.run(encode_p50(port, seconds, 32, body))
+        again, _ = asyncio.run(encode_p50(port, seconds, 32, None))
+    finally:
+        service.terminate()
+        service.wait(60)
+    print(machine())
+    print(
+        f"32 clients x /encode of one text, {seconds:g} s each way, median ms: alone {alone * 1000:.1f}, beside "
+        f"/explain of 256 steps {with_explain * 1000:.1f} ({explained} explanations answered), alone again "
+        f"{again * 1000:.1f}; ratio {with_explain / alone:.2f} (goal <= 2)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--beside", action="store_true", help="/encode's latency with an explanation beside it")
+    parser.add_argument("--seconds", type=float, default=20.0, help="with --beside: how long each way")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="explain-"))
     directory = write_cross_encoder(scratch / "cross-encoder")
     words = "the quick brown fox jumps over the lazy dog while".split()
     text, pair = " ".join(words * 3), " ".join(reversed(words * 3))  # 64 tokens as a pair
     body = orjson.dumps({"text": text, "text_pair": pair, "steps": args.steps})
+    if args.beside:
+        beside(directory, orjson.dumps({"text": text, "text_pair": pair, "steps": 256}), args.seconds)
+        return
     port = free_port()
     service = start_service(port, {"ENCODER_MODEL_DIR": str(directory)}, quiet=True, supervised=True)
     try:
