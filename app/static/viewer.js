@@ -22,6 +22,7 @@ import {
   similarityText,
 } from "./view-similarity.js";
 import {drawHeadStatistics, fillStatsTable, statisticName, statsData, statsText} from "./view-stats.js";
+import {explainSummary, fillExplainTokens} from "./view-explain.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -46,6 +47,7 @@ const state = {
   neuronQuery: null,  // the neuron view's query token (an index into the response's tokens)
   rerank: null,       // {model, query, results, selected}: /rerank's answer, best first
   pair: null,         // {model, title, rowTokens, colTokens, matrix}: query × document attention
+  explain: null,      // /explain's answer for the text (and second sentence) of the form
   figures: {},        // view → the figure last drawn on screen, {data, layout, draw}: what its PNG redraws
 };
 
@@ -666,6 +668,28 @@ async function explainDocument(rerank, row, result) {
   $("rerank-readout").textContent = `${rerankText(rerank, row)}; ${sum}. Hover a cell to read it.`;
 }
 
+// ---------- explain ----------
+
+// Which tokens of the form's text (and second sentence) made the model's score; the page's address then links to it.
+async function renderExplain() {
+  state.explain = null;
+  $("explain-tokens").innerHTML = "";
+  $("explain-readout").textContent = "";
+  const {text, text_pair} = formRequest();
+  const method = $("explain-method").value;
+  const body = {text, text_pair, method};
+  if (method === "integrated_gradients") body.steps = Number($("explain-steps").value);
+  const data = await api("/explain", body);
+  state.explain = data;
+  fillExplainTokens($("explain-tokens"), data);
+  $("explain-readout").textContent = explainSummary(data);
+  const link = new URLSearchParams({text});
+  if (text_pair !== null) link.set("pair", text_pair);
+  if (!$("model-picker").hidden) link.set("model", $("model-select").value);
+  link.set("tab", "explain");
+  history.replaceState(null, "", `?${link}`);
+}
+
 // ---------- models ----------
 
 // The service's answer to /info for the picked model, in the header.
@@ -702,8 +726,10 @@ async function switchModel(name) {
   Object.assign(state, {
     info: null, attention: null, byLayer: new Map(), aggregates: {}, heatmap: null, pe: null,
     similarity: null, explanation: null, stats: null, rerank: null, pair: null, figures: {}, focus: null,
-    neuronQuery: null,
+    neuronQuery: null, explain: null,
   });
+  $("explain-tokens").innerHTML = "";
+  $("explain-readout").textContent = "";
   forgetExplanation();
   forgetNeuron();
   state.heads.clear();
@@ -716,7 +742,7 @@ async function switchModel(name) {
 
 // ---------- views, downloads ----------
 
-const VIEWS = ["head", "model", "heatmap", "neuron", "stats", "pe", "similarity", "rerank"];
+const VIEWS = ["head", "model", "heatmap", "neuron", "stats", "pe", "similarity", "rerank", "explain"];
 
 function selectView(view) {
   state.view = view;
@@ -733,6 +759,7 @@ async function render() {
   if (state.view === "pe") { if (!state.pe) await renderPositionalEncoding(); return; }
   if (state.view === "similarity") { if (!state.similarity) await renderSimilarity(); return; }
   if (state.view === "rerank") { if (!state.rerank) await renderRerank(); return; }
+  if (state.view === "explain") { if (!state.explain) await renderExplain(); return; }
   if (state.view === "stats") { if (!statsCurrent()) await renderStats(); return; }
   if (!state.attention) return;
   if (state.view === "head") await renderHeadView();
@@ -755,6 +782,7 @@ function viewData() {
     case "heatmap": return state.heatmap;
     case "neuron": return state.neuron && {...state.neuron.response, query: state.neuronQuery};
     case "rerank": return state.rerank && {...state.rerank, attention: state.pair};
+    case "explain": return state.explain;
     default: return state.attention && {
       ...state.attention,
       layers: [...state.byLayer.keys()].sort((a, b) => a - b),
@@ -774,7 +802,12 @@ function pngFigure() {
 // ---------- wiring ----------
 
 function wire() {
-  $("input-form").addEventListener("submit", (event) => { event.preventDefault(); guarded($("submit"), runAttention); });
+  $("input-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    state.explain = null;  // of the text before: the explain view asks again when it is drawn (render)
+    guarded($("submit"), runAttention);
+  });
+  $("explain-form").addEventListener("submit", (event) => { event.preventDefault(); guarded(event.submitter, renderExplain); });
   for (const id of ["text", "text-pair"]) {
     $(id).addEventListener("keydown", (event) => {
       if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); $("input-form").requestSubmit(); }
@@ -850,11 +883,21 @@ async function start() {
   root.setProperty("--lines", `${HEAD.linesWidth}px`);
   root.setProperty("--lines-narrow", `${HEAD.linesWidthNarrow}px`);
   wire();
+  // A link may carry the text, the second sentence and the view: /?text=...&pair=...&tab=explain
+  const asked = new URLSearchParams(location.search);
+  if (asked.has("text")) $("text").value = asked.get("text");
+  if (asked.has("pair")) $("text-pair").value = asked.get("pair");
   await guarded(null, async () => {
     await loadModels();
+    const named = asked.get("model");
+    if (named && [...$("model-select").options].some((option) => option.value === named)) {
+      $("model-select").value = named;
+      useModel(named);
+    }
     await loadInfo();
   });
   if (state.info) await guarded($("submit"), runAttention);
+  if (VIEWS.includes(asked.get("tab"))) selectView(asked.get("tab"));
 }
 
 start();

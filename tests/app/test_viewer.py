@@ -939,6 +939,67 @@ def test_rerank_ranks_draws_bars_and_attention_of_the_selected_document(multi: W
     assert multi.errors == []
 
 
+def explained_tokens(page: Page) -> tuple[list[str], list[float]]:
+    tokens = page.locator("#explain-tokens .explain-token")
+    n = tokens.count()
+    return [tokens.nth(k).inner_text() for k in range(n)], [
+        float(tokens.nth(k).get_attribute("data-attribution") or "nan") for k in range(n)
+    ]
+
+
+def test_explain_shades_each_token_by_its_attribution_and_its_link_opens_it(
+    multi: Watched, models_server: str, browser: Browser
+) -> None:
+    page = multi.page
+    pick_model(page, "ce")
+    page.fill("#text", QUERY)
+    page.fill("#text-pair", DOCUMENTS[2])
+    page.click("#submit")
+    idle(page)
+    open_tab(page, "explain")
+    expected = httpx.post(
+        f"{models_server}/explain", json={"model": "ce", "text": QUERY, "text_pair": DOCUMENTS[2]}
+    ).json()
+    tokens, values = explained_tokens(page)
+    assert tokens == expected["tokens"]
+    assert values == pytest.approx(expected["attributions"], abs=1e-6)
+    readout = page.inner_text("#explain-readout")
+    assert f"score {expected['score']:.4f}" in readout and f"baseline {expected['baseline_score']:.4f}" in readout
+    # For in blue, against in red, the largest at full strength.
+    largest = max(range(len(values)), key=lambda k: abs(values[k]))
+    colour = page.locator("#explain-tokens .explain-token").nth(largest).evaluate("e => e.style.background")
+    assert colour == ("rgb(33, 102, 172)" if values[largest] > 0 else "rgb(178, 24, 43)")
+    # Gradient × input on the same text.
+    page.select_option("#explain-method", "gradient_x_input")
+    page.click("#explain-form button[type=submit]")
+    idle(page)
+    by_gradient = httpx.post(
+        f"{models_server}/explain",
+        json={"model": "ce", "text": QUERY, "text_pair": DOCUMENTS[2], "method": "gradient_x_input"},
+    ).json()
+    assert explained_tokens(page)[1] == pytest.approx(by_gradient["attributions"], abs=1e-6)
+    assert "gradient × input" in page.inner_text("#explain-readout")
+    # The page's address now links to this explanation: opened elsewhere, it shows the same.
+    link = page.url
+    assert "tab=explain" in link and "model=ce" in link
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        other = context.new_page()
+        other.goto(link)  # integrated gradients, the form's default
+        other.wait_for_selector("#explain-tokens .explain-token")
+        idle(other)
+        assert other.get_attribute("#tab-explain", "aria-selected") == "true"
+        assert other.input_value("#text") == QUERY and other.input_value("#text-pair") == DOCUMENTS[2]
+        assert explained_tokens(other)[1] == pytest.approx(expected["attributions"], abs=1e-6)
+    finally:
+        context.close()
+    assert multi.errors == []
+    # An embedding model has no score to explain: the service's reason, in words.
+    pick_model(page, "minilm")
+    assert "/similarity" in page.inner_text("#error")
+    assert page.locator("#explain-tokens .explain-token").count() == 0
+
+
 def test_rerank_with_a_plain_encoder_ranks_by_cosine(multi: Watched) -> None:
     page = multi.page
     assert page.input_value("#model-select") == "minilm"
