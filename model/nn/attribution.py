@@ -28,9 +28,12 @@ def gauss_legendre(steps: int) -> tuple[np.ndarray, np.ndarray]:
     return 0.5 * (nodes + 1), 0.5 * weights
 
 
-def integrated_gradients(score: Score, embedded: Tensor, baseline: Tensor, steps: int, rows: int) -> Attribution:
+def integrated_gradients(
+    score: Score, embedded: Tensor, baseline: Tensor, steps: int, rows: int, at_baseline: Score | None = None
+) -> Attribution:
     """Integrated gradients of ``score`` from ``baseline`` to ``embedded`` (both (T, D)), at most ``rows`` points a
-    pass (forward and backward)."""
+    pass (forward and backward). ``at_baseline`` scores the baseline itself where that differs from ``score`` (a
+    head that finds its token by the ids: the baseline's own)."""
     alphas, weights = gauss_legendre(steps)
     difference = embedded - baseline  # (T, D)
     gradients = torch.zeros_like(embedded)  # Σ weight · ∇f over the points
@@ -43,10 +46,10 @@ def integrated_gradients(score: Score, embedded: Tensor, baseline: Tensor, steps
         (gradient,) = torch.autograd.grad(score(points).sum(), points)
         gradients += (gradient * weight).sum(0)
     with torch.no_grad():
-        ends = score(torch.stack([embedded, baseline]))  # (2,): f at the input and at the baseline
+        at_input, at_start = score(embedded[None])[0], (at_baseline or score)(baseline[None])[0]  # f at both ends
     attributions = (difference * gradients).sum(-1)  # (T,)
-    delta = attributions.sum() - (ends[0] - ends[1])
-    return Attribution(attributions.detach().cpu().numpy(), float(ends[0]), float(ends[1]), float(delta))
+    delta = attributions.sum() - (at_input - at_start)
+    return Attribution(attributions.detach().cpu().numpy(), float(at_input), float(at_start), float(delta))
 
 
 def gradient_x_input(score: Score, embedded: Tensor) -> Attribution:

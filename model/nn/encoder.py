@@ -757,13 +757,20 @@ class Embeddings(nn.Module):
         return None
 
     def forward(
-        self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor, dtype: torch.dtype | None = None
+        self,
+        input_ids: Tensor,
+        token_type_ids: Tensor,
+        attention_mask: Tensor,
+        dtype: torch.dtype | None = None,
+        projected: bool = True,
     ) -> Tensor:
-        """(B, T) ids → (B, T, D), in ``dtype`` where given (the explicit path's float32), else the weights'."""
+        """(B, T) ids → (B, T, D), in ``dtype`` where given (the explicit path's float32), else the weights'. Without
+        ``projected``, ELECTRA's narrower embeddings (B, T, E) before their projection up to D (``up``): the output
+        of transformers' embedding block, where attributions are taken."""
         T = input_ids.size(1)
         if self.max_length < T:
             raise ValueError(f"sequence of {T} tokens is longer than the model's {self.max_length} positions")
-        if self.norms_fused and dtype is None:
+        if self.norms_fused and dtype is None and projected:
             return self.fused(input_ids, token_type_ids, attention_mask)
         x = self.token(input_ids)  # (B, T, E)
         if dtype is not None:
@@ -783,7 +790,11 @@ class Embeddings(nn.Module):
                 x = x + table[:T].to(x.dtype)  # (B, T, E) + (T, E)
         if self.norm is not None:
             x = in_dtype(self.norm, x.dtype)(x)  # (B, T, E)
-        return in_dtype(self.project, x.dtype)(x) if self.project is not None else x  # (B, T, D)
+        return self.up(x) if projected else x  # (B, T, D)
+
+    def up(self, x: Tensor) -> Tensor:
+        """(…, E) → (…, D): ELECTRA's projection of its narrower embeddings; the identity elsewhere."""
+        return in_dtype(self.project, x.dtype)(x) if self.project is not None else x
 
     def offset_positions(self, attention_mask: Tensor) -> Tensor:
         """(B, T) positions counted from the padding index + 1 over the real tokens (RoBERTa, MPNet): pad, pad + 1,

@@ -475,14 +475,16 @@ class TextEncoder(ModelCard):
         baseline_ids = torch.tensor([options.baseline], dtype=input_ids.dtype, device=self.device)
         encoder, f32 = self.encoder, torch.float32
         with torch.inference_mode(False), torch.enable_grad():
+            embeddings = encoder.embeddings
             embedded, baseline = (
-                encoder.embeddings(ids, token_type_ids, attention_mask, f32)[0] for ids in (input_ids, baseline_ids)
-            )  # (T, D) each
+                embeddings(ids, token_type_ids, attention_mask, f32, projected=False)[0]
+                for ids in (input_ids, baseline_ids)
+            )  # (T, E) each: ELECTRA's before their projection up to D, as transformers' embedding block gives them
 
-            def score(points: Tensor) -> Tensor:  # (S, T, D) → (S,)
+            def score(points: Tensor, given: Tensor = input_ids) -> Tensor:  # (S, T, D) → (S,)
                 rows = points.size(0)
-                ids, mask, types = (t.expand(rows, -1) for t in (input_ids, attention_mask, token_type_ids))
-                hidden = encoder(ids, mask, types, dtype=f32, embedded=points).last_hidden_state  # (S, T, D)
+                ids, mask, types = (t.expand(rows, -1) for t in (given, attention_mask, token_type_ids))
+                hidden = encoder(ids, mask, types, dtype=f32, embedded=embeddings.up(points)).last_hidden_state
                 if self.classifier is not None:
                     return in_dtype(self.classifier, f32)(hidden, mask, ids)[:, options.target]
                 assert self.reranker is not None
@@ -492,7 +494,10 @@ class TextEncoder(ModelCard):
             if options.method == "gradient_x_input":
                 return gradient_x_input(score, embedded.detach())
             rows = max(1, options.tokens // input_ids.size(1))
-            return integrated_gradients(score, embedded.detach(), baseline.detach(), options.steps, rows)
+            # a head that finds its token by the ids (a decoder's last one that is not padding) scores the baseline
+            # by the baseline's ids, as transformers' model given them does
+            at_baseline = lambda points: score(points, baseline_ids)  # noqa: E731
+            return integrated_gradients(score, embedded.detach(), baseline.detach(), options.steps, rows, at_baseline)
 
     def scores(self, encodings: Sequence[TokenSequence]) -> list[Scores]:
         """Each text's logits and probabilities, from one pass (``classify`` and ``probabilities``)."""
