@@ -474,6 +474,9 @@ class TextEncoder(ModelCard):
         input_ids, attention_mask, token_type_ids = self.to_tensors(self.tokenizer.pad([encoding]))  # (1, T) each
         baseline_ids = torch.tensor([options.baseline], dtype=input_ids.dtype, device=self.device)
         encoder, f32 = self.encoder, torch.float32
+        # the heads in float32 once a request (a copy where they are kept in half precision), not once a pass
+        classifier = in_dtype(self.classifier, f32) if self.classifier is not None else None
+        reranker = in_dtype(self.reranker, f32) if self.reranker is not None else None
         with torch.inference_mode(False), torch.enable_grad():
             embeddings = encoder.embeddings
             embedded, baseline = (
@@ -481,14 +484,14 @@ class TextEncoder(ModelCard):
                 for ids in (input_ids, baseline_ids)
             )  # (T, E) each: ELECTRA's before their projection up to D, as transformers' embedding block gives them
 
-            def score(points: Tensor, given: Tensor = input_ids) -> Tensor:  # (S, T, D) → (S,)
+            def score(points: Tensor, given: Tensor = input_ids) -> Tensor:  # (S, T, E) → (S,)
                 rows = points.size(0)
                 ids, mask, types = (t.expand(rows, -1) for t in (given, attention_mask, token_type_ids))
                 hidden = encoder(ids, mask, types, dtype=f32, embedded=embeddings.up(points)).last_hidden_state
-                if self.classifier is not None:
-                    return in_dtype(self.classifier, f32)(hidden, mask, ids)[:, options.target]
-                assert self.reranker is not None
-                answers = in_dtype(self.reranker, f32)(hidden[:, last_token(mask)[0]])  # (S, 2)
+                if classifier is not None:
+                    return classifier(hidden, mask, ids)[:, options.target]
+                assert reranker is not None
+                answers = reranker(hidden[:, last_token(mask)[0]])  # (S, 2)
                 return answers[:, 0] - answers[:, 1]  # yes − no
 
             if options.method == "gradient_x_input":

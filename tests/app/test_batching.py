@@ -15,7 +15,7 @@ import pytest
 from app.serving.registry import ServedModel, compute_lanes
 from app.settings import Settings
 from model import TextEncoder
-from tests.helpers import busy, metric, passes, serving, until_metric
+from tests.helpers import Service, busy, metric, passes, serving, until_metric
 
 MIXED_REQUESTS: list[dict[str, Any]] = [
     # Mixed lengths and every option that changes the computation, all merged into one batch.
@@ -116,19 +116,25 @@ async def test_event_loop_answers_health_while_a_long_batch_computes(bundled_mod
         assert computed.count == 8 and computed.all_of(8)
 
 
+async def long_texts_all_queued(service: Service) -> Any:
+    """The passes that 64 texts of 253 tokens took, in one /encode request queued whole before the first pass is
+    cut."""
+    texts = [f"{i} " + "word " * 250 for i in range(64)]
+    before = await passes(service.client)
+    async with busy(service.model):
+        request = asyncio.ensure_future(service.client.post("/encode", json={"texts": texts}))
+        await until_metric(service.client, "encoder_queue_texts", lambda queued: queued == 64)
+    assert (await request).status_code == 200
+    return await passes(service.client) - before
+
+
 async def test_cpu_passes_are_cut_where_their_largest_activation_stays_small(bundled_model: TextEncoder) -> None:
     """Unset, the budget on a CPU keeps a pass's widest activation (the feed-forward's 1,536 floats a token for
     all-MiniLM-L6-v2) within 24 MiB: 24 MiB / (4 bytes × 1,536) = 4,096 padded tokens, so 64 texts of 253
     tokens take four passes of 16, and /info reports the budget in force."""
     async with serving(Settings(compute_lanes=1), bundled_model) as service:
         assert (await service.client.get("/info")).json()["limits"]["max_batch_tokens"] == 4096
-        texts = [f"{i} " + "word " * 250 for i in range(64)]
-        before = await passes(service.client)
-        async with busy(service.model):  # all 64 queued before the first pass is cut
-            request = asyncio.ensure_future(service.client.post("/encode", json={"texts": texts}))
-            await until_metric(service.client, "encoder_queue_texts", lambda queued: queued == 64)
-        assert (await request).status_code == 200
-        computed = await passes(service.client) - before
+        computed = await long_texts_all_queued(service)
         assert computed.count == 4 and computed.all_of(16)
     async with serving(Settings(max_batch_tokens=1000), bundled_model) as service:  # a setting wins
         assert (await service.client.get("/info")).json()["limits"]["max_batch_tokens"] == 1000
@@ -143,13 +149,7 @@ async def test_the_lanes_passes_share_one_budget(bundled_model: TextEncoder, lan
         assert (await service.client.get("/info")).json()["limits"]["max_batch_tokens"] == tokens
         if lanes != 3:
             return
-        texts = [f"{i} " + "word " * 250 for i in range(64)]
-        before = await passes(service.client)
-        async with busy(service.model):  # all 64 queued before the first pass is cut
-            request = asyncio.ensure_future(service.client.post("/encode", json={"texts": texts}))
-            await until_metric(service.client, "encoder_queue_texts", lambda queued: queued == 64)
-        assert (await request).status_code == 200
-        computed = await passes(service.client) - before
+        computed = await long_texts_all_queued(service)
         assert computed.texts == 64 and computed.count >= 7  # ⌈64 / 10⌉ (four of 16 under 4,096 tokens)
         assert computed.at_most[16] == computed.count
 
