@@ -71,6 +71,11 @@ class Metrics:
             "encoder_dropped_texts", "Texts dropped before computing: client gone or deadline passed", registry=r
         )
         self.timeouts = Counter("encoder_timeouts", "Requests answered 503 timeout", registry=r)
+        self.memory_returned = Counter(
+            "encoder_memory_returned",
+            "Times the heap that passes took was handed back to the system, the queue having emptied",
+            registry=r,
+        )
         self.model = Info("encoder_model", "Each model being served", ["name"], registry=r)
         self.model_memory = Gauge(
             "encoder_model_memory_bytes",

@@ -56,6 +56,18 @@ def compute(model: TextEncoder, kind: TaskKind, texts: Sequence[TokenSequence], 
 MALLOC_TRIM = malloc_trim()
 
 
+def counted(hook: Callable[[], None] | None, count: Callable[[], None]) -> Callable[[], None] | None:
+    """``hook``, counting each time it has run (None where there is no hook)."""
+    if hook is None:
+        return None
+
+    def run() -> None:
+        hook()
+        count()
+
+    return run
+
+
 @dataclass
 class WorkerStats:
     passes: int = 0  # forward passes of embedding entries

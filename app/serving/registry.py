@@ -65,7 +65,7 @@ class ServedModel:
     ) -> ServedModel:
         """Wrap a loaded model: its tokenisation stages, its queue, and its inference threads (started)."""
         from app.engine.compute import COMPUTE
-        from app.engine.worker import Worker
+        from app.engine.worker import MALLOC_TRIM, Worker, counted
 
         # Inspection may look at texts longer than the embeddings are made for (all-MiniLM-L6-v2: 256 tokens for
         # sentence-transformers, 512 positions): up to the position table, when the setting asks for it.
@@ -88,6 +88,7 @@ class ServedModel:
             queue,
             model,
             on_pass=metrics.observe_batch,
+            on_idle=counted(MALLOC_TRIM, metrics.memory_returned.inc),
             on_settled=model.release_memory,
             name=f"inference-{name}",
             threads=COMPUTE.lanes,

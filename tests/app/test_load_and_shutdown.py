@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from model import TextEncoder
-from tests.helpers import needs_cpu_bfloat16, rss_mib, server_log, start_server
+from tests.helpers import metric, needs_cpu_bfloat16, rss_mib, server_log, start_server
 
 pytestmark = pytest.mark.slow  # starts the service as its own process
 
@@ -39,6 +39,22 @@ async def overload(url: str, requests: int, clients: int, limit_s: float) -> lis
     return results
 
 
+def memory_handed_back(url: str, timeout_s: float = 30.0) -> None:
+    """Until the service, idle after a load, has handed the memory of its passes back, by the count /metrics gives;
+    fails after ``timeout_s``. Its idle hook runs once the queue has emptied after work, at most every 2 s: it may
+    have run just after the load, before the count is first read, so one more text is sent after that reading,
+    and the next run of the hook (after the load's passes either way) is awaited."""
+
+    def returned() -> float:
+        return metric(httpx.get(f"{url}/metrics").text, "encoder_memory_returned_total", 0)
+
+    before, deadline = returned(), time.monotonic() + timeout_s
+    assert httpx.post(f"{url}/encode", json={"texts": ["one more"]}, timeout=30).status_code == 200
+    while returned() == before:
+        assert time.monotonic() < deadline, "the idle service never handed its memory back"
+        time.sleep(0.05)
+
+
 def test_twice_capacity_gets_only_200s_and_429s_with_right_answers_and_bounded_memory(
     bundled_model: TextEncoder,
 ) -> None:
@@ -47,12 +63,12 @@ def test_twice_capacity_gets_only_200s_and_429s_with_right_answers_and_bounded_m
     process, url = start_server({"ENCODER_MAX_QUEUE_TEXTS": "24"})
     try:
         asyncio.run(overload(url, 64, 8, 60))  # warm-up
-        time.sleep(3)
+        memory_handed_back(url)
         baseline = rss_mib(process)
         rounds = []
         for _ in range(2):
             results = asyncio.run(overload(url, 600, 64, 90))
-            time.sleep(3)  # idle: the inference thread hands the memory of its passes back
+            memory_handed_back(url)  # idle: the inference thread hands the memory of its passes back
             rounds.append(rss_mib(process))
             statuses = {status for _, status, _ in results}
             assert statuses <= {200, 429}, statuses
