@@ -8,6 +8,7 @@
 #   make bench-peers   the same, with infinity-emb (in its own environment, .venv-peers) driven alike
 #   make bench-cpu-peers   sentence-transformers' ONNX Runtime and OpenVINO backends and ours (in process and over HTTP), in the same rounds
 #   make bench-inspection   /similarity with explain against /encode, npz attention against transformers
+#   make bench-host   the path between HTTP and the pass: the engine's and the front ends' CPU a text (bench/host.py)
 #   make deploy-check   render the Kubernetes manifests and check them (kubernetes-validate, checkov)
 #   make download MODEL=org/name   fetch models named by Hub id into the Hugging Face cache (app/download.py)
 #   make gpu-check   on a GPU host, in about 8 minutes: the CUDA tests and the GPU figures (scripts/gpu_check.sh)
@@ -30,12 +31,12 @@ CLIENTS_VENV ?= .venv-clients
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The tests and benchmarks run offline (their reference libraries never reach for the Hub); serve and download
 # do not: a model named by Hub id is fetched (HF_HUB_OFFLINE=1 in the caller's environment still holds).
-OFFLINE_TARGETS := test test-fast bench bench-cpu-peers bench-inspection bench-peers gpu-check screenshots
+OFFLINE_TARGETS := test test-fast bench bench-cpu-peers bench-inspection bench-host bench-peers gpu-check screenshots
 $(OFFLINE_TARGETS): export HF_HUB_OFFLINE := 1
 $(OFFLINE_TARGETS): export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test test-fast lint format bench bench-inspection bench-peers bench-cpu-peers screenshots install \
-	install-dev deploy-check download gpu-check clean
+.PHONY: serve test test-fast lint format bench bench-inspection bench-host bench-peers bench-cpu-peers screenshots \
+	install install-dev deploy-check download gpu-check clean
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
@@ -153,6 +154,10 @@ bench-cpu-peers: install-dev $(CPU_PEERS)/.installed
 
 bench-inspection: install-dev
 	$(BIN)/python -m bench.inspection $(BENCH_ARGS)
+
+# ENCODER_WORKERS front ends around an engine, on a model whose pass costs next to nothing.
+bench-host: install-dev
+	$(BIN)/python -m bench.host $(BENCH_ARGS)
 
 bench-peers: install-dev $(PEERS)/.installed
 	$(BIN)/python -m bench.run --peers $(BENCH_ARGS)

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     )
     from model.spec.tokenizer import (
         Batch,
+        PackedTokens,
         TextTokenizer,
         Token,
         TokenIdOutOfRange,
@@ -92,6 +93,7 @@ WHERE = {
     "MultiHeadAttention": "model.nn.encoder",
     "MultiVectorOptions": "model.spec.outputs",
     "MultiVectors": "model.spec.outputs",
+    "PackedTokens": "model.spec.tokenizer",
     "Pooling": "model.spec.checkpoint",
     "PoolingConfig": "model.spec.checkpoint",
     "PositionQuery": "model.spec.outputs",

@@ -153,7 +153,9 @@ class Embeddings:
             sentences, counted = await self.chunked(served, encodings, spec, request.chunking.overlap, timing)
             results = [TextEmbedding(sentence) for sentence in sentences]
         else:
-            encodings = await served.tokens.encode(texts, truncate=request.truncate, param="texts")
+            encodings = await served.tokens.encode(
+                texts, truncate=request.truncate, param="texts", token_text=request.return_tokens
+            )
             results = await served.queue.run(Task("embed", encodings, spec), timing)
             sentences, counted = np.stack([result.sentence for result in results]), encodings  # (B, D)
         if request.dimensions is not None:
@@ -247,7 +249,8 @@ class Embeddings:
             texts = [item for item in inputs if isinstance(item, str)]
             self.check_batch(len(texts), "input")
             texts, skip = self.prompted(served, texts, request.prompt_name, request.prompt)
-            encodings = list(await served.tokens.encode(texts, param="input", whole=request.chunking is not None))
+            chunked = request.chunking is not None
+            encodings = list(await served.tokens.encode(texts, param="input", whole=chunked, token_text=chunked))
         else:
             single = all(isinstance(item, int) for item in inputs)
             rows: list[list[int]] = [inputs] if single else inputs  # type: ignore[list-item,assignment]
@@ -435,7 +438,9 @@ class Embeddings:
                 "sparse output (a SPLADE model's, a masked LM with SpladePooling, or BGE-M3's lexical weights)",
             )
         self.check_batch(len(request.texts))
-        encodings = await served.tokens.encode(request.texts, truncate=request.truncate, param="texts")
+        encodings = await served.tokens.encode(
+            request.texts, truncate=request.truncate, param="texts", token_text=False
+        )
         options = SparseOptions(request.top_k)
         vectors = await served.queue.run(Task("sparse", encodings, options), timing)
         weights = sum(vector.indices.size for vector in vectors)

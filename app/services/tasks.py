@@ -146,7 +146,7 @@ class Tasks:
             # (query, document) pairs, the query first as cross-encoders are trained; a pair too long for the
             # model is named by its document.
             encodings = await served.tokens.encode(
-                queries, request.documents, truncate=request.truncate, param="documents"
+                queries, request.documents, truncate=request.truncate, param="documents", token_text=request.explain
             )
         if request.explain:
             self.check_explained(len(encodings))
@@ -181,8 +181,12 @@ class Tasks:
         document_prompt = next((name for name in DOCUMENT_PROMPTS if name in model.prompts), None)
         query, query_skip = self.embeddings.prompted(served, [request.query], query_prompt)
         documents, document_skip = self.embeddings.prompted(served, request.documents, document_prompt)
-        (query_encoding,) = await served.tokens.encode(query, param="query", indexed=False, truncate=request.truncate)
-        encodings = await served.tokens.encode(documents, param="documents", truncate=request.truncate)
+        (query_encoding,) = await served.tokens.encode(
+            query, param="query", indexed=False, truncate=request.truncate, token_text=False
+        )
+        encodings = await served.tokens.encode(
+            documents, param="documents", truncate=request.truncate, token_text=False
+        )
         layer, pooling = model.config.n_layers, model.pooling.mode
         specs = (
             EmbeddingSpec(layer=layer, pooling=pooling, normalize=True, skip=query_skip),
@@ -335,7 +339,9 @@ class Tasks:
         head = head_of(served, "classify")
         self.embeddings.check_batch(len(request.texts))
         pairs = second_segments(request.texts, request.text_pair)
-        encodings = await served.tokens.encode(request.texts, pairs, truncate=request.truncate, param="texts")
+        encodings = await served.tokens.encode(
+            request.texts, pairs, truncate=request.truncate, param="texts", token_text=request.explain
+        )
         if request.explain:
             self.check_explained(len(encodings))
         scores = await served.queue.run(Task("classify", encodings), timing)

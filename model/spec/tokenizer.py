@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, chain
 from pathlib import Path
 from typing import Protocol
 
@@ -55,6 +57,59 @@ class TokenIds:
 
     ids: list[int]
     type_ids: list[int]
+
+
+@dataclass(frozen=True, eq=False)
+class PackedTokens(Sequence[TokenIds]):
+    """Tokenised texts packed in three arrays: every text's ids one after another, their segment ids alike, and
+    where each text starts (the last entry where the last one ends). How texts cross between processes: three
+    arrays travel beside a message as they are, where a list of texts costs a pickled object and two lists of ints
+    a text each way. Read by index, a text is its ``TokenIds``."""
+
+    ids: np.ndarray  # (N,) int32
+    type_ids: np.ndarray  # (N,) int8
+    starts: np.ndarray  # (n + 1,) int64, ascending from 0
+
+    @classmethod
+    def of(cls, texts: Sequence[TokenSequence]) -> PackedTokens:
+        ids = [text.ids for text in texts]  # (an Encoding builds a new list each time it is asked)
+        starts = np.frombuffer(array("q", accumulate(map(len, ids), initial=0)), dtype=np.int64)
+        total = int(starts[-1])
+        return cls(
+            np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=total),
+            np.fromiter(chain.from_iterable(text.type_ids for text in texts), dtype=np.int8, count=total),
+            starts,
+        )
+
+    def __reduce__(self) -> tuple[Callable[[bytes, bytes, bytes], PackedTokens], tuple[bytes, bytes, bytes]]:
+        # As bytes inside the pickle: numpy's own reduction costs about 9 µs an array, ten times a task's bytes
+        return _packed_tokens, (self.ids.tobytes(), self.type_ids.tobytes(), self.starts.tobytes())
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]  # Sequence's int and slice overloads
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        start, end = int(self.starts[index]), int(self.starts[index + 1])
+        return TokenIds(self.ids[start:end].tolist(), self.type_ids[start:end].tolist())
+
+    def __iter__(self) -> Iterator[TokenIds]:
+        ids, type_ids, bounds = self.ids, self.type_ids, self.starts.tolist()
+        for start, end in zip(bounds, bounds[1:]):
+            yield TokenIds(ids[start:end].tolist(), type_ids[start:end].tolist())
+
+
+def _packed_tokens(ids: bytes, type_ids: bytes, starts: bytes) -> PackedTokens:
+    return PackedTokens(
+        np.frombuffer(ids, dtype=np.int32),
+        np.frombuffer(type_ids, dtype=np.int8),
+        np.frombuffer(starts, dtype=np.int64),
+    )
 
 
 @dataclass(frozen=True)
@@ -171,16 +226,20 @@ class TextTokenizer:
         truncate: bool = True,
         special_tokens: bool = True,
         left: bool = False,
+        token_text: bool = True,
     ) -> list[Encoding]:
         """As ``encode``, but a too-long text (``truncate`` false) is returned whole: see ``check_lengths``. With
-        ``left`` a text is cut at its start rather than its end."""
+        ``left`` a text is cut at its start rather than its end. Without ``token_text`` the encodings hold ids,
+        segment ids and special-token marks only, their tokens' strings empty and offsets zero: about a third
+        less work for the tokenizer, for a caller that reads nothing else."""
         tokenizer = (self.left if left else self._truncating) if truncate else self._complete
+        encode_batch = tokenizer.encode_batch if token_text else tokenizer.encode_batch_fast
         if pairs is None:
-            return tokenizer.encode_batch(list(texts), add_special_tokens=special_tokens)
+            return encode_batch(list(texts), add_special_tokens=special_tokens)
         if len(pairs) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
         inputs = [text if pair is None else (text, pair) for text, pair in zip(texts, pairs)]
-        return tokenizer.encode_batch(inputs, add_special_tokens=special_tokens)
+        return encode_batch(inputs, add_special_tokens=special_tokens)
 
     def check_lengths(self, encodings: Sequence[Encoding]) -> None:
         """TooManyTokensError for the first encoding longer than ``max_tokens``."""

@@ -25,7 +25,7 @@ import pytest
 
 from app.engine.admission import Admission
 from app.engine.messages import Task, Timing
-from app.engine.remote import Engine, EngineClient, EngineQueue, wire_task
+from app.engine.remote import Engine, EngineClient, EngineQueue, unpacked, wire_task
 from app.engine.work_queue import WorkQueue
 from app.engine.worker import Worker
 from app.errors import InferenceFailed, Overloaded
@@ -329,7 +329,8 @@ async def test_a_message_the_engine_cannot_take_fails_alone_and_the_connection_s
         spec = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
         task = Task("embed", tiny_model.tokenizer.encode(["still served"]), spec)
         (result, _) = await client.request("task", "tiny", wire_task(task), 30.0)
-        np.testing.assert_allclose(result[0].sentence, tiny_model.embed(["still served"]).numpy()[0], atol=1e-5)
+        (embedding,) = unpacked(result)  # the sentence vectors cross in one array (EmbeddedRows)
+        np.testing.assert_allclose(embedding.sentence, tiny_model.embed(["still served"]).numpy()[0], atol=1e-5)
         assert client.connected
     finally:
         await client.close()
@@ -388,7 +389,7 @@ async def test_the_engine_admits_every_front_ends_tasks_against_one_bound(
         await wait_until(lambda: metrics.registry.get_sample_value("encoder_admitted_texts") == 4)
         blocking.release.set()
         (three, _), (one, _) = await held, await admitted
-        assert (len(three), len(one)) == (3, 1)
+        assert (len(unpacked(three)), len(unpacked(one))) == (3, 1)
     finally:
         blocking.release.set()
         await first.close()

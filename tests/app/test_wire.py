@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from app.engine.remote import EmbeddedRows, ScoredRows, packed, unpacked
 from app.engine.wire import COUNTS, LARGE_FRAME_BYTES, LENGTH, FrameReader, frame
+from model import Scores, TextEmbedding
 
 
 def messages() -> list[Any]:
@@ -122,3 +124,32 @@ def test_a_frame_that_cannot_be_read_is_dropped_and_the_next_one_arrives(caplog:
     reader.buffer_updated(len(stream))
     assert len(received) == 1 and same(received[0], messages()[1])
     assert "could not be read" in caplog.text
+
+
+def test_a_batched_kinds_answer_crosses_in_arrays_and_arrives_equal() -> None:
+    """Embed and classify answers cross the wire as one array (two for classify) rather than an object and an array
+    a text, and come back as the services take them; token vectors and the other kinds cross as they are."""
+    rng = np.random.default_rng(1)
+    sentences = rng.standard_normal((5, 8)).astype(np.float32)
+    embedded = [TextEmbedding(row.copy()) for row in sentences]
+    scored = [Scores(rng.standard_normal(3).astype(np.float32), rng.random(3).astype(np.float32)) for _ in range(4)]
+    with_tokens = [TextEmbedding(sentences[0], rng.standard_normal((4, 8)).astype(np.float32))]
+    for kind, results, crossing in (
+        ("embed", embedded, EmbeddedRows),
+        ("classify", scored, ScoredRows),
+        ("embed", with_tokens, list),
+        ("embed", [], list),
+    ):
+        sent = packed(kind, results)  # type: ignore[arg-type]
+        assert isinstance(sent, crossing)
+        received: list[Any] = []
+        reader = FrameReader(received.append, lambda _: None)
+        stream = b"".join(frame((0, "ok", sent, (0.0, 0.0))))
+        buffer = reader.get_buffer(-1)
+        buffer[: len(stream)] = stream
+        reader.buffer_updated(len(stream))
+        back = unpacked(received[0][2])
+        assert len(back) == len(results)
+        for a, b in zip(results, back, strict=True):
+            assert type(a) is type(b)
+            assert all(same(x, y) for x, y in zip(vars(a).values(), vars(b).values(), strict=True))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from model import TextEncoder, TooManyTokensError
+from model import PackedTokens, TextEncoder, TokenIds, TooManyTokensError
 
 TEXTS = ["Hello, world!", "Tokenisation: naïve café, 3.14 and émigrés.", "x"]
 
@@ -60,3 +60,35 @@ def test_pad_builds_right_padded_arrays(bundled_model: TextEncoder) -> None:
 def test_pair_count_must_match_text_count(bundled_model: TextEncoder) -> None:
     with pytest.raises(ValueError, match="2 texts but 1 pairs"):
         bundled_model.tokenizer.encode(["a", "b"], ["c"])
+
+
+def test_without_token_text_the_ids_segments_and_special_marks_equal_transformers(
+    bundled_model: TextEncoder, hf_tokenizer
+) -> None:
+    """The faster reading for callers that read ids only: the same ids, segments and special marks, pairs and
+    truncation included; no token strings or offsets (they are not computed)."""
+    texts, pairs = [*TEXTS, "alpha " * 300], ["A second segment.", None, "y", "beta " * 100]
+    encodings = bundled_model.tokenizer.encode_unchecked(texts, pairs, token_text=False)
+    for text, pair, encoding in zip(texts, pairs, encodings, strict=True):
+        reference = hf_tokenizer(
+            text, pair, truncation="longest_first", max_length=256, return_special_tokens_mask=True
+        )
+        assert encoding.ids == reference["input_ids"]
+        assert encoding.type_ids == reference["token_type_ids"]
+        assert encoding.special_tokens_mask == reference["special_tokens_mask"]
+        assert set(encoding.offsets) == {(0, 0)}
+
+
+def test_packed_tokens_give_back_each_text_as_it_was(bundled_model: TextEncoder) -> None:
+    encodings = bundled_model.tokenizer.encode(TEXTS, [None, "a pair", None])
+    packed = PackedTokens.of(encodings)
+    assert len(packed) == 3 and packed.ids.dtype == np.int32 and packed.type_ids.dtype == np.int8
+    assert packed.starts.tolist() == [0, *np.cumsum([len(e.ids) for e in encodings]).tolist()]
+    expected = [TokenIds(e.ids, e.type_ids) for e in encodings]
+    assert list(packed) == expected
+    assert [packed[i] for i in range(3)] == expected and packed[-1] == expected[-1] and packed[1:] == expected[1:]
+    with pytest.raises(IndexError):
+        packed[3]
+    assert PackedTokens.of(list(packed)).ids.tolist() == packed.ids.tolist()
+    empty = PackedTokens.of([])
+    assert len(empty) == 0 and list(empty) == []

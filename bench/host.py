@@ -1,0 +1,150 @@
+"""What the path between HTTP and the pass costs each process, a text: the engine's and the front ends' CPU.
+
+    .venv/bin/python -m bench.host [--seconds 8] [--rounds 3] [--workers 2] [--against ../before]
+
+The service as ``python -m app.serve`` with ``ENCODER_WORKERS`` front ends around an engine, on the random BERT of
+one layer, 32 wide, of ``bench.frontend`` (a pass costs next to nothing: what is measured is everything else). Two
+loads on /encode, each for ``seconds`` a round: 16 clients × 32 texts and 32 clients × 1 text. Over each phase the
+CPU time (user + system, every thread) of the engine process (``encoder-engine``) and of the rest of the service's
+processes (the front ends and their supervisor) is read from /proc: microseconds of CPU a text for each, and a
+request for the front ends under the one-text load, with the texts a second the whole service reached.
+
+``--against CHECKOUT`` starts another checkout's service beside this one (``git worktree add ../before <commit>``)
+and drives the two in turn, the order reversed every round: a change measured side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from bench.frontend import HOST, process_tree, write_tiny_bert
+from bench.run import ROOT, cpu_seconds, drive, free_port, make_sentences, start_service
+
+
+@dataclass
+class Figures:
+    texts_per_s: float
+    engine_us_a_text: float
+    front_us_a_text: float
+    front_us_a_request: float
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def split_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds of the engine and of the service's other processes (front ends, supervisor)."""
+    engine = other = 0.0
+    for member in process_tree(pid):
+        if comm(member) == "encoder-engine":
+            engine += cpu_seconds(member)
+        else:
+            other += cpu_seconds(member)
+    return engine, other
+
+
+async def phase(pid: int, port: int, bodies: list[bytes], per_request: int, clients: int, seconds: float) -> Figures:
+    engine_before, other_before = split_cpu(pid)
+    run = await drive("phase", HOST, port, "/encode", bodies, per_request, clients, seconds)
+    engine_after, other_after = split_cpu(pid)
+    if run.errors:
+        raise RuntimeError(f"{run.errors} failed requests on port {port}")
+    texts = max(run.sentences, 1)
+    requests = max(len(run.latencies), 1)
+    return Figures(
+        run.rate,
+        1e6 * (engine_after - engine_before) / texts,
+        1e6 * (other_after - other_before) / texts,
+        1e6 * (other_after - other_before) / requests,
+    )
+
+
+LOADS = {"16 clients × 32 texts": (32, 16), "32 clients × 1 text": (1, 32)}
+
+
+def table(results: dict[str, dict[str, list[Figures]]]) -> None:
+    for load, by_server in results.items():
+        print(f"\n{load}, /encode\n")
+        print(
+            "| service | texts/s (rounds) | median | engine µs a text | front ends µs a text "
+            "| front ends µs a request |"
+        )
+        print("|---|---|---:|---:|---:|---:|")
+        for name, figures in by_server.items():
+            rates = [f.texts_per_s for f in figures]
+            print(
+                f"| {name} | {', '.join(f'{r:.0f}' for r in rates)} | {statistics.median(rates):.0f} | "
+                f"{statistics.median(f.engine_us_a_text for f in figures):.1f} | "
+                f"{statistics.median(f.front_us_a_text for f in figures):.1f} | "
+                f"{statistics.median(f.front_us_a_request for f in figures):.0f} |"
+            )
+
+
+async def compare(servers: dict[str, tuple[int, int]], rounds: int, seconds: float) -> None:
+    sentences = make_sentences(4000)
+    bodies = {
+        load: [orjson.dumps({"texts": sentences[i : i + n]}) for i in range(0, len(sentences) - n + 1, n)] * 400
+        for load, (n, _) in LOADS.items()
+    }
+    for _, port in servers.values():  # warm up
+        for load, (n, clients) in LOADS.items():
+            await drive("warm-up", HOST, port, "/encode", bodies[load][:300], n, clients, 3)
+    results: dict[str, dict[str, list[Figures]]] = {load: {name: [] for name in servers} for load in LOADS}
+    for round_ in range(rounds):
+        order = list(servers) if round_ % 2 == 0 else list(reversed(servers))
+        for load, (n, clients) in LOADS.items():
+            for name in order:
+                pid, port = servers[name]
+                results[load][name].append(await phase(pid, port, bodies[load], n, clients, seconds))
+    table(results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8.0, help="length of each phase")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2, help="ENCODER_WORKERS: the front ends")
+    parser.add_argument("--env", nargs="*", default=[], help="NAME=value settings for the services")
+    parser.add_argument("--against", type=Path, help="a checkout of the service to drive beside this one")
+    args = parser.parse_args()
+    model = write_tiny_bert(Path(tempfile.mkdtemp(prefix="host-")) / "tiny")
+    env = {
+        "ENCODER_MODEL_DIR": str(model),
+        "ENCODER_WORKERS": str(args.workers),
+        **dict(item.split("=", 1) for item in args.env),
+    }
+    print(
+        f"ENCODER_WORKERS={args.workers}, the near-free model (1 layer, 32 wide), "
+        f"{args.rounds} rounds of {args.seconds:g} s"
+    )
+    processes: list[subprocess.Popen] = []
+    try:
+        servers: dict[str, tuple[int, int]] = {}
+        for name, checkout in (("this checkout", ROOT), ("before", args.against)):
+            if checkout is None:
+                continue
+            port = free_port()
+            processes.append(start_service(port, env, checkout=checkout, quiet=True, supervised=True))
+            servers[name] = (processes[-1].pid, port)
+        asyncio.run(compare(servers, args.rounds, args.seconds))
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(30)
+
+
+if __name__ == "__main__":
+    main()
