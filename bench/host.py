@@ -11,6 +11,10 @@ request for the front ends under the one-text load, with the texts a second the 
 
 ``--against CHECKOUT`` starts another checkout's service beside this one (``git worktree add ../before <commit>``)
 and drives the two in turn, the order reversed every round: a change measured side by side.
+
+``--queue`` measures instead, in this process, the engine's own path without a pass: 16 concurrent requests of 32
+texts through a model's ``WorkQueue``, its ``Worker`` and three compute lanes, to a model whose pass returns zeros
+(CPU µs a text; ``--against`` runs the same in the other checkout, in a process of its own).
 """
 
 from __future__ import annotations
@@ -111,6 +115,60 @@ async def compare(servers: dict[str, tuple[int, int]], rounds: int, seconds: flo
     table(results)
 
 
+QUEUE_SCRIPT = """
+import asyncio, sys, time
+import numpy as np
+from app.engine.compute import COMPUTE
+from app.engine.messages import Task
+from app.engine.work_queue import WorkQueue
+from app.engine.worker import Worker
+from model import EmbeddingSpec, TextEmbedding, TokenIds
+
+class Zeros:
+    def embed_encodings(self, encodings, specs):
+        out = np.zeros((len(encodings), 32), np.float32)
+        return [TextEmbedding(row) for row in out]
+
+async def main(requests):
+    COMPUTE.configure(3)
+    texts = [TokenIds(list(range(100, 135)), [0] * 35) for _ in range(32)]
+    spec = EmbeddingSpec(1, "mean", True)
+    queue = WorkQueue(lanes=3)
+    worker = Worker(queue, Zeros(), threads=3)
+    async def client(n):
+        for _ in range(n):
+            await queue.run(Task("embed", texts, spec))
+    await asyncio.gather(*(client(20) for _ in range(16)))
+    started = time.process_time()
+    await asyncio.gather(*(client(requests) for _ in range(16)))
+    print(1e6 * (time.process_time() - started) / (16 * requests * 32))
+    worker.stop()
+
+asyncio.run(main(int(sys.argv[1])))
+"""
+
+
+def queue_path(checkouts: dict[str, Path], rounds: int) -> None:
+    """The engine's queue, worker and lanes alone (``QUEUE_SCRIPT``), each checkout in turn, in a process of its own."""
+    import sys
+
+    results: dict[str, list[float]] = {name: [] for name in checkouts}
+    for round_ in range(rounds):
+        order = list(checkouts) if round_ % 2 == 0 else list(reversed(checkouts))
+        for name in order:
+            output = subprocess.run(
+                [sys.executable, "-c", QUEUE_SCRIPT, "300"], cwd=checkouts[name], capture_output=True, text=True
+            )
+            if output.returncode:
+                raise RuntimeError(output.stderr)
+            results[name].append(float(output.stdout.split()[-1]))
+    print("\nthe engine's queue, worker and 3 lanes, a pass of zeros, 16 requests × 32 texts at once\n")
+    print("| checkout | CPU µs a text (rounds) | median |")
+    print("|---|---|---:|")
+    for name, values in results.items():
+        print(f"| {name} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each phase")
@@ -118,7 +176,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="ENCODER_WORKERS: the front ends")
     parser.add_argument("--env", nargs="*", default=[], help="NAME=value settings for the services")
     parser.add_argument("--against", type=Path, help="a checkout of the service to drive beside this one")
+    parser.add_argument("--queue", action="store_true", help="the engine's queue path alone, in process")
     args = parser.parse_args()
+    if args.queue:
+        checkouts = {"this checkout": ROOT, **({"before": args.against} if args.against is not None else {})}
+        queue_path(checkouts, args.rounds)
+        return
     model = write_tiny_bert(Path(tempfile.mkdtemp(prefix="host-")) / "tiny")
     env = {
         "ENCODER_MODEL_DIR": str(model),

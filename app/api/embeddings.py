@@ -8,7 +8,6 @@ from tokenizers import Encoding
 
 from app.schemas import (
     ERROR_RESPONSES,
-    Embedding,
     EncodeRequest,
     EncodeResponse,
     LateChunk,
@@ -45,7 +44,7 @@ def encoded(request: EncodeRequest, embedded: Embedded) -> Reply:
     vectors where asked."""
     vectors = vectors_as(request.encoding_format, embedded.vectors)
     width = embedded.vectors.shape[1]
-    data = []
+    data = []  # each an Embedding's fields as a dict, in its order: orjson writes them natively
     n_values = 0
     for index, encoding in enumerate(embedded.encodings):
         item: dict[str, Any] = {"index": index, "embedding": vectors[index]}
@@ -58,7 +57,7 @@ def encoded(request: EncodeRequest, embedded: Embedded) -> Reply:
             item["token_embeddings"] = tokens if float_ else vectors_as(request.encoding_format, tokens)
             n_values += tokens.size
         n_values += width
-        data.append(construct(Embedding, **item))
+        data.append(item)
     response = construct(
         EncodeResponse, model=embedded.model, dim=width, data=data, usage=usage_of(embedded.tokens_used)
     )

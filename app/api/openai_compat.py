@@ -7,7 +7,6 @@ from starlette.responses import Response
 
 from app.schemas import (
     ERROR_RESPONSES,
-    OpenAIEmbedding,
     OpenAIEmbeddingsRequest,
     OpenAIEmbeddingsResponse,
     OpenAIModel,
@@ -44,8 +43,8 @@ async def embeddings(
 
 def openai_embeddings(request: OpenAIEmbeddingsRequest, embedded: Embedded) -> Reply:
     """/v1/embeddings' answer, in OpenAI's shape."""
-    data = [
-        construct(OpenAIEmbedding, object="embedding", index=index, embedding=embedding)
+    data = [  # each an OpenAIEmbedding's fields as a dict, in its order: orjson writes them natively
+        {"object": "embedding", "index": index, "embedding": embedding}
         for index, embedding in enumerate(vectors_as(request.encoding_format, embedded.vectors))
     ]
     response = construct(

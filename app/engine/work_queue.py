@@ -1,10 +1,12 @@
 """The queue between the requests and the inference thread: entries, budgets and dropping.
 
-A request's task (app/engine/messages.py) enters as entries, each carrying the ``Ticket`` of its request (the request's
-future, resolved once every entry is answered): one entry a text for the kinds whose texts share passes (embed,
-classify), one for the whole task otherwise. The worker takes entries in arrival order: entries of one batched
-kind up to the padded-token budget (rows × longest row) and the batch size, any other entry alone. Entries whose
-request is gone (client disconnected, deadline passed) are dropped unseen.
+A request's task (app/engine/messages.py) enters as one entry carrying the ``Ticket`` of its request (the request's
+future, resolved once every text is answered). The worker takes entries in arrival order: for the kinds whose texts
+share passes (embed, classify), the texts of as many entries of one kind as the padded-token budget (rows × longest
+row) and the batch size hold, the last of them cut where the pass is full and the rest of it left at the head of the
+queue for the next pass; any other entry alone. A request costs the queue one entry and each pass a slice of its
+texts, whatever its number of texts. Entries whose request is gone (client disconnected, deadline passed) are
+dropped unseen.
 
 With several compute lanes (app/engine/compute.py) the queue is shared out between them: a pass takes at most its
 fair share, the entries queued and computing divided by the lanes, and a lane that comes free while a pass of
@@ -36,7 +38,7 @@ from typing import Any
 
 from app.engine.messages import KINDS, Options, Task, TaskKind, Timing
 from app.errors import NotReady
-from model import TokenSequence
+from model import PackedTokens, TokenSequence
 
 # How long a free lane waits for its fair share while another pass of the same queue computes: about the time
 # the event loop takes to answer a pass of sixteen texts and to read their clients' next requests.
@@ -120,10 +122,11 @@ class Ticket:
         if self.started is None:
             self.started = now
 
-    def set(self, index: int, value: Any) -> bool:
-        """Record one entry's result; True once every entry has one (then ``settle`` the ticket)."""
-        self.results[index] = value
-        self.remaining -= 1
+    def set(self, index: int, values: Sequence[Any]) -> bool:
+        """Record the results of the texts from ``index`` on; True once every text has one (then ``settle`` the
+        ticket)."""
+        self.results[index : index + len(values)] = values
+        self.remaining -= len(values)
         if self.remaining == 0 and self.timing is not None and self.started is not None:
             self.timing.queue_s = self.started - self.submitted
             self.timing.inference_s = time.perf_counter() - self.started
@@ -163,32 +166,52 @@ def _reject(future: asyncio.Future[Any], error: BaseException) -> None:
 
 @dataclass(eq=False, slots=True)
 class Entry:
-    """A text of a batched task (entries of many requests share a pass), or a whole task of another kind (a pass
-    of its own)."""
+    """A batched task's texts not yet taken (entries of many requests share a pass; a pass may take some of them),
+    or a whole task of another kind (a pass of its own)."""
 
     ticket: Ticket
-    index: int  # its position among its request's entries (the text's, for a batched kind)
+    index: int  # its first text's position among its request's texts (0 for a kind that is not batched)
     kind: TaskKind
-    texts: Sequence[TokenSequence]  # its one text, or the task's texts
+    texts: Sequence[TokenSequence]
     options: Options
     batched: bool
-    tokens: int  # its longest text's tokens (0 for a task without texts)
+    lengths: list[int]  # each text's tokens (batched); the task's longest text's alone otherwise ([0] for none)
+    tokens: int = 0  # its longest text's tokens
+
+    def __post_init__(self) -> None:
+        self.tokens = max(self.lengths)
 
     @property
     def large(self) -> bool:
         """A pass that holds the most memory: it waits at the gate of large passes (``LargePasses``)."""
         return KINDS[self.kind].large
 
+    @property
+    def n_texts(self) -> int:
+        """The texts it counts for in the queue: its own for a batched kind, one for any other."""
+        return len(self.lengths)
 
-def entries(ticket: Ticket, task: Task) -> list[Entry]:
-    """A task as queue entries: one a text for a batched kind, else one."""
-    if task.batched:
-        return [
-            Entry(ticket, index, task.kind, (text,), task.options, True, len(text.ids))
-            for index, text in enumerate(task.texts)
-        ]
-    longest = max((len(text.ids) for text in task.texts), default=0)
-    return [Entry(ticket, 0, task.kind, task.texts, task.options, False, longest)]
+    def split(self, n: int) -> Entry:
+        """Its first ``n`` texts as an entry of their own; this one keeps the rest."""
+        head = Entry(self.ticket, self.index, self.kind, self.texts[:n], self.options, True, self.lengths[:n])
+        self.index += n
+        self.texts, self.lengths = self.texts[n:], self.lengths[n:]
+        self.tokens = max(self.lengths)
+        return head
+
+
+def entry(ticket: Ticket, task: Task) -> Entry:
+    """A task as a queue entry."""
+    texts = task.texts
+    lengths = texts.lengths() if isinstance(texts, PackedTokens) else [len(text.ids) for text in texts]
+    if not task.batched:
+        lengths = [max(lengths, default=0)]
+    return Entry(ticket, 0, task.kind, texts, task.options, task.batched, lengths)
+
+
+def texts_in(entries: Sequence[Entry]) -> int:
+    """The texts a pass of ``entries`` counts for (``Entry.n_texts``)."""
+    return sum(entry.n_texts for entry in entries)
 
 
 class WorkQueue:
@@ -210,8 +233,9 @@ class WorkQueue:
         self.lanes = lanes
         self.balance_wait = balance_wait
         self.on_drop = on_drop
-        self.dropped = 0  # entries dropped unseen, over the queue's life
+        self.dropped = 0  # texts dropped unseen, over the queue's life
         self._entries: deque[Entry] = deque()
+        self._queued = 0  # the texts of the entries queued
         self._condition = threading.Condition()
         self._closed = False
         self._computing = 0  # entries taken for passes that have not finished
@@ -225,7 +249,7 @@ class WorkQueue:
         if task.batched and not task.texts:
             return []
         ticket = Ticket(asyncio.get_running_loop(), len(task.texts) if task.batched else 1, timing)
-        self.put(entries(ticket, task))
+        self.put([entry(ticket, task)])
         return await ticket.future
 
     async def run_in_turn(self, tasks: Sequence[Task], timing: Timing | None = None) -> list[Any]:
@@ -249,17 +273,18 @@ class WorkQueue:
             if self._closed:
                 raise QueueClosed()
             self._entries.extend(entries)
+            self._queued += texts_in(entries)
             if self.lanes > 1:
                 self._condition.notify_all()  # a worker waiting for its share re-counts
             else:
                 self._condition.notify()
 
     def pending(self) -> int:
-        """Entries waiting for the inference thread."""
-        return len(self._entries)
+        """Texts waiting for the inference thread."""
+        return self._queued
 
     def computing(self) -> int:
-        """Entries taken for passes that have not finished."""
+        """Texts taken for passes that have not finished."""
         return self._computing
 
     def alone(self, entries: Sequence[Entry]) -> bool:
@@ -268,7 +293,7 @@ class WorkQueue:
         with self._condition:
             gate = self.large_passes
             startable = any(not entry.large or gate.running < gate.passes for entry in self._entries)
-            return not startable and self._computing == len(entries)
+            return not startable and self._computing == texts_in(entries)
 
     def wake(self) -> None:
         """Look at the queue again (a place at the gate of large passes came free)."""
@@ -285,7 +310,7 @@ class WorkQueue:
 
     def take(self, timeout: float | None = None) -> list[Entry] | None:
         """The next pass: one entry that runs alone, or entries of one batched kind up to the budget (and, with several
-        lanes, up to the fair share). Call ``finished`` with its length once it is computed.
+        lanes, up to the fair share). Call ``finished`` with its texts (``texts_in``) once it is computed.
 
         Blocks until there is work; returns [] if ``timeout`` seconds pass first, None once the queue is
         closed and empty.
@@ -308,7 +333,9 @@ class WorkQueue:
                         continue  # the entries were dropped, or taken, while waiting: wait again
                 batch = self._cut(self._fair_share())
                 if batch:
-                    self._computing += len(batch)
+                    taken = texts_in(batch)
+                    self._computing += taken
+                    self._queued -= taken
                     return batch
                 if self._entries:  # all at the gate of large passes (closed or not): wait for a place
                     left = None if deadline is None else deadline - time.monotonic()
@@ -317,22 +344,22 @@ class WorkQueue:
                     self._condition.wait(left)
                 # everything at the head was dropped or waited: look again
 
-    def finished(self, n_entries: int, large: bool = False) -> None:
-        """A pass of ``n_entries`` taken from the queue is done (computed or failed); ``large``: it was a large pass,
+    def finished(self, n_texts: int, large: bool = False) -> None:
+        """A pass of ``n_texts`` taken from the queue is done (computed or failed); ``large``: it was a large pass,
         whose place at the gate is now free."""
         with self._condition:
-            self._computing -= n_entries
+            self._computing -= n_texts
             if self.lanes > 1:
                 self._condition.notify_all()
         if large:
             self.large_passes.leave()
 
     def _fair_share(self) -> int:
-        """The most entries one pass takes: all it may, or with several lanes their share of what is queued
+        """The most texts one pass takes: all it may, or with several lanes their share of what is queued
         and computing (condition held)."""
         if self.lanes == 1:
             return self.max_batch_size
-        share = -(-(self._computing + len(self._entries)) // self.lanes)  # ceiling
+        share = -(-(self._computing + self._queued) // self.lanes)  # ceiling
         return max(1, min(self.max_batch_size, share))
 
     def _balance(self) -> None:
@@ -341,7 +368,7 @@ class WorkQueue:
         Inspection entries run alone and do not wait."""
         deadline = time.monotonic() + self.balance_wait
         while self._computing and self._entries and not self._closed:
-            queued = len(self._entries)
+            queued = self._queued
             if not self._entries[0].batched or queued >= (self._computing + queued) // self.lanes:
                 return
             left = deadline - time.monotonic()
@@ -352,25 +379,26 @@ class WorkQueue:
     def _linger(self) -> None:
         """Wait up to ``max_wait`` for more entries while the pass has room (condition held)."""
         deadline = time.monotonic() + self.max_wait
-        while len(self._entries) < self.max_batch_size and not self._closed:
+        while self._queued < self.max_batch_size and not self._closed:
             left = deadline - time.monotonic()
             if left <= 0 or not self._entries or not self._entries[0].batched:
                 return  # (another worker may have taken every entry meanwhile)
             self._condition.wait(left)
 
     def _cut(self, limit: int) -> list[Entry]:
-        """At most ``limit`` entries for one pass, from the head (condition held); gone ones are dropped on the
-        way."""
+        """At most ``limit`` texts for one pass, from the head (condition held); gone entries are dropped on the
+        way. The last entry of a batched pass may be cut: its first texts go, the rest stays at the head."""
         batch: list[Entry] = []
-        longest = 0
+        rows = longest = 0
         dropped = 0
         entries = self._entries
+        budget = self.max_batch_tokens
         at = 0  # entries before it wait at the gate of large passes: the pass is cut from those after them
-        while at < len(entries) and len(batch) < limit:
+        while at < len(entries) and rows < limit:
             entry = entries[at]
             if entry.ticket.gone():
                 del entries[at]
-                dropped += 1
+                dropped += entry.n_texts
                 continue
             if not entry.batched:
                 if batch:
@@ -383,13 +411,24 @@ class WorkQueue:
                 break
             if batch and entry.kind != batch[0].kind:
                 break  # each batched kind (embedding, classification) takes passes of its own
+            n = entry.n_texts
             longest_with = max(longest, entry.tokens)
-            if batch and longest_with * (len(batch) + 1) > self.max_batch_tokens:
-                break
-            del entries[at]
-            batch.append(entry)
-            longest = longest_with
+            if rows + n <= limit and longest_with * (rows + n) <= budget:
+                del entries[at]  # the whole of it
+                batch.append(entry)
+                rows, longest = rows + n, longest_with
+                continue
+            fits = 0  # else as many of its first texts as the pass holds (one at least, where the pass has none)
+            for length in entry.lengths[: limit - rows]:
+                longest_with = max(longest, length)
+                if rows + fits and longest_with * (rows + fits + 1) > budget:
+                    break
+                fits, longest = fits + 1, longest_with
+            if fits:
+                batch.append(entry.split(fits))
+            break  # the pass is full
         if dropped:
+            self._queued -= dropped
             self.dropped += dropped
             if self.on_drop is not None:
                 self.on_drop(dropped)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from app.allocator import malloc_trim
 from app.engine.compute import COMPUTE
 from app.engine.messages import KINDS, TaskKind
-from app.engine.work_queue import Entry, Ticket, WorkQueue, settle
+from app.engine.work_queue import Entry, Ticket, WorkQueue, settle, texts_in
 from app.errors import InferenceFailed
 from model import TokenSequence
 
@@ -116,7 +116,7 @@ class Worker:
         if stats.passes:
             logger.info(
                 "worker stopped: %d texts in %d forward passes (%.1f a pass), %.0f%% of computed tokens were "
-                "padding, %d entries dropped for requests gone",
+                "padding, %d texts dropped for requests gone",
                 stats.texts,
                 stats.passes,
                 stats.texts / stats.passes,
@@ -155,7 +155,7 @@ class Worker:
                     else:
                         self._alone(entries[0])
                 finally:
-                    self.queue.finished(len(entries), large=entries[0].large)
+                    self.queue.finished(texts_in(entries), large=entries[0].large)
             except BaseException:  # a bug outside the model: fail what is left of the pass, keep the thread
                 logger.exception("the inference thread failed outside the model; it goes on")
                 for ticket in _tickets(entries or []):
@@ -174,7 +174,11 @@ class Worker:
         started = time.perf_counter()
         for ticket in _tickets(entries):
             ticket.start(started)
-        texts, options = [e.texts[0] for e in entries], [e.options for e in entries]
+        texts: list[TokenSequence] = []
+        options: list[Any] = []
+        for entry in entries:
+            texts += entry.texts
+            options += [entry.options] * entry.n_texts
         try:
             results = COMPUTE.run(
                 compute, self.model, entries[0].kind, texts, options, spread=self.queue.alone(entries)
@@ -183,7 +187,12 @@ class Worker:
             self._retry_alone(entries, self._batched)
             return
         self._count(entries, time.perf_counter() - started)
-        settle([entry.ticket for entry, result in zip(entries, results) if entry.ticket.set(entry.index, result)])
+        done, at = [], 0
+        for entry in entries:
+            if entry.ticket.set(entry.index, results[at : at + entry.n_texts]):
+                done.append(entry.ticket)
+            at += entry.n_texts
+        settle(done)
 
     def _alone(self, entry: Entry) -> None:
         """A task of a kind that runs alone is a pass of its own: a failure is its request's alone (the queue then
@@ -197,25 +206,25 @@ class Worker:
             logger.exception("a %s pass failed: its request gets a 503", entry.kind)
             entry.ticket.fail(InferenceFailed("the model failed to compute this request"))
             return
-        if entry.ticket.set(entry.index, result):
+        if entry.ticket.set(entry.index, [result]):
             settle([entry.ticket])
 
     def _retry_alone(self, entries: Sequence[Entry], run: Callable[[Sequence[Entry]], None]) -> None:
         """A pass failed: run each request's entries alone, so that one bad request fails only itself."""
         tickets = _tickets(entries)
         if len(tickets) == 1:
-            logger.exception("a pass of %d texts of one request failed: that request gets a 503", len(entries))
+            logger.exception("a pass of %d texts of one request failed: that request gets a 503", texts_in(entries))
             tickets[0].fail(InferenceFailed("the model failed to compute this request"))
             return
         logger.warning(
-            "a pass of %d texts from %d requests failed: retrying each request alone", len(entries), len(tickets)
+            "a pass of %d texts from %d requests failed: retrying each request alone", texts_in(entries), len(tickets)
         )
         for ticket in tickets:
             run([entry for entry in entries if entry.ticket is ticket])
 
     def _count(self, entries: Sequence[Entry], seconds: float) -> None:
-        rows, longest = len(entries), max(entry.tokens for entry in entries)
-        real = sum(entry.tokens for entry in entries)
+        rows, longest = texts_in(entries), max(entry.tokens for entry in entries)
+        real = sum(sum(entry.lengths) for entry in entries)
         with self._lock:
             self._record(rows, longest, real, seconds)
         if self.on_pass is not None:

@@ -88,6 +88,10 @@ class PackedTokens(Sequence[TokenIds]):
     def __len__(self) -> int:
         return len(self.starts) - 1
 
+    def lengths(self) -> list[int]:
+        """Each text's tokens."""
+        return np.diff(self.starts).tolist()
+
     def __getitem__(self, index):  # type: ignore[no-untyped-def]  # Sequence's int and slice overloads
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]

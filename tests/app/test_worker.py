@@ -23,7 +23,7 @@ from app.engine.worker import Worker
 from app.errors import InferenceFailed, InvalidRequest
 from app.serving.tokenization import Tokenization
 from app.settings import Settings
-from model import AttentionSelection, EmbeddingSpec, TextEncoder
+from model import AttentionSelection, EmbeddingSpec, PackedTokens, TextEncoder
 from tests.helpers import local_worker, serving, wait_until
 
 SPEC = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
@@ -106,6 +106,82 @@ async def test_passes_keep_to_their_size_and_token_limits(
             alone = tiny_model.embed([text]).numpy()[0]
             np.testing.assert_allclose(result[0].sentence, alone, atol=1e-5)
     finally:
+        worker.stop()
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["encodings", "packed"])
+@pytest.mark.parametrize(("max_batch_size", "max_batch_tokens"), [(4, 10_000), (64, 60), (3, 40)])
+async def test_requests_of_many_texts_are_cut_across_passes_and_each_gets_its_own_rows(
+    tiny_model: TextEncoder, max_batch_size: int, max_batch_tokens: int, packed: bool
+) -> None:
+    """A request is one entry of the queue: a pass takes the texts of as many as fit, the last one cut where the pass
+    is full and its rest left for the next pass; every request gets exactly its own rows, in its order. ``packed``:
+    the texts as they come from a front end (``PackedTokens``)."""
+    queue = WorkQueue(max_batch_tokens=max_batch_tokens, max_batch_size=max_batch_size)
+    shapes: list[tuple[int, int]] = []
+
+    def recorded(encodings: list[Encoding], specs: list[EmbeddingSpec]) -> list[Any]:
+        shapes.append((len(encodings), max(len(e.ids) for e in encodings)))
+        return tiny_model.embed_encodings(encodings, specs)
+
+    sizes = [" ".join(["the quick brown fox"] * n) for n in (1, 5, 2, 8, 1, 3, 3, 1, 6, 2, 4, 1)]
+    requests_texts = [sizes[i : i + k] for i, k in ((0, 5), (5, 1), (6, 4), (10, 2))]
+    requests = [
+        asyncio.ensure_future(
+            queue.run(Task("embed", PackedTokens.of(encode(tiny_model, t)) if packed else encode(tiny_model, t), SPEC))
+        )
+        for t in requests_texts
+    ]
+    await wait_until(lambda: queue.pending() == len(sizes))
+    worker = Worker(queue, SimpleNamespace(embed_encodings=recorded))  # type: ignore[arg-type]  # to a full queue
+    try:
+        results = await asyncio.gather(*requests)
+        lengths = [len(e.ids) for e in encode(tiny_model, sizes)]
+        assert sum(rows for rows, _ in shapes) == len(sizes)
+        assert max(rows for rows, _ in shapes) <= max_batch_size
+        assert max(rows * longest for rows, longest in shapes) <= max(max_batch_tokens, max(lengths))
+        assert len(shapes) > len(requests) // 2  # the limits cut requests across passes
+        assert worker.stats.texts == len(sizes) and queue.pending() == queue.computing() == 0
+        for texts, result in zip(requests_texts, results, strict=True):
+            expected = tiny_model.embed(texts).numpy()  # the reference: the request's texts in one pass of their own
+            assert len(result) == len(texts)
+            np.testing.assert_allclose(np.stack([r.sentence for r in result]), expected, atol=1e-5)
+    finally:
+        worker.stop()
+
+
+async def test_a_request_cancelled_while_a_slice_of_it_computes_leaves_the_rest_uncomputed(
+    tiny_model: TextEncoder,
+) -> None:
+    """Its first texts are computing when its client goes: the rest of its texts are dropped unseen (counted), and
+    the request queued behind it gets exactly its own rows."""
+    computing, release = threading.Event(), threading.Event()
+    passes: list[int] = []
+
+    def held(encodings: list[Encoding], specs: list[EmbeddingSpec]) -> list[Any]:
+        passes.append(len(encodings))
+        if len(passes) == 1:
+            computing.set()
+            release.wait(30)
+        return tiny_model.embed_encodings(encodings, specs)
+
+    dropped: list[int] = []
+    queue = WorkQueue(max_batch_size=3, on_drop=dropped.append)
+    worker = Worker(queue, SimpleNamespace(embed_encodings=held))  # type: ignore[arg-type]
+    try:
+        first = asyncio.ensure_future(embed(queue, encode(tiny_model, [f"text {i}" for i in range(8)])))
+        assert await asyncio.to_thread(computing.wait, 30)  # its first 3 texts computing, 5 queued
+        second = asyncio.ensure_future(embed(queue, encode(tiny_model, ["the cat", "a dog"])))
+        await wait_until(lambda: queue.pending() == 7)
+        first.cancel()
+        release.set()
+        result = await second
+        np.testing.assert_allclose(
+            np.stack([r.sentence for r in result]), tiny_model.embed(["the cat", "a dog"]).numpy(), atol=1e-5
+        )
+        assert passes == [3, 2] and dropped == [5]  # nothing of the cancelled request's rest was computed
+    finally:
+        release.set()
         worker.stop()
 
 
@@ -482,12 +558,12 @@ async def test_tokenization_merges_requests_of_one_turn_and_confines_failures(
 
         max_tokens = real.max_tokens
 
-        def encode_unchecked(self, texts, pairs=None, truncate=True, special_tokens=True, left=False):
+        def encode_unchecked(self, texts, pairs=None, truncate=True, special_tokens=True, left=False, token_text=True):
             calls.append(len(texts))
             threads.add(threading.current_thread().name)
             if any(POISON in text for text in texts):
                 raise failure("cannot take this text")
-            return real.encode_unchecked(texts, pairs, truncate, special_tokens, left)
+            return real.encode_unchecked(texts, pairs, truncate, special_tokens, left, token_text)
 
         def check_lengths(self, encodings):
             return real.check_lengths(encodings)
