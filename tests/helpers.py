@@ -28,7 +28,7 @@ from tokenizers.models import WordPiece
 from app.engine.admission import Admission
 from app.engine.messages import Task
 from app.engine.work_queue import WorkQueue
-from app.engine.worker import Worker
+from app.engine.worker import Computing, Worker
 from app.main import create_app
 from app.serving.registry import ServedModel
 from app.settings import Settings
@@ -352,8 +352,8 @@ def running_server(env: dict[str, str] | None = None, timeout: float = 120.0) ->
 
 def local_queue(served: ServedModel) -> WorkQueue:
     """The queue of a model computed in this process (not a front end's way to an engine)."""
-    assert isinstance(served.queue, WorkQueue), "the model is computed in another process"
-    return served.queue
+    assert isinstance(served.queue, Computing), "the model is computed in another process"
+    return served.queue.queue
 
 
 @asynccontextmanager
@@ -388,14 +388,14 @@ async def busy(served: ServedModel) -> AsyncIterator[None]:
 
 def local_worker(served: ServedModel) -> Worker:
     """The inference threads of a model computed in this process."""
-    assert served.worker is not None, "the model is computed in another process"
-    return served.worker
+    assert isinstance(served.queue, Computing), "the model is computed in another process"
+    return served.queue.worker
 
 
 def local_model(served: ServedModel) -> TextEncoder:
     """The loaded model, where this process computes it."""
-    assert served.model is not None, "the model is computed in another process"
-    return served.model
+    assert isinstance(served.queue, Computing), "the model is computed in another process"
+    return served.queue.model
 
 
 def conforms(operations: list[Any], mode: Any, base_url: str, checks: list[Any], examples: int) -> None:

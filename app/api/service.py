@@ -1,11 +1,8 @@
 from __future__ import annotations
 
-import os
-
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.metrics import front_ends_exposition
 from app.schemas import ERROR_RESPONSES, HealthResponse, InfoResponse
 from app.serialization import json_response
 from app.services.info import info as describe
@@ -38,9 +35,5 @@ async def health(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     """Prometheus metrics (open, like /health)."""
     metrics, registry = request.app.state.metrics, request.app.state.registry
-    engine = registry.engine if registry is not None else None
-    if engine is None:
-        return Response(metrics.exposition(), media_type=metrics.content_type)
-    # a front end: every front end's HTTP metrics, summed, and the engine's own
-    body = front_ends_exposition(os.environ["PROMETHEUS_MULTIPROC_DIR"]) + await engine.metrics()
+    body = metrics.exposition() if registry is None else await registry.exposition(metrics)
     return Response(body, media_type=metrics.content_type)

@@ -1,6 +1,7 @@
 """What the services ask of the engine, whichever process computes: one interface, two implementations chosen
-once at start. In the process that computes, a model's ``WorkQueue`` (work_queue.py); in a front end, its
-``EngineQueue`` (remote.py), which sends the same tasks over the socket with the time their requests have left.
+once at start. In the process that computes, a model's ``Computing`` (worker.py: its queue and inference threads);
+in a front end, its ``EngineQueue`` (remote.py), which sends the same tasks over the socket with the time their
+requests have left.
 And what the engine asks of the served models (``Models``; app/serving/registry.py's ``ModelRegistry``)."""
 
 from __future__ import annotations
@@ -23,6 +24,19 @@ class Runner(Protocol):
 
     def pending(self) -> int:
         """Texts queued or computing: what /health and the graceful stop wait on."""
+        ...
+
+    def stopped(self) -> str | None:
+        """What has stopped computing the model's tasks that should not, short of shutdown (None while it
+        computes): its inference threads here, or the engine."""
+        ...
+
+    def computed(self) -> tuple[int, float]:
+        """The texts computed in this process and the seconds their passes took ((0, 0.0) where another computes)."""
+        ...
+
+    def close(self) -> None:
+        """Finish what is queued here and stop computing."""
         ...
 
 

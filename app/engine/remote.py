@@ -342,3 +342,12 @@ class EngineQueue:
 
     def pending(self) -> int:
         return 0  # the engine's queue: its own process counts it
+
+    def stopped(self) -> str | None:
+        return None if self.client.connected else "the engine"
+
+    def computed(self) -> tuple[int, float]:
+        return 0, 0.0  # the engine's: its own process counts it
+
+    def close(self) -> None:
+        pass  # the connection is the registry's, shared by every model

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.allocator import malloc_trim
 from app.engine.compute import COMPUTE
-from app.engine.messages import KINDS, TaskKind
+from app.engine.messages import KINDS, Task, TaskKind, Timing
 from app.engine.work_queue import Entry, Ticket, WorkQueue, settle, texts_in
 from app.errors import InferenceFailed
 from model import TokenSequence
@@ -242,3 +242,29 @@ class Worker:
 def _tickets(entries: Sequence[Entry]) -> list[Ticket]:
     """The distinct tickets of some entries, in order of first appearance."""
     return list({id(entry.ticket): entry.ticket for entry in entries}.values())
+
+
+class Computing:
+    """A model computed in this process, as the services run it (a ``Runner``): its queue and its inference threads."""
+
+    def __init__(self, name: str, model: TextEncoder, queue: WorkQueue, worker: Worker) -> None:
+        self.name, self.model, self.queue, self.worker = name, model, queue, worker
+
+    async def run(self, task: Task, timing: Timing | None = None) -> list[Any]:
+        return await self.queue.run(task, timing)
+
+    async def run_in_turn(self, tasks: Sequence[Task], timing: Timing | None = None) -> list[Any]:
+        return await self.queue.run_in_turn(tasks, timing)
+
+    def pending(self) -> int:
+        return self.queue.pending()
+
+    def stopped(self) -> str | None:
+        return None if self.worker.alive() else f"the inference thread of {self.name}"
+
+    def computed(self) -> tuple[int, float]:
+        stats = self.worker.stats
+        return stats.texts, stats.compute_seconds
+
+    def close(self) -> None:
+        self.worker.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -23,13 +24,12 @@ from app.engine.messages import ModelFacts
 from app.engine.remote import EngineClient, EngineQueue
 from app.engine.work_queue import LARGE_PASSES, WorkQueue
 from app.errors import ModelNotFound
-from app.metrics import Metrics
+from app.metrics import Metrics, front_ends_exposition
 from app.serving.tokenization import Reading, Tokenization
 from app.settings import Settings
 from model import DEFAULT_MODEL_NAME, GPU_PASS_TOKENS, ModelCard, default_model_path
 
 if TYPE_CHECKING:  # what computes, imported where a model is loaded: a front end (cards only) never loads torch
-    from app.engine.worker import Worker
     from model import TextEncoder
 
 logger = logging.getLogger(__name__)
@@ -46,17 +46,16 @@ class ModelLoadError(RuntimeError):
 
 @dataclass
 class ServedModel:
-    """One served model and everything that serves it: in the process that computes, the loaded model, its queue
-    and its inference threads; in a front end, its card and the engine's queue (app/engine/remote.py)."""
+    """One served model as the services see it: its card, its tokenisation stages and what runs its tasks (the
+    runner, chosen once at start: ``Computing`` where this process computes it, with the loaded model, its queue and
+    its inference threads; an ``EngineQueue`` in a front end)."""
 
     name: str
     card: ModelCard  # what the services need of the model (no weights)
     tokens: Tokenization  # for /encode and /tokenize: up to the model's maximum tokens
     attention_tokens: Tokenization  # for /attention: up to max_attention_tokens
-    queue: Runner  # a WorkQueue where this process computes, else an EngineQueue
+    queue: Runner  # its runner
     facts: ModelFacts  # where and how it computes
-    model: TextEncoder | None = None  # the loaded model, where this process computes
-    worker: Worker | None = None
     created: int = field(default_factory=lambda: int(time.time()))  # when it was loaded (unix seconds)
 
     @classmethod
@@ -65,7 +64,7 @@ class ServedModel:
     ) -> ServedModel:
         """Wrap a loaded model: its tokenisation stages, its queue, and its inference threads (started)."""
         from app.engine.compute import COMPUTE
-        from app.engine.worker import MALLOC_TRIM, Worker, counted
+        from app.engine.worker import MALLOC_TRIM, Computing, Worker, counted
 
         # Inspection may look at texts longer than the embeddings are made for (all-MiniLM-L6-v2: 256 tokens for
         # sentence-transformers, 512 positions): up to the position table, when the setting asks for it.
@@ -93,7 +92,7 @@ class ServedModel:
             name=f"inference-{name}",
             threads=COMPUTE.lanes,
         )
-        return cls.serving(name, model, settings, executor, queue, facts, model=model, worker=worker)
+        return cls.serving(name, model, settings, executor, Computing(name, model, queue, worker), facts)
 
     @classmethod
     def serving(
@@ -104,11 +103,8 @@ class ServedModel:
         executor: ThreadPoolExecutor,
         queue: Runner,
         facts: ModelFacts,
-        model: TextEncoder | None = None,
-        worker: Worker | None = None,
     ) -> ServedModel:
-        """A model's tokenisation stages around its queue (and, where this process computes it, the loaded model
-        and its inference threads)."""
+        """A model's tokenisation stages around its runner."""
         # Inspection may look at texts longer than the embeddings are made for (all-MiniLM-L6-v2: 256 tokens for
         # sentence-transformers, 512 positions): up to the position table, when the setting asks for it.
         limit = min(settings.max_attention_tokens or card.max_tokens, card.config.position_limit)
@@ -120,8 +116,6 @@ class ServedModel:
             attention_tokens=Tokenization(attention_tokenizer, executor),
             queue=queue,
             facts=facts,
-            model=model,
-            worker=worker,
         )
 
     @property
@@ -138,9 +132,8 @@ class ServedModel:
         )
 
     def close(self) -> None:
-        """Finish the queued work and stop the inference threads."""
-        if self.worker is not None:
-            self.worker.stop()
+        """Finish the queued work and stop computing."""
+        self.queue.close()
 
 
 class ModelRegistry:
@@ -154,7 +147,7 @@ class ModelRegistry:
         self._models = {served.name: served for served in models}
         self.default = models[0]
         self._executor = executor
-        self.engine = engine  # in a front end: the connection to the engine that computes
+        self._engine = engine  # in a front end: the connection to the engine that computes
 
     def get(self, name: str | None = None) -> ServedModel:
         """The model of that name (404 model_not_found if none); the default for None."""
@@ -174,9 +167,14 @@ class ModelRegistry:
 
     def stopped(self) -> list[str]:
         """What has stopped that should not, short of shutdown: a model's inference threads, or the engine."""
-        if self.engine is not None and not self.engine.connected:
-            return ["the engine"]
-        return [f"the inference thread of {s.name}" for s in self if s.worker is not None and not s.worker.alive()]
+        return list(dict.fromkeys(problem for s in self if (problem := s.queue.stopped()) is not None))
+
+    async def exposition(self, metrics: Metrics) -> bytes:
+        """/metrics' body: this process's metrics; in a front end, every front end's HTTP metrics summed and the
+        engine's own."""
+        if self._engine is None:
+            return metrics.exposition()
+        return front_ends_exposition(os.environ["PROMETHEUS_MULTIPROC_DIR"]) + await self._engine.metrics()
 
     def queued(self) -> int:
         """Entries waiting in every model's queue."""
@@ -184,9 +182,9 @@ class ModelRegistry:
 
     def seconds_per_text(self) -> float | None:
         """The recent compute cost of one text, over every model (None before any was computed)."""
-        workers = [served.worker for served in self if served.worker is not None]
-        texts = sum(worker.stats.texts for worker in workers)
-        seconds = sum(worker.stats.compute_seconds for worker in workers)
+        computed = [served.queue.computed() for served in self]
+        texts = sum(texts for texts, _ in computed)
+        seconds = sum(seconds for _, seconds in computed)
         return seconds / texts if texts else None
 
     def close(self) -> None:
@@ -238,10 +236,12 @@ def load_registry(
     LARGE_PASSES.configure(settings.inspection_passes)
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
     served: list[ServedModel] = []
+    loaded: list[TextEncoder] = []
     try:
         for name, source in _sources(settings, models):
             started, resident_before, gpu_before = time.perf_counter(), resident_bytes(), gpu_allocated_bytes()
             model = COMPUTE.run(_ready, name, source, settings)  # torch runs on the compute lanes alone
+            loaded.append(model)
             served.append(ServedModel.start(name, model, settings, metrics, executor))
             grown = max(resident_bytes() - resident_before, 0)  # this model's weights, tables and warm-up
             metrics.model_memory.labels(name).set(grown)
@@ -278,11 +278,7 @@ def load_registry(
                 "max_tokens": str(card.max_tokens),
             }
         )
-    gpus = {
-        model_served.model.device
-        for model_served in served
-        if model_served.model is not None and model_served.model.device.type == "cuda"
-    }
+    gpus = {model.device for model in loaded if model.device.type == "cuda"}
     if gpus:
         metrics.watch_gpu(sorted(gpus, key=str))
     settle_heap()
