@@ -424,7 +424,10 @@ class WorkQueue:
                 if rows + fits and longest_with * (rows + fits + 1) > budget:
                     break
                 fits, longest = fits + 1, longest_with
-            if fits:
+            if fits == n:  # (one text longer than the budget, alone in its pass)
+                del entries[at]
+                batch.append(entry)
+            elif fits:
                 batch.append(entry.split(fits))
             break  # the pass is full
         if dropped:

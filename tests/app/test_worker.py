@@ -79,6 +79,7 @@ async def attention(queue: WorkQueue, encoding: Encoding, selection: AttentionSe
         (4, 10_000),  # the size limit cuts
         (64, 60),  # the token budget cuts
         (3, 40),  # both
+        (64, 8),  # texts longer than the budget: each alone in its pass
     ],
 )
 async def test_passes_keep_to_their_size_and_token_limits(
@@ -110,7 +111,7 @@ async def test_passes_keep_to_their_size_and_token_limits(
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["encodings", "packed"])
-@pytest.mark.parametrize(("max_batch_size", "max_batch_tokens"), [(4, 10_000), (64, 60), (3, 40)])
+@pytest.mark.parametrize(("max_batch_size", "max_batch_tokens"), [(4, 10_000), (64, 60), (3, 40), (64, 8)])
 async def test_requests_of_many_texts_are_cut_across_passes_and_each_gets_its_own_rows(
     tiny_model: TextEncoder, max_batch_size: int, max_batch_tokens: int, packed: bool
 ) -> None:
