@@ -43,6 +43,7 @@ from bench.run import (
     make_sentences,
     process_stat,
     start_service,
+    stop_all,
     wait_ready,
     with_bundled_tokenizer,
 )
@@ -218,10 +219,7 @@ def main() -> None:
         }
         asyncio.run(compare(servers, args.rounds, args.clients, args.seconds))
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(30)
+        stop_all(processes)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from pathlib import Path
 import orjson
 
 from bench.frontend import HOST, process_tree, write_tiny_bert
-from bench.run import ROOT, cpu_seconds, drive, free_port, make_sentences, start_service
+from bench.run import ROOT, cpu_seconds, drive, free_port, make_sentences, start_service, stop_all
 
 
 @dataclass
@@ -203,10 +203,7 @@ def main() -> None:
             servers[name] = (processes[-1].pid, port)
         asyncio.run(compare(servers, args.rounds, args.seconds))
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(30)
+        stop_all(processes)
 
 
 if __name__ == "__main__":

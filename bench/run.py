@@ -276,6 +276,14 @@ def start_service(
     return process
 
 
+def stop_all(processes: list[subprocess.Popen], timeout_s: float = 30) -> None:
+    """Terminate every process, then wait for each (all are told before any is waited for)."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.wait(timeout_s)
+
+
 def wait_ready(process: subprocess.Popen, port: int) -> None:
     """Until GET /health answers 200 (three minutes at most)."""
     deadline = time.monotonic() + 180

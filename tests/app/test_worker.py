@@ -73,6 +73,15 @@ async def attention(queue: WorkQueue, encoding: Encoding, selection: AttentionSe
     return maps
 
 
+TEXTS = [" ".join(["the quick brown fox"] * n) for n in (1, 5, 2, 8, 1, 3, 3, 1, 6, 2, 4, 1)]
+REQUESTS = {  # the texts as requests: their indices into TEXTS
+    "one-text-a-request": [(i, 1) for i in range(len(TEXTS))],
+    "several-a-request": [(0, 5), (5, 1), (6, 4), (10, 2)],
+    "several-packed": [(0, 5), (5, 1), (6, 4), (10, 2)],  # as they come from a front end (PackedTokens)
+}
+
+
+@pytest.mark.parametrize("requests_of", list(REQUESTS))
 @pytest.mark.parametrize(
     ("max_batch_size", "max_batch_tokens"),
     [
@@ -82,9 +91,11 @@ async def attention(queue: WorkQueue, encoding: Encoding, selection: AttentionSe
         (64, 8),  # texts longer than the budget: each alone in its pass
     ],
 )
-async def test_passes_keep_to_their_size_and_token_limits(
-    tiny_model: TextEncoder, max_batch_size: int, max_batch_tokens: int
+async def test_passes_keep_to_their_size_and_token_limits_and_each_request_gets_its_own_rows(
+    tiny_model: TextEncoder, max_batch_size: int, max_batch_tokens: int, requests_of: str
 ) -> None:
+    """A request is one entry of the queue: a pass takes the texts of as many as fit, the last one cut where the pass
+    is full and its rest left for the next pass; every request gets exactly its own rows, in its order."""
     queue = WorkQueue(max_batch_tokens=max_batch_tokens, max_batch_size=max_batch_size)
     shapes: list[tuple[int, int]] = []  # (texts, longest) of each pass the model is given
 
@@ -92,57 +103,24 @@ async def test_passes_keep_to_their_size_and_token_limits(
         shapes.append((len(encodings), max(len(e.ids) for e in encodings)))
         return tiny_model.embed_encodings(encodings, specs)
 
-    texts = [" ".join(["the quick brown fox"] * n) for n in (1, 5, 2, 8, 1, 3, 3, 1, 6, 2, 4, 1)]
-    requests = [asyncio.ensure_future(embed(queue, encode(tiny_model, [t]))) for t in texts]
-    await wait_until(lambda: queue.pending() == len(texts))
+    requests_texts = [TEXTS[i : i + k] for i, k in REQUESTS[requests_of]]
+
+    def texts_of(texts: list[str]) -> Any:
+        encodings = encode(tiny_model, texts)
+        return PackedTokens.of(encodings) if requests_of == "several-packed" else encodings
+
+    requests = [asyncio.ensure_future(queue.run(Task("embed", texts_of(t), SPEC))) for t in requests_texts]
+    await wait_until(lambda: queue.pending() == len(TEXTS))
     worker = Worker(queue, SimpleNamespace(embed_encodings=recorded))  # type: ignore[arg-type]  # to a full queue
     try:
         results = await asyncio.gather(*requests)
-        lengths = [len(e.ids) for e in encode(tiny_model, texts)]
-        assert sum(rows for rows, _ in shapes) == len(texts)
+        lengths = [len(e.ids) for e in encode(tiny_model, TEXTS)]
+        assert sum(rows for rows, _ in shapes) == len(TEXTS)
         assert max(rows for rows, _ in shapes) <= max_batch_size
         assert max(rows * longest for rows, longest in shapes) <= max(max_batch_tokens, max(lengths))
         assert len(shapes) > 1  # the limits did cut the queue into several passes
-        for text, result in zip(texts, results, strict=True):
-            alone = tiny_model.embed([text]).numpy()[0]
-            np.testing.assert_allclose(result[0].sentence, alone, atol=1e-5)
-    finally:
-        worker.stop()
-
-
-@pytest.mark.parametrize("packed", [False, True], ids=["encodings", "packed"])
-@pytest.mark.parametrize(("max_batch_size", "max_batch_tokens"), [(4, 10_000), (64, 60), (3, 40), (64, 8)])
-async def test_requests_of_many_texts_are_cut_across_passes_and_each_gets_its_own_rows(
-    tiny_model: TextEncoder, max_batch_size: int, max_batch_tokens: int, packed: bool
-) -> None:
-    """A request is one entry of the queue: a pass takes the texts of as many as fit, the last one cut where the pass
-    is full and its rest left for the next pass; every request gets exactly its own rows, in its order. ``packed``:
-    the texts as they come from a front end (``PackedTokens``)."""
-    queue = WorkQueue(max_batch_tokens=max_batch_tokens, max_batch_size=max_batch_size)
-    shapes: list[tuple[int, int]] = []
-
-    def recorded(encodings: list[Encoding], specs: list[EmbeddingSpec]) -> list[Any]:
-        shapes.append((len(encodings), max(len(e.ids) for e in encodings)))
-        return tiny_model.embed_encodings(encodings, specs)
-
-    sizes = [" ".join(["the quick brown fox"] * n) for n in (1, 5, 2, 8, 1, 3, 3, 1, 6, 2, 4, 1)]
-    requests_texts = [sizes[i : i + k] for i, k in ((0, 5), (5, 1), (6, 4), (10, 2))]
-    requests = [
-        asyncio.ensure_future(
-            queue.run(Task("embed", PackedTokens.of(encode(tiny_model, t)) if packed else encode(tiny_model, t), SPEC))
-        )
-        for t in requests_texts
-    ]
-    await wait_until(lambda: queue.pending() == len(sizes))
-    worker = Worker(queue, SimpleNamespace(embed_encodings=recorded))  # type: ignore[arg-type]  # to a full queue
-    try:
-        results = await asyncio.gather(*requests)
-        lengths = [len(e.ids) for e in encode(tiny_model, sizes)]
-        assert sum(rows for rows, _ in shapes) == len(sizes)
-        assert max(rows for rows, _ in shapes) <= max_batch_size
-        assert max(rows * longest for rows, longest in shapes) <= max(max_batch_tokens, max(lengths))
-        assert len(shapes) > len(requests) // 2  # the limits cut requests across passes
-        assert worker.stats.texts == len(sizes) and queue.pending() == queue.computing() == 0
+        assert worker.stats.texts == len(TEXTS) and queue.pending() == 0
+        await wait_until(lambda: queue.computing() == 0)  # (the last pass ends just after its answers go)
         for texts, result in zip(requests_texts, results, strict=True):
             expected = tiny_model.embed(texts).numpy()  # the reference: the request's texts in one pass of their own
             assert len(result) == len(texts)
