@@ -20,7 +20,7 @@ from app.settings import Settings
 from model import TextEncoder, load_model
 from model.spec.checkpoint import YES_NO
 from tests.families import write_family_model
-from tests.helpers import Service, assert_error, wait_until_ready
+from tests.helpers import Service, assert_error, local_model, wait_until_ready
 
 QUERY = "What does the cat do?"
 DOCUMENTS = ["The cat sat on the mat.", "A lazy dog.", "Hello world!", "The quick brown fox jumps over the lazy dog."]
@@ -113,7 +113,7 @@ async def test_a_long_document_is_cut_never_the_template(decoders: Service) -> N
     from transformers import AutoTokenizer
 
     client, directory = decoders.client, DIRS["reranker"]
-    model: TextEncoder = decoders.app.state.registry.get("reranker").model
+    model: TextEncoder = local_model(decoders.app.state.registry.get("reranker"))
     tokenizer = AutoTokenizer.from_pretrained(directory)
     long_document = "The quick brown fox jumps over the lazy dog. " * 60
     documents = [long_document, DOCUMENTS[0]]
@@ -308,7 +308,7 @@ async def test_norm_weighted_attention_under_grouped_query_attention(decoders: S
     from tests.families import hf_model
 
     text = "The quick brown fox jumps over the lazy dog."
-    model: TextEncoder = decoders.app.state.registry.get("qwen3").model
+    model: TextEncoder = local_model(decoders.app.state.registry.get("qwen3"))
     encoding = model.tokenizer.encode([text])[0]
     reference = hf_model(DIRS["qwen3"])
     values: list[torch.Tensor] = []

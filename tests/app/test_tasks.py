@@ -14,7 +14,7 @@ from app.main import create_app
 from app.settings import Settings
 from model import TextEncoder, load_model
 from tests.families import write_family_model
-from tests.helpers import Service, wait_until_ready, write_tiny_model
+from tests.helpers import Service, local_model, wait_until_ready, write_tiny_model
 
 QUERY = "what does the cat do"
 DOCUMENTS = ["the cat sat on the mat", "a lazy dog", "hello world", "the quick brown fox jumps over the dog", "a cat"]
@@ -103,7 +103,7 @@ async def test_rerank_equals_cross_encoder_predict(tasks: Service, name: str) ->
 async def test_classify_equals_transformers(tasks: Service, name: str) -> None:
     from transformers import AutoModelForSequenceClassification
 
-    model = tasks.app.state.registry.get(name).model
+    model = local_model(tasks.app.state.registry.get(name))
     encodings = model.tokenizer.encode(TEXTS, PAIRS)
     batch = model.tokenizer.pad(encodings)
     inputs = {"input_ids": torch.from_numpy(batch.input_ids), "attention_mask": torch.from_numpy(batch.attention_mask)}
