@@ -9,7 +9,7 @@ texts, whatever its number of texts. Entries whose request is gone (client disco
 dropped unseen.
 
 With several compute lanes (app/engine/compute.py) the queue is shared out between them: a pass takes at most its
-fair share, the entries queued and computing divided by the lanes, and a lane that comes free while a pass of
+fair share, the texts queued and computing divided by the lanes, and a lane that comes free while a pass of
 this queue computes waits (up to ``balance_wait``) until its share has arrived. Without this rule the lanes
 fall into a lopsided rhythm under load: answering one pass brings its clients' next texts back one by one, a
 free lane takes each as it comes, and one lane computes passes of one to four texts while the other gathers
@@ -238,7 +238,7 @@ class WorkQueue:
         self._queued = 0  # the texts of the entries queued
         self._condition = threading.Condition()
         self._closed = False
-        self._computing = 0  # entries taken for passes that have not finished
+        self._computing = 0  # texts taken for passes that have not finished
         self.large_passes = large_passes
         large_passes.watch(self)
 
