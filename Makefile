@@ -35,7 +35,7 @@ OFFLINE_TARGETS := test test-fast bench bench-cpu-peers bench-inspection bench-h
 $(OFFLINE_TARGETS): export HF_HUB_OFFLINE := 1
 $(OFFLINE_TARGETS): export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: serve test test-fast lint format bench bench-inspection bench-host bench-peers bench-cpu-peers screenshots \
+.PHONY: serve test test-fast lint format proto bench bench-inspection bench-host bench-peers bench-cpu-peers screenshots \
 	install install-dev deploy-check download gpu-check clean
 
 install: $(VENV)/.installed
@@ -182,6 +182,10 @@ download: install
 
 gpu-check: install-dev
 	PYTHON=$(BIN)/python bash scripts/gpu_check.sh
+
+# app/api/tei_grpc's code from TEI's proto (tests/app/test_grpc.py checks that it is current)
+proto: install-dev
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. app/api/tei_grpc/tei.proto
 
 screenshots: install-dev $(CHROMIUM)
 	CHROMIUM=$(CHROMIUM) $(BIN)/python docs/make_screenshots.py

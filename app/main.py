@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("app")
 TIMING_HEADERS = ["X-Request-ID", "X-Queue-Time", "X-Inference-Time", "X-Serialization-Time"]
 EXIT_LOAD_FAILED = 1
+GRPC_GRACE_S = 30.0  # at shutdown, gRPC calls in flight are answered for up to this long
 
 
 class Service(FastAPI):
@@ -201,10 +202,17 @@ class Loading:
             # A front end reads cards and connects to the engine in a moment: it starts accepting once ready, and
             # the connections that arrive meanwhile go to the others rather than getting 503s.
             await loading
+        grpc_server = None
+        if self.settings.grpc_port is not None:  # TEI's gRPC API beside HTTP (UNAVAILABLE until ready)
+            from app.api.tei_grpc.server import start_grpc
+
+            grpc_server = await start_grpc(app.state, self.settings)
         try:
             yield
         finally:
             # Reached after the server has stopped accepting and answered what was in flight.
+            if grpc_server is not None:
+                await grpc_server.stop(min(self.settings.request_timeout_s, GRPC_GRACE_S))
             if not loading.done():
                 loading.cancel()
             if app.state.registry is not None:

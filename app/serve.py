@@ -315,6 +315,24 @@ class Supervisor:
 def listen_or_exit(host: str, port: int) -> socket.socket:
     """The listening socket, bound before anything loads; where it cannot be (the port in use, an address that is
     not this host's), one line saying so and exit status EXIT_CANNOT_LISTEN, and nothing logged as ready."""
+    listener = bound_or_exit(host, port, "--port")
+    logger.info(
+        "bound to %s; loading the models (requests are answered 503 not_ready until a line says the service serves)",
+        address(listener),
+    )
+    return listener
+
+
+def grpc_port_or_exit(settings: Settings) -> None:
+    """ENCODER_GRPC_PORT free, checked before anything loads (every process that serves gRPC binds it itself as it
+    starts, app/api/tei_grpc/server.py): else one line and EXIT_CANNOT_LISTEN, as for HTTP's port, rather than
+    front ends that fail to start again and again."""
+    if settings.grpc_port is not None:
+        bound_or_exit(settings.grpc_host, settings.grpc_port, "ENCODER_GRPC_PORT").close()
+
+
+def bound_or_exit(host: str, port: int, setting: str) -> socket.socket:
+    """A socket listening on host:port, or one line saying why not and exit status EXIT_CANNOT_LISTEN."""
     listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -323,13 +341,9 @@ def listen_or_exit(host: str, port: int) -> socket.socket:
     except OSError as error:
         listener.close()
         taken = error.errno == errno.EADDRINUSE
-        hint = "; another process listens there: stop it, or choose another --port" if taken else ""
+        hint = f"; another process listens there: stop it, or choose another {setting}" if taken else ""
         print(f"cannot listen on {host}:{port}: {error.strerror or error}{hint}", file=sys.stderr)
         sys.exit(EXIT_CANNOT_LISTEN)
-    logger.info(
-        "bound to %s; loading the models (requests are answered 503 not_ready until a line says the service serves)",
-        address(listener),
-    )
     return listener
 
 
@@ -345,7 +359,8 @@ def ready_line(listener: socket.socket, settings: Settings, names: list[str] | N
         from app.serving.registry import model_specs
 
         names = [name for name, _ in model_specs(settings)]
-    return f"ready on {address(listener)}: {', '.join(names)}"
+    grpc = f" (gRPC on {settings.grpc_host}:{settings.grpc_port})" if settings.grpc_port is not None else ""
+    return f"ready on {address(listener)}{grpc}: {', '.join(names)}"
 
 
 def fetch_or_exit(settings: Settings) -> Settings:
@@ -423,10 +438,12 @@ def main() -> None:
         "--no-access-log", action="store_true", help="accepted as uvicorn takes it (the service logs each request)"
     )
     args = parser.parse_args()
+    os.environ.setdefault("ENCODER_GRPC_HOST", args.host)  # gRPC where HTTP listens, unless told otherwise
     bound_allocator()  # before anything large is allocated, here and in every process started from here
     settings = settings_or_exit()
     configure_logging(settings.log_level, settings.log_format)
     listener = listen_or_exit(args.host, args.port)
+    grpc_port_or_exit(settings)
     settings = fetch_or_exit(settings)
     cores, gpu = available_cores(), computes_on_gpu(settings.device)
     workers = front_ends(settings.workers, cores, gpu)

@@ -181,6 +181,17 @@ class Settings(BaseSettings):
         default_factory=list,
         description="accepted Bearer keys, comma-separated; every endpoint but /health is open when empty",
     )
+    grpc_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="serve text-embeddings-inference's gRPC API (tei.v1) on this port beside HTTP, for the default "
+        "model; unset: no gRPC",
+    )
+    grpc_host: str = Field(
+        default_factory=lambda: os.environ.get("UVICORN_HOST", "127.0.0.1"),
+        description="the address the gRPC API listens on (with grpc_port); by default HTTP's (--host, UVICORN_HOST)",
+    )
     log_level: str = Field("info", description="logging level of the service")
     log_format: Literal["text", "json"] = Field("text", description="text, or one JSON object a line")
     cors_origins: Annotated[list[str], NoDecode] = Field(

@@ -30,6 +30,7 @@ from app.serialization import json_response
 from app.services.embeddings import Embeddings
 from app.serving.registry import ModelRegistry, ServedModel
 from app.serving.tokenization import Reading, check_token_ids
+from app.settings import Settings
 from app.web.dependencies import EmbeddingsDep, InspectionDep, Registry, ResponderDep, TasksDep, get_registry
 from app.web.responding import answer_value as answer
 
@@ -493,27 +494,26 @@ async def tokenize(body: TeiTokenizeRequest, served: Model) -> Response:
         raise Empty("`inputs` cannot be empty")
     prompted, _ = Embeddings.prompted(served, texts, body.prompt_name)  # the model's default prompt too, as /embed
     encodings = await served.tokens.encode(prompted, whole=True, special_tokens=body.add_special_tokens)
-    result = []
-    for text, encoding in zip(prompted, encodings, strict=True):
-        tokens = []
-        for id_, token, (start, end), special in zip(
-            encoding.ids, encoding.tokens, encoding.offsets, encoding.special_tokens_mask, strict=True
-        ):
-            if special:
-                tokens.append({"id": id_, "text": token, "special": True, "start": None, "stop": None})
-            else:  # TEI's offsets count bytes of the UTF-8 text
-                first = len(text[:start].encode("utf-8"))
-                tokens.append(
-                    {
-                        "id": id_,
-                        "text": text[start:end],
-                        "special": False,
-                        "start": first,
-                        "stop": first + len(text[start:end].encode("utf-8")),
-                    }
-                )
-        result.append(tokens)
+    result = [simple_tokens(text, encoding) for text, encoding in zip(prompted, encodings, strict=True)]
     return json_response(result)
+
+
+def simple_tokens(text: str, encoding: Any) -> list[dict[str, Any]]:
+    """A text's tokens as TEI's SimpleToken: id, the text it covers, whether special, and its byte offsets in the
+    UTF-8 text (none for a special token)."""
+    tokens = []
+    for id_, token, (start, end), special in zip(
+        encoding.ids, encoding.tokens, encoding.offsets, encoding.special_tokens_mask, strict=True
+    ):
+        if special:
+            tokens.append({"id": id_, "text": token, "special": True, "start": None, "stop": None})
+        else:  # TEI's offsets count bytes of the UTF-8 text
+            first = len(text[:start].encode("utf-8"))
+            piece = text[start:end]
+            tokens.append(
+                {"id": id_, "text": piece, "special": False, "start": first, "stop": first + len(piece.encode("utf-8"))}
+            )
+    return tokens
 
 
 @router.post("/decode", response_model=list[str], summary="TEI: token ids back to text")
@@ -530,7 +530,12 @@ async def decode(body: DecodeRequest, served: Model) -> Response:
 
 @router.get("/info", response_model=TeiInfo, summary="TEI: the served model")
 async def info(request: Request, served: Model) -> Response:
-    card, settings = served.card, request.app.state.settings
+    return json_response(tei_info(served, request.app.state.settings))
+
+
+def tei_info(served: ServedModel, settings: Settings) -> dict[str, Any]:
+    """The served model as TEI's /info describes it (its gRPC Info the same, app/api/tei_grpc)."""
+    card = served.card
     model_type: dict[str, Any]
     if kind(served) == "embedding":
         pooling = "splade" if splade(served) else {"lasttoken": "last_token"}.get(card.pooling.mode, card.pooling.mode)
@@ -540,25 +545,23 @@ async def info(request: Request, served: Model) -> Response:
         table: dict[str, dict[str, Any]] = {"id2label": {str(i): label for i, label in enumerate(labels)}}
         table["label2id"] = {label: i for i, label in enumerate(labels)}
         model_type = {kind(served): table}
-    return json_response(
-        {
-            "model_id": served.name,
-            "model_sha": None,
-            "model_dtype": served.facts.weights_dtype,
-            "served_model_name": served.name,
-            "model_type": model_type,
-            "max_concurrent_requests": settings.max_queue_texts,
-            "max_input_length": card.max_tokens,
-            "max_batch_tokens": served.facts.max_batch_tokens,
-            "max_batch_requests": None,
-            "max_client_batch_size": settings.max_batch_texts,
-            "auto_truncate": True,
-            "tokenization_workers": 1,
-            "version": __version__,
-            "sha": None,
-            "docker_label": None,
-        }
-    )
+    return {
+        "model_id": served.name,
+        "model_sha": None,
+        "model_dtype": served.facts.weights_dtype,
+        "served_model_name": served.name,
+        "model_type": model_type,
+        "max_concurrent_requests": settings.max_queue_texts,
+        "max_input_length": card.max_tokens,
+        "max_batch_tokens": served.facts.max_batch_tokens,
+        "max_batch_requests": None,
+        "max_client_batch_size": settings.max_batch_texts,
+        "auto_truncate": True,
+        "tokenization_workers": 1,
+        "version": __version__,
+        "sha": None,
+        "docker_label": None,
+    }
 
 
 @router.post(

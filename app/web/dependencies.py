@@ -6,6 +6,7 @@ import hmac
 from typing import Annotated
 
 from fastapi import Depends, Query, Request
+from starlette.datastructures import State
 
 from app.errors import NotReady, Unauthorized
 from app.services.embeddings import Embeddings
@@ -18,9 +19,14 @@ from app.web.responding import Responder
 
 async def get_registry(request: Request) -> ModelRegistry:
     """The loaded models; 503 ``not_ready`` until every one is loaded and warmed up."""
-    registry: ModelRegistry | None = request.app.state.registry
+    return registry_of(request.app.state)
+
+
+def registry_of(state: State) -> ModelRegistry:
+    """The app's loaded models (``state``: its ``app.state``), or NotReady while they load, or after one stopped."""
+    registry: ModelRegistry | None = state.registry
     if registry is None:
-        reason = request.app.state.load_error
+        reason = state.load_error
         raise NotReady(f"the model failed to load: {reason}" if reason else "the model is still loading")
     stopped = registry.stopped()
     if stopped:  # never expected: then /health fails too, and an orchestrator restarts the process
@@ -71,10 +77,15 @@ TasksDep = Annotated[Tasks, Depends(get_tasks)]
 
 async def require_api_key(request: Request) -> None:
     """401 ``unauthorized`` unless the request carries one of the configured keys (none configured: open)."""
-    settings: Settings = request.app.state.settings
+    check_api_key(request.app.state.settings, request.headers.get("authorization", ""))
+
+
+def check_api_key(settings: Settings, authorization: str) -> None:
+    """Unauthorized unless ``authorization`` (the header's or gRPC metadata's value) is ``Bearer <one of the
+    configured keys>``; anything passes when none is configured."""
     if not settings.api_keys:
         return
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise Unauthorized(
             "an API key is required: send the header 'Authorization: Bearer <key>'",

@@ -100,20 +100,15 @@ class Responder:
         served = registry.get(getattr(body, "model", None))
         return await self.answer(request, lambda timing: work(served, body, timing), body.admitted_texts)
 
-    async def answer(self, request: Request, work: Callable[[Timing], Awaitable[Reply]], n_texts: int = 1) -> Response:
-        """Admit the request (429 past the limit), await its work within the deadline, serialise it.
-
-        The response carries the time spent queued, computing and serialising, in milliseconds.
-        """
+    async def run(self, work: Callable[[Timing], Awaitable[R]], n_texts: int = 1) -> tuple[R, Timing]:
+        """Admit ``n_texts`` (429 overloaded past the limit) and await ``work(timing)`` within the deadline (503
+        timeout past it): its value, and where its time went. What every transport's answer is made of (HTTP here,
+        gRPC in app/api/tei_grpc)."""
         timing = Timing(deadline=asyncio.get_running_loop().time() + self.request_timeout_s)
-        request.state.timing = timing
         with self.admission.admit(n_texts):
             try:
                 async with asyncio.timeout(self.request_timeout_s):  # no task of its own, unlike wait_for
-                    reply: Reply = await until_disconnected(request, work(timing))
-            except ClientGone:
-                logger.info("client gone: %s %s dropped", request.method, request.url.path)
-                return Response(status_code=499)
+                    return await work(timing), timing
             except (TimeoutError, Timeout):  # the deadline here, or the same deadline where the engine runs apart
                 self.metrics.timeouts.inc()
                 raise Timeout(
@@ -121,6 +116,28 @@ class Responder:
                     "is overloaded: retry later or send fewer texts",
                     headers={"Retry-After": str(self.admission.retry_after())},
                 ) from None
+
+    def observe(self, route: str, timing: Timing, serialization_s: float) -> None:
+        """A request's time in the latency histogram, by phase."""
+        self.metrics.latency.labels(route, "queue").observe(timing.queue_s)
+        self.metrics.latency.labels(route, "inference").observe(timing.inference_s)
+        self.metrics.latency.labels(route, "serialization").observe(serialization_s)
+
+    async def answer(self, request: Request, work: Callable[[Timing], Awaitable[Reply]], n_texts: int = 1) -> Response:
+        """Admit the request (429 past the limit), await its work within the deadline, serialise it.
+
+        The response carries the time spent queued, computing and serialising, in milliseconds.
+        """
+
+        async def watched(timing: Timing) -> Reply:
+            request.state.timing = timing  # the request log reads it
+            return await until_disconnected(request, work(timing))
+
+        try:
+            reply, timing = await self.run(watched, n_texts)
+        except ClientGone:
+            logger.info("client gone: %s %s dropped", request.method, request.url.path)
+            return Response(status_code=499)
         started = time.perf_counter()
         media_type = "application/json"
         if reply.archive is not None:
@@ -130,10 +147,7 @@ class Responder:
         else:
             parts = [dumps(reply.body)]
         serialization_s = time.perf_counter() - started
-        route = request.scope["route"].path
-        self.metrics.latency.labels(route, "queue").observe(timing.queue_s)
-        self.metrics.latency.labels(route, "inference").observe(timing.inference_s)
-        self.metrics.latency.labels(route, "serialization").observe(serialization_s)
+        self.observe(request.scope["route"].path, timing, serialization_s)
         headers = {
             "X-Queue-Time": f"{timing.queue_s * 1000:.2f}",
             "X-Inference-Time": f"{timing.inference_s * 1000:.2f}",

@@ -1,0 +1,496 @@
+"""Text-embeddings-inference's gRPC API beside HTTP: ``ENCODER_GRPC_PORT``, the default model, as TEI serves one.
+
+Every method is its TEI HTTP twin (app/api/tei.py) over the same services: the same queue, admission and deadline
+(``Responder.run``), the same API keys (metadata ``authorization: Bearer <key>``), the same checks. Errors are gRPC
+status codes (``CODES``): INVALID_ARGUMENT for bad input, FAILED_PRECONDITION for a model that lacks the method's task,
+RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE before the model is ready, DEADLINE_EXCEEDED past the request
+timeout, UNAUTHENTICATED without a valid key.
+
+A stream's messages are computed as they arrive, up to STREAM_IN_FLIGHT at once, so that they share passes as the
+texts of one request do, and answered in their order; the first that fails ends the stream with its status.
+RerankStream's messages are one reranking (raw_scores, return_text, truncate and truncation_direction read from the
+first, as TEI reads the first two).
+
+With ENCODER_WORKERS > 1 every front end serves it on the same port (SO_REUSEPORT: the kernel spreads the
+connections), from its own event loop, as it serves HTTP. Unlike HTTP's shared socket, a front end that dies takes
+its gRPC connections with it; gRPC clients reconnect to the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+from pydantic import ValidationError
+from starlette.datastructures import State
+
+from app import __version__
+from app.api.tei import Backend, Empty, kind, need_embedding, simple_tokens, splade, strings, tei_info
+from app.api.tei_grpc import tei_pb2 as pb
+from app.api.tei_grpc import tei_pb2_grpc as pb_grpc
+from app.engine.messages import Timing
+from app.errors import ApiError, InvalidRequest, ModelLacks
+from app.schemas import ClassifyRequest, EncodeRequest, RerankRequest, SparseEncodeRequest, blank
+from app.services.embeddings import Embeddings
+from app.serving.registry import ServedModel
+from app.serving.tokenization import Reading, check_token_ids
+from app.settings import Settings
+from app.web.dependencies import check_api_key, registry_of
+
+logger = logging.getLogger(__name__)
+access = logging.getLogger("app.access")
+
+Request = TypeVar("Request")
+Answer = TypeVar("Answer")
+T = TypeVar("T")
+
+STREAM_IN_FLIGHT = 64  # a stream's messages computed at once: enough to fill passes, bounded for the queue's sake
+
+# our error types → gRPC status codes (TEI's own mapping, and the codes its clients expect)
+CODES: dict[str, grpc.StatusCode] = {
+    "validation_error": grpc.StatusCode.INVALID_ARGUMENT,
+    "bad_request": grpc.StatusCode.INVALID_ARGUMENT,
+    "empty": grpc.StatusCode.INVALID_ARGUMENT,
+    "payload_too_large": grpc.StatusCode.INVALID_ARGUMENT,
+    "wrong_model_kind": grpc.StatusCode.FAILED_PRECONDITION,
+    "model_not_found": grpc.StatusCode.NOT_FOUND,
+    "overloaded": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "not_ready": grpc.StatusCode.UNAVAILABLE,
+    "timeout": grpc.StatusCode.DEADLINE_EXCEEDED,
+    "inference_failed": grpc.StatusCode.INTERNAL,
+    "unauthorized": grpc.StatusCode.UNAUTHENTICATED,
+}
+
+
+def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status and message an error is answered with."""
+    if isinstance(error, ModelLacks):  # the services' refusal of a task the model has not: TEI's Backend
+        return grpc.StatusCode.FAILED_PRECONDITION, error.message
+    if isinstance(error, ApiError):
+        return CODES.get(error.type, grpc.StatusCode.INVALID_ARGUMENT), error.message
+    if isinstance(error, ValidationError):  # a native request the message translated to, refused
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ())) or "request"
+        return grpc.StatusCode.INVALID_ARGUMENT, f"{where}: {first.get('msg', 'invalid')}"
+    logger.error("a gRPC call failed", exc_info=error)
+    return grpc.StatusCode.INTERNAL, "the service failed to answer this request"
+
+
+def reading(direction: int, plain: bool = False) -> Reading:
+    return Reading(left=direction == pb.TRUNCATION_DIRECTION_LEFT, plain=plain)
+
+
+def metadata(chars: int, tokens: int, started: float, timing: Timing) -> pb.Metadata:
+    """TEI's per-answer metadata: what was computed and where the time went (tokenisation is not timed apart
+    here: it is part of the total)."""
+    return pb.Metadata(
+        compute_chars=chars,
+        compute_tokens=tokens,
+        total_time_ns=int((time.perf_counter() - started) * 1e9),
+        queue_time_ns=int(timing.queue_s * 1e9),
+        inference_time_ns=int(timing.inference_s * 1e9),
+    )
+
+
+class TeiServicer:
+    """Every method of TEI's five services (Info, Embed, Predict, Rerank, Tokenize), over the app's state: its
+    registry, services, responder, settings and metrics."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+    # ---- how every call runs ----
+
+    async def _unary(
+        self, method: str, context: grpc.aio.ServicerContext, answer: Callable[[ServedModel], Awaitable[T]]
+    ) -> T:
+        started, code = time.perf_counter(), grpc.StatusCode.OK
+        try:
+            return await answer(self._model(context))
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except Exception as error:
+            code, message = status_of(error)
+            await context.abort(code, message)
+            raise  # abort raised already
+        finally:
+            self._count(method, code, started)
+
+    async def _stream(
+        self,
+        method: str,
+        requests: AsyncIterator[Request],
+        context: grpc.aio.ServicerContext,
+        answer: Callable[[Request, ServedModel], Awaitable[Answer]],
+    ) -> AsyncIterator[Answer]:
+        started, code = time.perf_counter(), grpc.StatusCode.OK
+        slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
+        answers: asyncio.Queue[asyncio.Future[Answer] | None] = asyncio.Queue()
+
+        async def read(served: ServedModel) -> None:
+            try:
+                async for request in requests:
+                    await slots.acquire()
+                    answers.put_nowait(asyncio.ensure_future(answer(request, served)))
+            finally:
+                answers.put_nowait(None)
+
+        reader: asyncio.Task[None] | None = None
+        try:
+            reader = asyncio.create_task(read(self._model(context)))
+            while (future := await answers.get()) is not None:
+                try:
+                    yield await future
+                finally:
+                    slots.release()
+            await reader  # what ended the requests' stream, if it failed
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except Exception as error:
+            code, message = status_of(error)
+            await context.abort(code, message)
+        finally:
+            if reader is not None:
+                reader.cancel()
+            while not answers.empty():
+                left = answers.get_nowait()
+                if left is not None:
+                    left.cancel()
+            self._count(method, code, started)
+
+    def _model(self, context: grpc.aio.ServicerContext) -> ServedModel:
+        """The default model, once the key is checked (UNAUTHENTICATED) and the models are ready (UNAVAILABLE)."""
+        sent = dict(context.invocation_metadata() or ())
+        check_api_key(self.settings, str(sent.get("authorization", "")))
+        return registry_of(self.state).default
+
+    def _count(self, method: str, code: grpc.StatusCode, started: float) -> None:
+        seconds = time.perf_counter() - started
+        route = f"/tei.v1.{method}"
+        self.state.metrics.requests.labels(route, "GRPC", code.name).inc()
+        self.state.metrics.latency.labels(route, "total").observe(seconds)
+        access.info("GRPC %s %s %.1f ms", route, code.name, seconds * 1000)
+
+    async def _run(self, work: Callable[[Timing], Awaitable[T]], n_texts: int) -> tuple[T, Timing]:
+        return await self.state.responder.run(work, n_texts)
+
+    @property
+    def settings(self) -> Settings:
+        return self.state.settings
+
+    @property
+    def embeddings(self) -> Embeddings:
+        return self.state.embeddings
+
+    # ---- Info ----
+
+    async def Info(self, request: pb.InfoRequest, context: grpc.aio.ServicerContext) -> pb.InfoResponse:  # noqa: N802
+        async def answer(served: ServedModel) -> pb.InfoResponse:
+            facts = tei_info(served, self.settings)
+            model_type = {
+                "embedding": pb.MODEL_TYPE_EMBEDDING,
+                "classifier": pb.MODEL_TYPE_CLASSIFIER,
+                "reranker": pb.MODEL_TYPE_RERANKER,
+            }[kind(served)]
+            return pb.InfoResponse(
+                version=__version__,
+                model_id=facts["model_id"],
+                model_dtype=facts["model_dtype"],
+                model_type=model_type,
+                max_concurrent_requests=facts["max_concurrent_requests"],
+                max_input_length=facts["max_input_length"],
+                max_batch_tokens=facts["max_batch_tokens"],
+                max_client_batch_size=facts["max_client_batch_size"],
+                tokenization_workers=facts["tokenization_workers"],
+            )
+
+        return await self._unary("Info/Info", context, answer)
+
+    # ---- Embed ----
+
+    async def _embed(self, request: pb.EmbedRequest, served: ServedModel) -> pb.EmbedResponse:
+        started = time.perf_counter()
+        need_embedding(served)
+        normalize = request.normalize if request.HasField("normalize") else True  # TEI's default: true
+        if splade(served) and normalize:
+            raise Backend("`normalize` is not available for SPLADE models")
+        if request.HasField("dimensions") and request.dimensions < 1:
+            raise InvalidRequest("dimensions", "`dimensions` should be positive")
+        texts, _ = strings(request.inputs)
+        native = EncodeRequest(
+            texts=texts,
+            normalize=normalize,
+            truncate=request.truncate,
+            dimensions=request.dimensions if request.HasField("dimensions") else None,
+            prompt_name=request.prompt_name if request.HasField("prompt_name") else None,
+        )
+        served = served.read_as(reading(request.truncation_direction))
+        embedded, timing = await self._run(lambda t: self.embeddings.encode(served, native, t), native.admitted_texts)
+        return pb.EmbedResponse(
+            embeddings=embedded.vectors[0].tolist(),
+            metadata=metadata(len(request.inputs), embedded.tokens_used, started, timing),
+        )
+
+    async def Embed(self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext) -> pb.EmbedResponse:  # noqa: N802
+        return await self._unary("Embed/Embed", context, lambda served: self._embed(request, served))
+
+    async def EmbedStream(  # noqa: N802
+        self, requests: AsyncIterator[pb.EmbedRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.EmbedResponse]:
+        async for answer in self._stream("Embed/EmbedStream", requests, context, self._embed):
+            yield answer
+
+    async def _embed_sparse(self, request: pb.EmbedSparseRequest, served: ServedModel) -> pb.EmbedSparseResponse:
+        started = time.perf_counter()
+        if served.card.sparse is None:
+            raise Backend("Model is not an embedding model with SPLADE pooling")
+        texts, _ = strings(request.inputs)
+        if request.HasField("prompt_name"):  # the prompt's text before it, as TEI puts it
+            texts, _ = Embeddings.prompted(served, texts, request.prompt_name)
+        native = SparseEncodeRequest(texts=texts, truncate=request.truncate)
+        served = served.read_as(reading(request.truncation_direction))
+        encoded, timing = await self._run(lambda t: self.embeddings.sparse(served, native, t), native.admitted_texts)
+        vector = encoded.vectors[0]
+        return pb.EmbedSparseResponse(
+            sparse_embeddings=[
+                pb.SparseValue(index=int(i), value=float(v)) for i, v in zip(vector.indices, vector.values, strict=True)
+            ],
+            metadata=metadata(len(request.inputs), encoded.tokens_used, started, timing),
+        )
+
+    async def EmbedSparse(  # noqa: N802
+        self, request: pb.EmbedSparseRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EmbedSparseResponse:
+        return await self._unary("Embed/EmbedSparse", context, lambda served: self._embed_sparse(request, served))
+
+    async def EmbedSparseStream(  # noqa: N802
+        self, requests: AsyncIterator[pb.EmbedSparseRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.EmbedSparseResponse]:
+        async for answer in self._stream("Embed/EmbedSparseStream", requests, context, self._embed_sparse):
+            yield answer
+
+    async def _embed_all(self, request: pb.EmbedAllRequest, served: ServedModel) -> pb.EmbedAllResponse:
+        started = time.perf_counter()
+        need_embedding(served)
+        if splade(served):
+            raise Backend("`embed_all` is not available for SPLADE models")
+        texts, _ = strings(request.inputs)
+        native = EncodeRequest(
+            texts=texts,
+            normalize=False,
+            truncate=request.truncate,
+            return_token_embeddings=True,
+            prompt_name=request.prompt_name if request.HasField("prompt_name") else None,
+        )
+        served = served.read_as(reading(request.truncation_direction))
+        embedded, timing = await self._run(lambda t: self.embeddings.encode(served, native, t), native.admitted_texts)
+        vectors = embedded.token_vectors[0]
+        assert vectors is not None, "token vectors were asked for"
+        return pb.EmbedAllResponse(
+            token_embeddings=[pb.TokenEmbedding(embeddings=row) for row in vectors.tolist()],
+            metadata=metadata(len(request.inputs), embedded.tokens_used, started, timing),
+        )
+
+    async def EmbedAll(self, request: pb.EmbedAllRequest, context: grpc.aio.ServicerContext) -> pb.EmbedAllResponse:  # noqa: N802
+        return await self._unary("Embed/EmbedAll", context, lambda served: self._embed_all(request, served))
+
+    async def EmbedAllStream(  # noqa: N802
+        self, requests: AsyncIterator[pb.EmbedAllRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.EmbedAllResponse]:
+        async for answer in self._stream("Embed/EmbedAllStream", requests, context, self._embed_all):
+            yield answer
+
+    # ---- Predict ----
+
+    async def _predict(
+        self, inputs: list[str], truncate: bool, raw_scores: bool, direction: int, served: ServedModel
+    ) -> pb.PredictResponse:
+        started = time.perf_counter()
+        if served.card.head is None:
+            raise Backend("Model is not a classifier model")
+        if not 1 <= len(inputs) <= 2:
+            raise InvalidRequest("inputs", "one string, or a pair of strings")
+        if any(blank(text) for text in inputs):
+            raise Empty("Input validation error: `inputs` cannot be empty")
+        native = ClassifyRequest(
+            texts=[inputs[0]],
+            text_pair=[inputs[1]] if len(inputs) == 2 else None,
+            truncate=truncate,
+            raw_scores=raw_scores,
+        )
+        served = served.read_as(reading(direction))
+        labelled, timing = await self._run(lambda t: self.state.tasks.classify(served, native, t), 1)
+        return pb.PredictResponse(
+            predictions=[pb.Prediction(score=score, label=label) for label, score in labelled.labels[0]],
+            metadata=metadata(sum(len(text) for text in inputs), labelled.tokens_used, started, timing),
+        )
+
+    async def _predict_one(self, request: pb.PredictRequest, served: ServedModel) -> pb.PredictResponse:
+        return await self._predict(
+            [request.inputs], request.truncate, request.raw_scores, request.truncation_direction, served
+        )
+
+    async def _predict_pair(self, request: pb.PredictPairRequest, served: ServedModel) -> pb.PredictResponse:
+        return await self._predict(
+            list(request.inputs), request.truncate, request.raw_scores, request.truncation_direction, served
+        )
+
+    async def Predict(self, request: pb.PredictRequest, context: grpc.aio.ServicerContext) -> pb.PredictResponse:  # noqa: N802
+        return await self._unary("Predict/Predict", context, lambda served: self._predict_one(request, served))
+
+    async def PredictPair(  # noqa: N802
+        self, request: pb.PredictPairRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PredictResponse:
+        return await self._unary("Predict/PredictPair", context, lambda served: self._predict_pair(request, served))
+
+    async def PredictStream(  # noqa: N802
+        self, requests: AsyncIterator[pb.PredictRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.PredictResponse]:
+        async for answer in self._stream("Predict/PredictStream", requests, context, self._predict_one):
+            yield answer
+
+    async def PredictPairStream(  # noqa: N802
+        self, requests: AsyncIterator[pb.PredictPairRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.PredictResponse]:
+        async for answer in self._stream("Predict/PredictPairStream", requests, context, self._predict_pair):
+            yield answer
+
+    # ---- Rerank ----
+
+    async def _rerank(
+        self,
+        query: str,
+        texts: list[str],
+        first: pb.RerankRequest | pb.RerankStreamRequest,
+        served: ServedModel,
+    ) -> pb.RerankResponse:
+        started = time.perf_counter()
+        if not texts:
+            raise Empty("`texts` cannot be empty")
+        native = RerankRequest(
+            query=query,
+            documents=texts,
+            raw_scores=first.raw_scores,
+            return_documents=first.return_text,
+            truncate=first.truncate,
+        )
+        served = served.read_as(reading(first.truncation_direction))
+        ranked, timing = await self._run(lambda t: self.state.tasks.rerank(served, native, t), native.admitted_texts)
+        ranks = [
+            pb.Rank(index=index, score=float(ranked.scores[index]), text=texts[index] if first.return_text else None)
+            for index in ranked.order
+        ]
+        chars = len(query) * len(texts) + sum(len(text) for text in texts)
+        return pb.RerankResponse(ranks=ranks, metadata=metadata(chars, ranked.tokens_used, started, timing))
+
+    async def Rerank(self, request: pb.RerankRequest, context: grpc.aio.ServicerContext) -> pb.RerankResponse:  # noqa: N802
+        async def answer(served: ServedModel) -> pb.RerankResponse:
+            return await self._rerank(request.query, list(request.texts), request, served)
+
+        return await self._unary("Rerank/Rerank", context, answer)
+
+    async def RerankStream(  # noqa: N802
+        self, requests: AsyncIterator[pb.RerankStreamRequest], context: grpc.aio.ServicerContext
+    ) -> pb.RerankResponse:
+        async def answer(served: ServedModel) -> pb.RerankResponse:
+            pairs = [request async for request in requests]
+            if not pairs:
+                raise Empty("`texts` cannot be empty")
+            by_query: dict[str, list[int]] = {}  # each query's messages: a reranking each, merged by score
+            for index, pair in enumerate(pairs):
+                by_query.setdefault(pair.query, []).append(index)
+            answers = await asyncio.gather(
+                *(
+                    self._rerank(query, [pairs[i].text for i in places], pairs[0], served)
+                    for query, places in by_query.items()
+                )
+            )
+            ranks = [
+                pb.Rank(index=places[rank.index], score=rank.score, text=rank.text if rank.HasField("text") else None)
+                for places, answered in zip(by_query.values(), answers, strict=True)
+                for rank in answered.ranks
+            ]
+            ranks.sort(key=lambda rank: -rank.score)
+            merged = pb.Metadata()
+            for answered in answers:
+                merged.compute_chars += answered.metadata.compute_chars
+                merged.compute_tokens += answered.metadata.compute_tokens
+                merged.queue_time_ns += answered.metadata.queue_time_ns
+                merged.inference_time_ns += answered.metadata.inference_time_ns
+                merged.total_time_ns = max(merged.total_time_ns, answered.metadata.total_time_ns)
+            return pb.RerankResponse(ranks=ranks, metadata=merged)
+
+        return await self._unary("Rerank/RerankStream", context, answer)
+
+    # ---- Tokenize ----
+
+    async def _tokenize(self, request: pb.EncodeRequest, served: ServedModel) -> pb.EncodeResponse:
+        texts, _ = strings(request.inputs)
+        prompt = request.prompt_name if request.HasField("prompt_name") else None
+        prompted, _ = Embeddings.prompted(served, texts, prompt)  # the model's default prompt too, as /embed
+        encodings = await served.tokens.encode(prompted, whole=True, special_tokens=request.add_special_tokens)
+        tokens = simple_tokens(prompted[0], encodings[0])
+        return pb.EncodeResponse(tokens=[pb.SimpleToken(**token) for token in tokens])
+
+    async def _decode(self, request: pb.DecodeRequest, served: ServedModel) -> pb.DecodeResponse:
+        ids = list(request.ids)
+        if not ids:
+            raise Empty("Input validation error: `input_ids` cannot be empty")
+        tokenizer = served.card.tokenizer
+        check_token_ids(tokenizer, [ids], "ids", bare=True)
+        return pb.DecodeResponse(text=tokenizer.decode(ids, skip_special_tokens=request.skip_special_tokens))
+
+    async def Tokenize(self, request: pb.EncodeRequest, context: grpc.aio.ServicerContext) -> pb.EncodeResponse:  # noqa: N802
+        return await self._unary("Tokenize/Tokenize", context, lambda served: self._tokenize(request, served))
+
+    async def TokenizeStream(  # noqa: N802
+        self, requests: AsyncIterator[pb.EncodeRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.EncodeResponse]:
+        async for answer in self._stream("Tokenize/TokenizeStream", requests, context, self._tokenize):
+            yield answer
+
+    async def Decode(self, request: pb.DecodeRequest, context: grpc.aio.ServicerContext) -> pb.DecodeResponse:  # noqa: N802
+        return await self._unary("Tokenize/Decode", context, lambda served: self._decode(request, served))
+
+    async def DecodeStream(  # noqa: N802
+        self, requests: AsyncIterator[pb.DecodeRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.DecodeResponse]:
+        async for answer in self._stream("Tokenize/DecodeStream", requests, context, self._decode):
+            yield answer
+
+
+SERVICES = (
+    pb_grpc.add_InfoServicer_to_server,
+    pb_grpc.add_EmbedServicer_to_server,
+    pb_grpc.add_PredictServicer_to_server,
+    pb_grpc.add_RerankServicer_to_server,
+    pb_grpc.add_TokenizeServicer_to_server,
+)
+
+
+async def start_grpc(state: State, settings: Settings) -> grpc.aio.Server:
+    """The gRPC server on ``settings.grpc_host:grpc_port``, serving; RuntimeError if it cannot listen there."""
+    assert settings.grpc_port is not None
+    server = grpc.aio.server(
+        options=[
+            ("grpc.so_reuseport", 1),  # every front end on the one port
+            ("grpc.max_receive_message_length", settings.max_body_bytes),  # HTTP's body limit
+        ]
+    )
+    servicer = TeiServicer(state)
+    for add in SERVICES:
+        add(servicer, server)
+    address = f"{settings.grpc_host}:{settings.grpc_port}"
+    try:
+        server.add_insecure_port(address)
+    except RuntimeError as error:
+        raise RuntimeError(f"ENCODER_GRPC_PORT: cannot listen on {address}: {error}") from None
+    await server.start()
+    logger.info("gRPC (text-embeddings-inference's tei.v1) on %s", address)
+    return server
