@@ -31,6 +31,9 @@ from tests.retrieval import write_splade
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "Attention is all you need.", "Hi", "naïve café — ünïcode"]
 LONG = " ".join(["word"] * 400)  # longer than MiniLM's 256 positions
 M = TypeVar("M")
+# grpcio shares connections between a process's channels to one address: a port used again by the next test's server
+# would find the last one's connection, closed. Each test channel keeps its own.
+OWN_CONNECTIONS = [("grpc.use_local_subchannel_pool", 1)]
 
 
 class Grpc:
@@ -55,7 +58,7 @@ async def grpc_serving(model: TextEncoder, **settings: Any) -> AsyncIterator[Grp
     port = free_port()
     async with (
         serving(Settings(grpc_port=port, grpc_host="127.0.0.1", **settings), model) as service,
-        grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
+        grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=OWN_CONNECTIONS) as channel,
     ):
         yield Grpc(service, channel)
 
@@ -159,6 +162,18 @@ async def test_embed_stream_answers_every_message_in_order(minilm: Grpc) -> None
     expected = await minilm.tei("/embed", {"inputs": texts})
     assert len(answers) == len(texts)
     np.testing.assert_allclose([list(a.embeddings) for a in answers], expected, atol=1e-5)
+
+
+async def test_a_streams_messages_of_different_options_each_answer_as_alone(minilm: Grpc) -> None:
+    """Messages that arrive together are computed as one request where their options are equal: interleaved
+    options, each answer still the one its message gets alone."""
+    options: list[dict[str, Any]] = [{}, {"normalize": False}, {"dimensions": 64}, {}, {}, {"normalize": False}]
+    requests = [pb.EmbedRequest(inputs=f"{TEXTS[i % 4]} {i}", **options[i % 6]) for i in range(48)]
+    streamed = [answer async for answer in minilm.embed.EmbedStream(each(requests))]
+    assert len(streamed) == len(requests)
+    for request, answer in zip(requests, streamed, strict=True):
+        alone = await minilm.embed.Embed(request)
+        np.testing.assert_allclose(answer.embeddings, alone.embeddings, atol=1e-5)
 
 
 async def test_embed_all_equals_tei_embed_all(minilm: Grpc) -> None:
@@ -371,7 +386,7 @@ def split(tiny_models: dict[str, Path]) -> Iterator[tuple[subprocess.Popen, str,
 
 
 def predict(target: str, text: str) -> pb.PredictResponse:
-    with grpc.insecure_channel(target) as channel:
+    with grpc.insecure_channel(target, options=OWN_CONNECTIONS) as channel:
         return pb_grpc.PredictStub(channel).Predict(pb.PredictRequest(inputs=text), timeout=30, wait_for_ready=True)
 
 

@@ -49,6 +49,7 @@ Answer = TypeVar("Answer")
 T = TypeVar("T")
 
 STREAM_IN_FLIGHT = 64  # a stream's messages computed at once: enough to fill passes, bounded for the queue's sake
+RUNS_AT_ONCE = 2  # a stream's runs of grouped messages computing at once: while they do, the next run gathers
 
 # our error types → gRPC status codes (TEI's own mapping, and the codes its clients expect)
 CODES: dict[str, grpc.StatusCode] = {
@@ -96,6 +97,28 @@ def metadata(chars: int, tokens: int, started: float, timing: Timing) -> pb.Meta
     )
 
 
+def embed_options(request: pb.EmbedRequest) -> tuple[object, ...]:
+    """What an Embed message asks besides its text: messages of equal options can be one request."""
+    return (
+        request.truncate,
+        request.normalize if request.HasField("normalize") else None,
+        request.dimensions if request.HasField("dimensions") else None,
+        request.prompt_name if request.HasField("prompt_name") else None,
+        request.truncation_direction,
+    )
+
+
+def alone(
+    answer: Callable[[Request, ServedModel], Awaitable[Answer]],
+) -> Callable[[list[Request], ServedModel], Awaitable[list[Answer]]]:
+    """A method's answer to one message, as the answer to a run of one."""
+
+    async def run(requests: list[Request], served: ServedModel) -> list[Answer]:
+        return [await answer(request, served) for request in requests]
+
+    return run
+
+
 class TeiServicer:
     """Every method of TEI's five services (Info, Embed, Predict, Rerank, Tokenize), over the app's state: its
     registry, services, responder, settings and metrics."""
@@ -126,29 +149,82 @@ class TeiServicer:
         method: str,
         requests: AsyncIterator[Request],
         context: grpc.aio.ServicerContext,
-        answer: Callable[[Request, ServedModel], Awaitable[Answer]],
+        answer: Callable[[list[Request], ServedModel], Awaitable[list[Answer]]],
+        key: Callable[[Request], object] | None = None,
     ) -> AsyncIterator[Answer]:
+        """Each message answered in order. ``answer`` takes a run of messages and gives their answers; with ``key``,
+        the messages that arrived while RUNS_AT_ONCE runs computed, of equal keys (the same options), go as one run,
+        one request of the service, as the texts of one HTTP request do; without, each message is a run, computed
+        as it arrives. Up to STREAM_IN_FLIGHT messages are in flight."""
         started, code = time.perf_counter(), grpc.StatusCode.OK
         slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
-        answers: asyncio.Queue[asyncio.Future[Answer] | None] = asyncio.Queue()
+        arrived: asyncio.Queue[Request | None] = asyncio.Queue()
+        answers: asyncio.Queue[asyncio.Future[list[Answer | Exception]] | None] = asyncio.Queue()
+        computing = asyncio.Semaphore(RUNS_AT_ONCE)  # runs of grouped messages computing at once
 
-        async def read(served: ServedModel) -> None:
+        async def read() -> None:
             try:
                 async for request in requests:
                     await slots.acquire()
-                    answers.put_nowait(asyncio.ensure_future(answer(request, served)))
+                    arrived.put_nowait(request)
+            finally:
+                arrived.put_nowait(None)
+
+        async def computed(run: list[Request], served: ServedModel, counted: bool) -> list[Answer | Exception]:
+            """The run's answers; where it fails as one, its messages one by one, each answer or error in its place
+            (those before a bad message are still answered)."""
+            try:
+                return list(await answer(run, served))
+            except Exception:
+                if len(run) == 1:
+                    raise
+            finally:
+                if counted:
+                    computing.release()
+            out: list[Answer | Exception] = []
+            for request in run:
+                try:
+                    out += await answer([request], served)
+                except Exception as error:
+                    out.append(error)
+                    break
+            return out
+
+        async def group(served: ServedModel) -> None:
+            held: list[Request] = []  # a message that begins the next run
+            ended = False
+            try:
+                while held or not ended:
+                    first = held.pop() if held else await arrived.get()
+                    if first is None:
+                        break
+                    run = [first]
+                    if key is not None:
+                        await computing.acquire()  # the messages that arrive meanwhile make the next run
+                        while not arrived.empty():
+                            following = arrived.get_nowait()
+                            if following is None:
+                                ended = True
+                                break
+                            if key(following) != key(first):
+                                held.append(following)
+                                break
+                            run.append(following)
+                    answers.put_nowait(asyncio.ensure_future(computed(run, served, key is not None)))
             finally:
                 answers.put_nowait(None)
 
-        reader: asyncio.Task[None] | None = None
+        tasks: list[asyncio.Task[None]] = []
         try:
-            reader = asyncio.create_task(read(self._model(context)))
+            served = self._model(context)
+            tasks = [asyncio.create_task(read()), asyncio.create_task(group(served))]
             while (future := await answers.get()) is not None:
-                try:
-                    yield await future
-                finally:
+                for result in await future:
                     slots.release()
-            await reader  # what ended the requests' stream, if it failed
+                    if isinstance(result, Exception):
+                        raise result
+                    yield result
+            await tasks[0]  # what ended the requests' stream, if it failed
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
             raise
@@ -156,8 +232,8 @@ class TeiServicer:
             code, message = status_of(error)
             await context.abort(code, message)
         finally:
-            if reader is not None:
-                reader.cancel()
+            for task in tasks:
+                task.cancel()
             while not answers.empty():
                 left = answers.get_nowait()
                 if left is not None:
@@ -214,36 +290,44 @@ class TeiServicer:
 
     # ---- Embed ----
 
-    async def _embed(self, request: pb.EmbedRequest, served: ServedModel) -> pb.EmbedResponse:
+    async def _embed(self, requests: list[pb.EmbedRequest], served: ServedModel) -> list[pb.EmbedResponse]:
+        """Messages of equal options (``embed_options``) as one request of the service."""
         started = time.perf_counter()
+        first = requests[0]
         need_embedding(served)
-        normalize = request.normalize if request.HasField("normalize") else True  # TEI's default: true
+        normalize = first.normalize if first.HasField("normalize") else True  # TEI's default: true
         if splade(served) and normalize:
             raise Backend("`normalize` is not available for SPLADE models")
-        if request.HasField("dimensions") and request.dimensions < 1:
+        if first.HasField("dimensions") and first.dimensions < 1:
             raise InvalidRequest("dimensions", "`dimensions` should be positive")
-        texts, _ = strings(request.inputs)
+        texts = [strings(request.inputs)[0][0] for request in requests]
         native = EncodeRequest(
             texts=texts,
             normalize=normalize,
-            truncate=request.truncate,
-            dimensions=request.dimensions if request.HasField("dimensions") else None,
-            prompt_name=request.prompt_name if request.HasField("prompt_name") else None,
+            truncate=first.truncate,
+            dimensions=first.dimensions if first.HasField("dimensions") else None,
+            prompt_name=first.prompt_name if first.HasField("prompt_name") else None,
         )
-        served = served.read_as(reading(request.truncation_direction))
+        served = served.read_as(reading(first.truncation_direction))
         embedded, timing = await self._run(lambda t: self.embeddings.encode(served, native, t), native.admitted_texts)
-        return pb.EmbedResponse(
-            embeddings=embedded.vectors[0].tolist(),
-            metadata=metadata(len(request.inputs), embedded.tokens_used, started, timing),
-        )
+        return [
+            pb.EmbedResponse(
+                embeddings=vector,
+                metadata=metadata(len(request.inputs), len(encoding.ids), started, timing),
+            )
+            for request, vector, encoding in zip(requests, embedded.vectors.tolist(), embedded.encodings, strict=True)
+        ]
 
     async def Embed(self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext) -> pb.EmbedResponse:  # noqa: N802
-        return await self._unary("Embed/Embed", context, lambda served: self._embed(request, served))
+        async def answer(served: ServedModel) -> pb.EmbedResponse:
+            return (await self._embed([request], served))[0]
+
+        return await self._unary("Embed/Embed", context, answer)
 
     async def EmbedStream(  # noqa: N802
         self, requests: AsyncIterator[pb.EmbedRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.EmbedResponse]:
-        async for answer in self._stream("Embed/EmbedStream", requests, context, self._embed):
+        async for answer in self._stream("Embed/EmbedStream", requests, context, self._embed, embed_options):
             yield answer
 
     async def _embed_sparse(self, request: pb.EmbedSparseRequest, served: ServedModel) -> pb.EmbedSparseResponse:
@@ -272,7 +356,7 @@ class TeiServicer:
     async def EmbedSparseStream(  # noqa: N802
         self, requests: AsyncIterator[pb.EmbedSparseRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.EmbedSparseResponse]:
-        async for answer in self._stream("Embed/EmbedSparseStream", requests, context, self._embed_sparse):
+        async for answer in self._stream("Embed/EmbedSparseStream", requests, context, alone(self._embed_sparse)):
             yield answer
 
     async def _embed_all(self, request: pb.EmbedAllRequest, served: ServedModel) -> pb.EmbedAllResponse:
@@ -303,7 +387,7 @@ class TeiServicer:
     async def EmbedAllStream(  # noqa: N802
         self, requests: AsyncIterator[pb.EmbedAllRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.EmbedAllResponse]:
-        async for answer in self._stream("Embed/EmbedAllStream", requests, context, self._embed_all):
+        async for answer in self._stream("Embed/EmbedAllStream", requests, context, alone(self._embed_all)):
             yield answer
 
     # ---- Predict ----
@@ -352,13 +436,13 @@ class TeiServicer:
     async def PredictStream(  # noqa: N802
         self, requests: AsyncIterator[pb.PredictRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.PredictResponse]:
-        async for answer in self._stream("Predict/PredictStream", requests, context, self._predict_one):
+        async for answer in self._stream("Predict/PredictStream", requests, context, alone(self._predict_one)):
             yield answer
 
     async def PredictPairStream(  # noqa: N802
         self, requests: AsyncIterator[pb.PredictPairRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.PredictResponse]:
-        async for answer in self._stream("Predict/PredictPairStream", requests, context, self._predict_pair):
+        async for answer in self._stream("Predict/PredictPairStream", requests, context, alone(self._predict_pair)):
             yield answer
 
     # ---- Rerank ----
@@ -452,7 +536,7 @@ class TeiServicer:
     async def TokenizeStream(  # noqa: N802
         self, requests: AsyncIterator[pb.EncodeRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.EncodeResponse]:
-        async for answer in self._stream("Tokenize/TokenizeStream", requests, context, self._tokenize):
+        async for answer in self._stream("Tokenize/TokenizeStream", requests, context, alone(self._tokenize)):
             yield answer
 
     async def Decode(self, request: pb.DecodeRequest, context: grpc.aio.ServicerContext) -> pb.DecodeResponse:  # noqa: N802
@@ -461,7 +545,7 @@ class TeiServicer:
     async def DecodeStream(  # noqa: N802
         self, requests: AsyncIterator[pb.DecodeRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.DecodeResponse]:
-        async for answer in self._stream("Tokenize/DecodeStream", requests, context, self._decode):
+        async for answer in self._stream("Tokenize/DecodeStream", requests, context, alone(self._decode)):
             yield answer
 
 
