@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import grpc
 from pydantic import ValidationError
@@ -119,6 +119,98 @@ def alone(
     return run
 
 
+class Runs(Generic[Request, Answer]):
+    """A stream's messages computed in runs, their answers in order. ``answer`` takes a run of messages and gives
+    their answers; with ``key``, the messages that arrived while RUNS_AT_ONCE runs computed, of equal keys (the same
+    options), go as one run, one request of the service, as the texts of one HTTP request do; without, each message
+    is a run, computed as it arrives. Up to STREAM_IN_FLIGHT messages are in flight."""
+
+    def __init__(
+        self,
+        requests: AsyncIterator[Request],
+        answer: Callable[[list[Request], ServedModel], Awaitable[list[Answer]]],
+        key: Callable[[Request], object] | None,
+        served: ServedModel,
+    ) -> None:
+        self.requests, self.answer, self.key, self.served = requests, answer, key, served
+        self.slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
+        self.computing = asyncio.Semaphore(RUNS_AT_ONCE)  # runs of grouped messages computing at once
+        self.arrived: asyncio.Queue[Request | None] = asyncio.Queue()
+        self.runs: asyncio.Queue[asyncio.Future[list[Answer | Exception]] | None] = asyncio.Queue()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def answered(self) -> AsyncIterator[Answer]:
+        """The answers in the messages' order; raises the first message's error."""
+        self.tasks = [asyncio.create_task(self.read()), asyncio.create_task(self.group())]
+        while (run := await self.runs.get()) is not None:
+            for result in await run:
+                self.slots.release()
+                if isinstance(result, Exception):
+                    raise result
+                yield result
+        await self.tasks[0]  # what ended the requests' stream, if it failed
+
+    def cancel(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        while not self.runs.empty():
+            left = self.runs.get_nowait()
+            if left is not None:
+                left.cancel()
+
+    async def read(self) -> None:
+        try:
+            async for request in self.requests:
+                await self.slots.acquire()
+                self.arrived.put_nowait(request)
+        finally:
+            self.arrived.put_nowait(None)
+
+    async def group(self) -> None:
+        held: list[Request] = []  # a message that begins the next run
+        ended = False
+        try:
+            while held or not ended:
+                first = held.pop() if held else await self.arrived.get()
+                if first is None:
+                    break
+                run = [first]
+                if self.key is not None:
+                    await self.computing.acquire()  # the messages that arrive meanwhile make the next run
+                    while not self.arrived.empty():
+                        following = self.arrived.get_nowait()
+                        if following is None:
+                            ended = True
+                            break
+                        if self.key(following) != self.key(first):
+                            held.append(following)
+                            break
+                        run.append(following)
+                self.runs.put_nowait(asyncio.ensure_future(self.computed(run)))
+        finally:
+            self.runs.put_nowait(None)
+
+    async def computed(self, run: list[Request]) -> list[Answer | Exception]:
+        """The run's answers; where it fails as one, its messages one by one, each answer or error in its place
+        (those before a bad message are still answered)."""
+        try:
+            return list(await self.answer(run, self.served))
+        except Exception:
+            if len(run) == 1:
+                raise
+        finally:
+            if self.key is not None:
+                self.computing.release()
+        out: list[Answer | Exception] = []
+        for request in run:
+            try:
+                out += await self.answer([request], self.served)
+            except Exception as error:
+                out.append(error)
+                break
+        return out
+
+
 class TeiServicer:
     """Every method of TEI's five services (Info, Embed, Predict, Rerank, Tokenize), over the app's state: its
     registry, services, responder, settings and metrics."""
@@ -152,79 +244,13 @@ class TeiServicer:
         answer: Callable[[list[Request], ServedModel], Awaitable[list[Answer]]],
         key: Callable[[Request], object] | None = None,
     ) -> AsyncIterator[Answer]:
-        """Each message answered in order. ``answer`` takes a run of messages and gives their answers; with ``key``,
-        the messages that arrived while RUNS_AT_ONCE runs computed, of equal keys (the same options), go as one run,
-        one request of the service, as the texts of one HTTP request do; without, each message is a run, computed
-        as it arrives. Up to STREAM_IN_FLIGHT messages are in flight."""
+        """Each message answered in order (``Runs``); the first that fails ends the stream with its status."""
         started, code = time.perf_counter(), grpc.StatusCode.OK
-        slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
-        arrived: asyncio.Queue[Request | None] = asyncio.Queue()
-        answers: asyncio.Queue[asyncio.Future[list[Answer | Exception]] | None] = asyncio.Queue()
-        computing = asyncio.Semaphore(RUNS_AT_ONCE)  # runs of grouped messages computing at once
-
-        async def read() -> None:
-            try:
-                async for request in requests:
-                    await slots.acquire()
-                    arrived.put_nowait(request)
-            finally:
-                arrived.put_nowait(None)
-
-        async def computed(run: list[Request], served: ServedModel, counted: bool) -> list[Answer | Exception]:
-            """The run's answers; where it fails as one, its messages one by one, each answer or error in its place
-            (those before a bad message are still answered)."""
-            try:
-                return list(await answer(run, served))
-            except Exception:
-                if len(run) == 1:
-                    raise
-            finally:
-                if counted:
-                    computing.release()
-            out: list[Answer | Exception] = []
-            for request in run:
-                try:
-                    out += await answer([request], served)
-                except Exception as error:
-                    out.append(error)
-                    break
-            return out
-
-        async def group(served: ServedModel) -> None:
-            held: list[Request] = []  # a message that begins the next run
-            ended = False
-            try:
-                while held or not ended:
-                    first = held.pop() if held else await arrived.get()
-                    if first is None:
-                        break
-                    run = [first]
-                    if key is not None:
-                        await computing.acquire()  # the messages that arrive meanwhile make the next run
-                        while not arrived.empty():
-                            following = arrived.get_nowait()
-                            if following is None:
-                                ended = True
-                                break
-                            if key(following) != key(first):
-                                held.append(following)
-                                break
-                            run.append(following)
-                    answers.put_nowait(asyncio.ensure_future(computed(run, served, key is not None)))
-            finally:
-                answers.put_nowait(None)
-
-        tasks: list[asyncio.Task[None]] = []
+        runs: Runs[Request, Answer] | None = None
         try:
-            served = self._model(context)
-            tasks = [asyncio.create_task(read()), asyncio.create_task(group(served))]
-            while (future := await answers.get()) is not None:
-                for result in await future:
-                    slots.release()
-                    if isinstance(result, Exception):
-                        raise result
-                    yield result
-            await tasks[0]  # what ended the requests' stream, if it failed
+            runs = Runs(requests, answer, key, self._model(context))
+            async for result in runs.answered():
+                yield result
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
             raise
@@ -232,12 +258,8 @@ class TeiServicer:
             code, message = status_of(error)
             await context.abort(code, message)
         finally:
-            for task in tasks:
-                task.cancel()
-            while not answers.empty():
-                left = answers.get_nowait()
-                if left is not None:
-                    left.cancel()
+            if runs is not None:
+                runs.cancel()
             self._count(method, code, started)
 
     def _model(self, context: grpc.aio.ServicerContext) -> ServedModel:
