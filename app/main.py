@@ -24,7 +24,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from app import __version__
+from app import __version__, tracing
 from app.allocator import bound_allocator
 from app.api import (
     attention,
@@ -197,6 +197,8 @@ class Loading:
 
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        # traces where OpenTelemetry's variables ask for them (app/tracing.py); stopped here if started here
+        traced = tracing.TRACER is None and tracing.start("front-end" if self.engine is not None else "service")
         loading = asyncio.create_task(self.load(app))
         if self.engine is not None:
             # A front end reads cards and connects to the engine in a moment: it starts accepting once ready, and
@@ -217,6 +219,8 @@ class Loading:
                 loading.cancel()
             if app.state.registry is not None:
                 await asyncio.to_thread(app.state.registry.close)
+            if traced:
+                await asyncio.to_thread(tracing.stop)  # what is left exported
             logger.info("stopped")
 
 

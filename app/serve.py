@@ -153,10 +153,12 @@ def engine_main(path: str, ready: Connection, parent: int) -> None:
     from app.engine.remote import Engine
     from app.metrics import Metrics
     from app.serving.registry import ModelLoadError, load_registry
+    from app.tracing import start, stop
 
     bound_kernel_caches()
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)
+    start("engine")  # its spans in the front ends' traces (app/tracing.py), where traces are on
     metrics = Metrics()
     try:
         registry = load_registry(settings, metrics)
@@ -181,6 +183,7 @@ def engine_main(path: str, ready: Connection, parent: int) -> None:
 
     asyncio.run(serve())
     registry.close()  # finishes what is queued
+    stop()
     logger.info("engine stopped")
 
 
@@ -393,12 +396,18 @@ def fetch_or_exit(settings: Settings) -> Settings:
 
 def settings_or_exit() -> Settings:
     """The ENCODER_* settings, or a line for each variable that is wrong or names no setting and exit status 2 (not
-    a traceback)."""
+    a traceback); the same for OpenTelemetry's variables where they ask for traces that cannot be sent."""
     from pydantic import ValidationError
     from pydantic_settings import SettingsError
 
+    from app.tracing import TracingUnavailable, check
+
     try:
+        check()  # OpenTelemetry's own variables, where they ask for traces (app/tracing.py)
         return get_settings()
+    except TracingUnavailable as error:
+        print(error, file=sys.stderr)
+        sys.exit(2)
     except UnknownSettings as error:
         print("\n".join(error.lines), file=sys.stderr)
         sys.exit(2)

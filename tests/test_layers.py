@@ -33,7 +33,7 @@ def test_app_imports_model_through_its_package_face() -> None:
 # app/'s folders from the bottom up (docs/ARCHITECTURE.md, "The layout"): each imports only the folders below it
 # and app/'s shared modules, which import no folder; main.py and serve.py, at the top, import any
 FLOORS = ("engine", "serving", "services", "web", "api")
-SHARED = {"errors", "metrics", "logs", "settings", "serialization", "schemas", "download", "allocator"}
+SHARED = {"errors", "metrics", "logs", "settings", "serialization", "schemas", "download", "allocator", "tracing"}
 
 
 def test_apps_folders_import_only_downwards() -> None:

@@ -6,7 +6,8 @@ single process does. Each message is one frame of app/engine/wire.py: a pickle w
 answer read straight into its own memory. A Unix stream costs half the CPU a round trip of the best zmq variant
 measured (docs/benchmarks/host-path.md, "How a task crosses between processes: four transports (CPU)").
 
-Messages, front end to engine: ``("task", id, model, task, seconds its request has left)``, ``("cancel", id)``
+Messages, front end to engine: ``("task", id, model, task, seconds its request has left[, span])``, the span (trace
+id, span id, flags) where the request is traced (app/tracing.py), ``("cancel", id)``
 (its client left or its deadline passed: the engine drops its texts unseen), ``("describe", id)`` (each model's
 facts). Engine to front end: ``(id, "ok", result, (queue s, inference s))`` or ``(id, "error", error)``, the
 ApiError itself.
@@ -25,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from app import tracing
 from app.engine.admission import Admission
 from app.engine.interface import Models
 from app.engine.messages import ModelFacts, Task, TaskKind, Timing
@@ -215,8 +217,17 @@ class Engine:
     def describe(self) -> dict[str, ModelFacts]:
         return {served.name: served.facts for served in self.registry}
 
-    async def run(self, connection: Connection, request_id: int, model: str, task: Task, left_s: float) -> None:
+    async def run(
+        self,
+        connection: Connection,
+        request_id: int,
+        model: str,
+        task: Task,
+        left_s: float,
+        sent: tracing.Carried | None = None,  # the front end's span, where the request is traced
+    ) -> None:
         timing = Timing()
+        traced = tracing.continued(sent) if sent is not None and tracing.TRACER is not None else None
         try:
             served = self.registry.get(model)
             with self.admission.admit(len(task.texts) if task.batched else 1):
@@ -234,6 +245,9 @@ class Engine:
             reply = (request_id, "error", error_of(InferenceFailed("the model failed to compute this request")))
         else:
             reply = (request_id, "ok", packed(task.kind, result), (timing.queue_s, timing.inference_s))
+        finally:
+            if traced is not None:
+                tracing.left(traced)
         connection.reply(reply)
 
 
@@ -326,7 +340,18 @@ class EngineQueue:
             return []
         # The engine drops what is still queued once the request's time is up: the time left, not the whole timeout
         left_s = timing.left_s(self.deadline_s) if timing is not None else self.deadline_s
-        result, (queue_s, inference_s) = await self.client.request("task", self.model, wire_task(task), left_s)
+        parent = tracing.current()
+        if parent is None:
+            result, (queue_s, inference_s) = await self.client.request("task", self.model, wire_task(task), left_s)
+        else:  # the engine's spans go under this one's, in the same trace
+            span = tracing.client_span("engine", parent)
+            try:
+                sent = tracing.carried(span)
+                result, (queue_s, inference_s) = await self.client.request(
+                    "task", self.model, wire_task(task), left_s, sent
+                )
+            finally:
+                span.end()
         result = unpacked(result)
         if timing is not None:
             timing.queue_s += queue_s

@@ -34,11 +34,15 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from app import tracing
 from app.engine.messages import KINDS, Options, Task, TaskKind, Timing
 from app.errors import NotReady
 from model import PackedTokens, TokenSequence
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import SpanContext
 
 # How long a free lane waits for its fair share while another pass of the same queue computes: about the time
 # the event loop takes to answer a pass of sixteen texts and to read their clients' next requests.
@@ -100,9 +104,16 @@ class QueueClosed(NotReady):
 
 
 class Ticket:
-    """One request's place in the queue: its future, resolved on the event loop once every entry is done."""
+    """One request's place in the queue: its future, resolved on the event loop once every entry is done; where its
+    request is traced (``parent``, app/tracing.py), the spans of the passes that carried it."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, n_entries: int, timing: Timing | None = None) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        n_entries: int,
+        timing: Timing | None = None,
+        parent: SpanContext | None = None,
+    ) -> None:
         self.loop = loop
         self.future: asyncio.Future[list[Any]] = loop.create_future()
         self.results: list[Any] = [None] * n_entries
@@ -110,6 +121,9 @@ class Ticket:
         self.timing = timing
         self.submitted = time.perf_counter()
         self.started: float | None = None  # when its first entry began computing
+        self.ended: float | None = None  # when its last entry was computed
+        self.parent = parent  # the span its request is traced under
+        self.passes: list[SpanContext] = []  # the spans of its passes, where traced
         self.failed = False  # set on the inference thread at once, before the event loop marks the future
 
     def gone(self) -> bool:
@@ -127,10 +141,25 @@ class Ticket:
         ticket)."""
         self.results[index : index + len(values)] = values
         self.remaining -= len(values)
-        if self.remaining == 0 and self.timing is not None and self.started is not None:
-            self.timing.queue_s = self.started - self.submitted
-            self.timing.inference_s = time.perf_counter() - self.started
+        if self.remaining == 0:
+            self.ended = time.perf_counter()
+            if self.timing is not None and self.started is not None:
+                self.timing.queue_s = self.started - self.submitted
+                self.timing.inference_s = self.ended - self.started
         return self.remaining == 0
+
+    def traced(self, kind: TaskKind, n_texts: int) -> None:
+        """On the event loop, once answered or failed: its ``queue`` and ``inference`` spans under its request's."""
+        if self.parent is None:
+            return
+        now = time.perf_counter()
+        started = now if self.started is None else self.started
+        attributes = {"encoder.kind": kind, "encoder.texts": n_texts}
+        tracing.record("queue", self.parent, tracing.epoch_ns(self.submitted), tracing.epoch_ns(started), attributes)
+        if self.started is not None:
+            ended = tracing.epoch_ns(now if self.ended is None else self.ended)
+            attributes["encoder.passes"] = len(self.passes)
+            tracing.record("inference", self.parent, tracing.epoch_ns(started), ended, attributes, self.passes)
 
     def fail(self, error: BaseException) -> None:
         self.failed = True  # its entries still queued are dropped, not computed
@@ -248,9 +277,15 @@ class WorkQueue:
         """The task's results: one a text, in the request's order, for a batched kind; else its one result."""
         if task.batched and not task.texts:
             return []
-        ticket = Ticket(asyncio.get_running_loop(), len(task.texts) if task.batched else 1, timing)
+        parent = tracing.current()
+        ticket = Ticket(asyncio.get_running_loop(), len(task.texts) if task.batched else 1, timing, parent)
         self.put([entry(ticket, task)])
-        return await ticket.future
+        if parent is None:
+            return await ticket.future
+        try:
+            return await ticket.future
+        finally:
+            ticket.traced(task.kind, len(task.texts))
 
     async def run_in_turn(self, tasks: Sequence[Task], timing: Timing | None = None) -> list[Any]:
         """The one result of each task (none batched), each queued only once the one before it is done, so that

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from app import tracing
 from app.allocator import malloc_trim
 from app.engine.compute import COMPUTE
 from app.engine.messages import KINDS, Task, TaskKind, Timing
@@ -186,7 +187,10 @@ class Worker:
         except Exception:
             self._retry_alone(entries, self._batched)
             return
-        self._count(entries, time.perf_counter() - started)
+        ended = time.perf_counter()
+        self._count(entries, ended - started)
+        if tracing.TRACER is not None:
+            traced_pass(entries, started, ended)
         done, at = [], 0
         for entry in entries:
             if entry.ticket.set(entry.index, results[at : at + entry.n_texts]):
@@ -197,7 +201,8 @@ class Worker:
     def _alone(self, entry: Entry) -> None:
         """A task of a kind that runs alone is a pass of its own: a failure is its request's alone (the queue then
         drops the request's other entries unseen)."""
-        entry.ticket.start(time.perf_counter())
+        started = time.perf_counter()
+        entry.ticket.start(started)
         try:
             (result,) = COMPUTE.run(
                 compute, self.model, entry.kind, entry.texts, entry.options, spread=self.queue.alone([entry])
@@ -206,6 +211,8 @@ class Worker:
             logger.exception("a %s pass failed: its request gets a 503", entry.kind)
             entry.ticket.fail(InferenceFailed("the model failed to compute this request"))
             return
+        if tracing.TRACER is not None:
+            traced_pass([entry], started, time.perf_counter())
         if entry.ticket.set(entry.index, [result]):
             settle([entry.ticket])
 
@@ -237,6 +244,28 @@ class Worker:
         stats.padded_tokens += rows * longest
         stats.real_tokens += real
         stats.compute_seconds += seconds
+
+
+def traced_pass(entries: Sequence[Entry], started: float, ended: float) -> None:
+    """The pass's span, where a request it carried is traced: under the first such request's span, linked to every
+    one, and each of their tickets given it (app/tracing.py)."""
+    tickets = _tickets(entries)
+    traced = [ticket.parent for ticket in tickets if ticket.parent is not None]
+    if not traced:
+        return
+    rows = texts_in(entries)
+    attributes = {
+        "encoder.kind": entries[0].kind,
+        "encoder.pass.texts": rows,
+        "encoder.pass.requests": len(tickets),
+        "encoder.pass.tokens": sum(sum(entry.lengths) for entry in entries),
+        "encoder.pass.padded_tokens": rows * max(entry.tokens for entry in entries),
+    }
+    span = tracing.record("pass", traced[0], tracing.epoch_ns(started), tracing.epoch_ns(ended), attributes, traced)
+    if span is not None:
+        for ticket in tickets:
+            if ticket.parent is not None:
+                ticket.passes.append(span)
 
 
 def _tickets(entries: Sequence[Entry]) -> list[Ticket]:

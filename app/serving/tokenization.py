@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from tokenizers import Encoding
 
+from app import tracing
 from app.engine.work_queue import QueueClosed
 from app.errors import InvalidRequest
 from model import TextTokenizer, TokenIdOutOfRange, TooManyTokensError
@@ -145,7 +147,15 @@ class Tokenization:
         if not turn.waiting:
             loop.call_soon(self._flush, loop)
         turn.waiting.append(request)
-        return await request.future
+        parent = tracing.current()
+        if parent is None:
+            return await request.future
+        started = time.perf_counter()
+        try:
+            return await request.future
+        finally:
+            attributes = {"encoder.texts": len(texts)}
+            tracing.record("tokenize", parent, tracing.epoch_ns(started), time.time_ns(), attributes)
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         requests, self._turn.waiting = self._turn.waiting, []

@@ -12,6 +12,7 @@ from typing import Any
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app import tracing
 from app.errors import error_response
 from app.logs import request_id
 from app.metrics import Metrics
@@ -247,6 +248,33 @@ class HeldWrites:
         return getattr(self._transport, name)
 
 
+class TracedRequest:
+    """An HTTP request's span (app/tracing.py): the calling task's current span until ``end``."""
+
+    def __init__(self, scope: Scope, rid: str) -> None:
+        carrier = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        self.method = scope["method"]
+        attributes = {"http.request.method": self.method, "url.path": scope["path"], "encoder.request_id": rid}
+        self.span = tracing.server_span(self.method, carrier, attributes)
+        self.token = tracing.entered(self.span)
+
+    def end(self, route: str, status: int) -> str:
+        """End it, named by its route and with its status (5xx an error, as OpenTelemetry's conventions have for a
+        server); its trace id, for the request's log line."""
+        from opentelemetry.trace import StatusCode
+
+        tracing.left(self.token)
+        span = self.span
+        if route != "unmatched":
+            span.update_name(f"{self.method} {route}")
+            span.set_attribute("http.route", route)
+        span.set_attribute("http.response.status_code", status)
+        if status >= 500:
+            span.set_status(StatusCode.ERROR)
+        span.end()
+        return tracing.trace_id(span)
+
+
 class RequestLog:
     """Per request: an id (X-Request-ID honoured and echoed), one log line, and the request metrics.
 
@@ -267,6 +295,7 @@ class RequestLog:
         token = request_id.set(rid)
         started = time.perf_counter()
         status = 500
+        span = TracedRequest(scope, rid) if tracing.TRACER is not None else None
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -290,5 +319,7 @@ class RequestLog:
                     "queue_ms": round(timing.queue_s * 1000, 2),
                     "inference_ms": round(timing.inference_s * 1000, 2),
                 }
+            if span is not None:
+                extra["trace_id"] = span.end(label, status)
             access.info("%s %s %d %.1f ms", scope["method"], scope["path"], status, seconds * 1000, extra=extra)
             request_id.reset(token)

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from fastapi import Request
 from starlette.responses import Response, StreamingResponse
 
+from app import tracing
 from app.engine.admission import Admission
 from app.engine.messages import Timing
 from app.errors import Timeout
@@ -154,6 +155,10 @@ class Responder:
             "X-Serialization-Time": f"{serialization_s * 1000:.2f}",
         }
         length = parts_length(parts)
+        parent = tracing.current()
+        if parent is not None:
+            ended = tracing.epoch_ns(started + serialization_s)
+            tracing.record("serialize", parent, tracing.epoch_ns(started), ended, {"encoder.bytes": length})
         if length <= SENT_PART_BYTES:
             return Response(b"".join(parts), media_type=media_type, headers=headers)
         # A large answer goes out a part at a time, each as the client has taken the one before.

@@ -28,7 +28,7 @@ import grpc
 from pydantic import ValidationError
 from starlette.datastructures import State
 
-from app import __version__
+from app import __version__, tracing
 from app.api.tei import Backend, Empty, kind, need_embedding, simple_tokens, splade, strings, tei_info
 from app.api.tei_grpc import tei_pb2 as pb
 from app.api.tei_grpc import tei_pb2_grpc as pb_grpc
@@ -139,9 +139,12 @@ class Runs(Generic[Request, Answer]):
         self.runs: asyncio.Queue[asyncio.Future[list[Answer | Exception]] | None] = asyncio.Queue()
         self.tasks: list[asyncio.Task[None]] = []
 
-    async def answered(self) -> AsyncIterator[Answer]:
-        """The answers in the messages' order; raises the first message's error."""
+    def start(self) -> None:
+        """Start reading and computing the messages."""
         self.tasks = [asyncio.create_task(self.read()), asyncio.create_task(self.group())]
+
+    async def answered(self) -> AsyncIterator[Answer]:
+        """The answers in the messages' order (once ``start``-ed); raises the first message's error."""
         while (run := await self.runs.get()) is not None:
             for result in await run:
                 self.slots.release()
@@ -211,6 +214,47 @@ class Runs(Generic[Request, Answer]):
         return out
 
 
+# gRPC's codes that are the server's fault, as OpenTelemetry's conventions for an RPC server have them: an error span
+SERVER_ERRORS = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+
+
+class TracedCall:
+    """A call's span (app/tracing.py), continuing the ``traceparent`` of its metadata: the calling task's current span
+    until ``leave`` (or ``end``)."""
+
+    def __init__(self, method: str, context: grpc.aio.ServicerContext) -> None:
+        carrier = {key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)}
+        service, name = method.split("/")
+        attributes = {"rpc.system": "grpc", "rpc.service": f"tei.v1.{service}", "rpc.method": name}
+        self.span = tracing.server_span(f"tei.v1.{method}", carrier, attributes)
+        self.token: object | None = tracing.entered(self.span)
+
+    def leave(self) -> None:
+        if self.token is not None:
+            tracing.left(self.token)
+            self.token = None
+
+    def end(self, code: grpc.StatusCode) -> str:
+        """End it with the call's status code; its trace id, for the call's log line."""
+        from opentelemetry.trace import StatusCode
+
+        self.leave()
+        self.span.set_attribute("rpc.grpc.status_code", code.value[0])
+        if code in SERVER_ERRORS:
+            self.span.set_status(StatusCode.ERROR, code.name)
+        self.span.end()
+        return tracing.trace_id(self.span)
+
+
 class TeiServicer:
     """Every method of TEI's five services (Info, Embed, Predict, Rerank, Tokenize), over the app's state: its
     registry, services, responder, settings and metrics."""
@@ -224,6 +268,7 @@ class TeiServicer:
         self, method: str, context: grpc.aio.ServicerContext, answer: Callable[[ServedModel], Awaitable[T]]
     ) -> T:
         started, code = time.perf_counter(), grpc.StatusCode.OK
+        traced = TracedCall(method, context) if tracing.TRACER is not None else None
         try:
             return await answer(self._model(context))
         except asyncio.CancelledError:
@@ -234,7 +279,7 @@ class TeiServicer:
             await context.abort(code, message)
             raise  # abort raised already
         finally:
-            self._count(method, code, started)
+            self._count(method, code, started, traced)
 
     async def _stream(
         self,
@@ -247,8 +292,12 @@ class TeiServicer:
         """Each message answered in order (``Runs``); the first that fails ends the stream with its status."""
         started, code = time.perf_counter(), grpc.StatusCode.OK
         runs: Runs[Request, Answer] | None = None
+        traced = TracedCall(method, context) if tracing.TRACER is not None else None
         try:
             runs = Runs(requests, answer, key, self._model(context))
+            runs.start()  # its tasks run under the call's span, the current one until this generator yields
+            if traced is not None:
+                traced.leave()
             async for result in runs.answered():
                 yield result
         except asyncio.CancelledError:
@@ -260,7 +309,7 @@ class TeiServicer:
         finally:
             if runs is not None:
                 runs.cancel()
-            self._count(method, code, started)
+            self._count(method, code, started, traced)
 
     def _model(self, context: grpc.aio.ServicerContext) -> ServedModel:
         """The default model, once the key is checked (UNAUTHENTICATED) and the models are ready (UNAVAILABLE)."""
@@ -268,12 +317,13 @@ class TeiServicer:
         check_api_key(self.settings, str(sent.get("authorization", "")))
         return registry_of(self.state).default
 
-    def _count(self, method: str, code: grpc.StatusCode, started: float) -> None:
+    def _count(self, method: str, code: grpc.StatusCode, started: float, traced: TracedCall | None) -> None:
         seconds = time.perf_counter() - started
         route = f"/tei.v1.{method}"
         self.state.metrics.requests.labels(route, "GRPC", code.name).inc()
         self.state.metrics.latency.labels(route, "total").observe(seconds)
-        access.info("GRPC %s %s %.1f ms", route, code.name, seconds * 1000)
+        extra = {} if traced is None else {"trace_id": traced.end(code)}
+        access.info("GRPC %s %s %.1f ms", route, code.name, seconds * 1000, extra=extra)
 
     async def _run(self, work: Callable[[Timing], Awaitable[T]], n_texts: int) -> tuple[T, Timing]:
         return await self.state.responder.run(work, n_texts)
