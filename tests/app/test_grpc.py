@@ -19,6 +19,7 @@ import grpc
 import httpx
 import numpy as np
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from app.api.tei_grpc import tei_pb2 as pb
 from app.api.tei_grpc import tei_pb2_grpc as pb_grpc
@@ -40,7 +41,7 @@ class Grpc:
     """A service with its gRPC port: its HTTP client (the TEI twin's) and stubs of TEI's five services."""
 
     def __init__(self, service: Service, channel: grpc.aio.Channel) -> None:
-        self.service, self.http = service, service.client
+        self.service, self.http, self.channel = service, service.client, channel
         self.info = pb_grpc.InfoStub(channel)
         self.embed = pb_grpc.EmbedStub(channel)
         self.predict = pb_grpc.PredictStub(channel)
@@ -332,6 +333,29 @@ async def test_not_ready_is_unavailable(minilm: Grpc) -> None:
     finally:
         state.registry = registry
     assert code == grpc.StatusCode.UNAVAILABLE and "loading" in message
+
+
+async def test_the_health_service_says_serving_while_ready(minilm: Grpc) -> None:
+    """gRPC's health-checking protocol (grpc.health.v1, as Kubernetes' gRPC probes ask it): the server and each of
+    TEI's services SERVING while ready; NOT_SERVING, streamed to a watcher, while not; an unknown service NOT_FOUND."""
+    checks = health_pb2_grpc.HealthStub(minilm.channel)
+    serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+    for service in ("", "tei.v1.Info", "tei.v1.Embed", "tei.v1.Predict", "tei.v1.Rerank", "tei.v1.Tokenize"):
+        assert (await checks.Check(health_pb2.HealthCheckRequest(service=service))).status == serving, service
+    code, _ = await status_of(checks.Check(health_pb2.HealthCheckRequest(service="tei.v1.Nothing")))
+    assert code == grpc.StatusCode.NOT_FOUND
+    watch = checks.Watch(health_pb2.HealthCheckRequest(service="tei.v1.Embed"))
+    state = minilm.service.app.state
+    registry = state.registry
+    try:
+        assert (await asyncio.wait_for(watch.read(), 10)).status == serving
+        state.registry = None  # as before the models are ready
+        assert (await asyncio.wait_for(watch.read(), 10)).status == not_serving
+        assert (await checks.Check(health_pb2.HealthCheckRequest())).status == not_serving
+    finally:
+        state.registry = registry
+    assert (await asyncio.wait_for(watch.read(), 10)).status == serving
+    watch.cancel()
 
 
 async def test_a_full_queue_is_resource_exhausted_and_an_expired_deadline_deadline_exceeded(

@@ -4,7 +4,7 @@ Every method is its TEI HTTP twin (app/api/tei.py) over the same services: the s
 (``Responder.run``), the same API keys (metadata ``authorization: Bearer <key>``), the same checks. Errors are gRPC
 status codes (``CODES``): INVALID_ARGUMENT for bad input, FAILED_PRECONDITION for a model that lacks the method's task,
 RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE before the model is ready, DEADLINE_EXCEEDED past the request
-timeout, UNAUTHENTICATED without a valid key.
+timeout, UNAUTHENTICATED without a valid key. Beside them, gRPC's health-checking protocol (``Health``).
 
 A stream's messages are computed as they arrive, up to STREAM_IN_FLIGHT at once, so that they share passes as the
 texts of one request do, and answered in their order; the first that fails ends the stream with its status.
@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Generic, TypeVar
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from pydantic import ValidationError
 from starlette.datastructures import State
 
@@ -628,9 +629,61 @@ SERVICES = (
     pb_grpc.add_RerankServicer_to_server,
     pb_grpc.add_TokenizeServicer_to_server,
 )
+SERVICE_NAMES = ("", *(f"tei.v1.{name}" for name in ("Info", "Embed", "Predict", "Rerank", "Tokenize")))
+HEALTH_INTERVAL_S = 1.0  # how often the health service looks at readiness again
 
 
-async def start_grpc(state: State, settings: Settings) -> grpc.aio.Server:
+class Health:
+    """gRPC's health-checking protocol (``grpc.health.v1``, grpcio's own servicer) beside TEI's services: the server
+    (``""``) and each ``tei.v1`` service SERVING while HTTP's /ready would answer 200, NOT_SERVING before the models
+    are ready, once an engine or inference thread has stopped and while the server shuts down; looked at again every
+    HEALTH_INTERVAL_S (Check answers at once, Watch streams each change)."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.servicer = health.aio.HealthServicer()
+        self.status: int | None = None
+        self.watching: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.look()  # NOT_SERVING from the first call on, where the models are not ready yet
+        self.watching = asyncio.create_task(self.watch())
+
+    async def watch(self) -> None:
+        while True:
+            await asyncio.sleep(HEALTH_INTERVAL_S)
+            await self.look()
+
+    async def look(self) -> None:
+        try:
+            registry_of(self.state)
+            status = health_pb2.HealthCheckResponse.SERVING
+        except ApiError:
+            status = health_pb2.HealthCheckResponse.NOT_SERVING
+        if status != self.status:
+            for name in SERVICE_NAMES:
+                await self.servicer.set(name, status)
+            self.status = status
+
+    async def stop(self) -> None:
+        if self.watching is not None:
+            self.watching.cancel()
+        await self.servicer.enter_graceful_shutdown()  # NOT_SERVING, and so it stays
+
+
+class GrpcServer:
+    """The running gRPC server and its health service."""
+
+    def __init__(self, server: grpc.aio.Server, health: Health) -> None:
+        self.server, self.health = server, health
+
+    async def stop(self, grace_s: float) -> None:
+        """NOT_SERVING at once (balancers stop sending), then the calls in flight answered within ``grace_s``."""
+        await self.health.stop()
+        await self.server.stop(grace_s)
+
+
+async def start_grpc(state: State, settings: Settings) -> GrpcServer:
     """The gRPC server on ``settings.grpc_host:grpc_port``, serving; RuntimeError if it cannot listen there."""
     assert settings.grpc_port is not None
     server = grpc.aio.server(
@@ -642,11 +695,14 @@ async def start_grpc(state: State, settings: Settings) -> grpc.aio.Server:
     servicer = TeiServicer(state)
     for add in SERVICES:
         add(servicer, server)
+    checks = Health(state)
+    health_pb2_grpc.add_HealthServicer_to_server(checks.servicer, server)
     address = f"{settings.grpc_host}:{settings.grpc_port}"
     try:
         server.add_insecure_port(address)
     except RuntimeError as error:
         raise RuntimeError(f"ENCODER_GRPC_PORT: cannot listen on {address}: {error}") from None
+    await checks.start()
     await server.start()
-    logger.info("gRPC (text-embeddings-inference's tei.v1) on %s", address)
-    return server
+    logger.info("gRPC (text-embeddings-inference's tei.v1, and grpc.health.v1) on %s", address)
+    return GrpcServer(server, checks)
