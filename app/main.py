@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from model import TextEncoder
 
 logger = logging.getLogger("app")
-TIMING_HEADERS = ["X-Request-ID", "X-Queue-Time", "X-Inference-Time", "X-Serialization-Time"]
+TIMING_HEADERS = ["X-Request-ID", "X-Tokenization-Time", "X-Queue-Time", "X-Inference-Time", "X-Serialization-Time"]
 EXIT_LOAD_FAILED = 1
 GRPC_GRACE_S = 30.0  # at shutdown, gRPC calls in flight are answered for up to this long
 

@@ -11,6 +11,7 @@ its ``Timing``: the time left to it, and where its time went (queue, pass), whic
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -46,18 +47,24 @@ TaskKind = Literal[
 
 @dataclass
 class Timing:
-    """Where one request's time went: waiting in the queue, then computing; and when its time runs out (the event
-    loop's clock), so that work sent elsewhere carries the time left."""
+    """Where one request's time went: tokenising, waiting in the queue, then computing; and when its time runs out
+    (the event loop's clock), so that work sent elsewhere carries the time left."""
 
     queue_s: float = 0.0
     inference_s: float = 0.0
     deadline: float | None = None
+    tokenization_s: float = 0.0  # added to by the tokenisation stage, which finds it in REQUEST_TIMING
 
     def left_s(self, default: float) -> float:
         """Seconds until the deadline (at least 0), or ``default`` where there is none."""
         if self.deadline is None:
             return default
         return max(0.0, self.deadline - asyncio.get_running_loop().time())
+
+
+# The Timing of the request the calling task works for (set by the responder for the request's work): how the
+# tokenisation stage, which every service calls without a Timing, adds its time to the request's
+REQUEST_TIMING: contextvars.ContextVar[Timing | None] = contextvars.ContextVar("request_timing", default=None)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from tokenizers import Encoding
 
 from app import tracing
+from app.engine.messages import REQUEST_TIMING
 from app.engine.work_queue import QueueClosed
 from app.errors import InvalidRequest
 from model import TextTokenizer, TokenIdOutOfRange, TooManyTokensError
@@ -147,15 +148,16 @@ class Tokenization:
         if not turn.waiting:
             loop.call_soon(self._flush, loop)
         turn.waiting.append(request)
-        parent = tracing.current()
-        if parent is None:
-            return await request.future
+        timing, parent = REQUEST_TIMING.get(), tracing.current()
         started = time.perf_counter()
         try:
             return await request.future
         finally:
-            attributes = {"encoder.texts": len(texts)}
-            tracing.record("tokenize", parent, tracing.epoch_ns(started), time.time_ns(), attributes)
+            if timing is not None:
+                timing.tokenization_s += time.perf_counter() - started
+            if parent is not None:
+                attributes = {"encoder.texts": len(texts)}
+                tracing.record("tokenize", parent, tracing.epoch_ns(started), time.time_ns(), attributes)
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         requests, self._turn.waiting = self._turn.waiting, []

@@ -316,6 +316,7 @@ class RequestLog:
             extra = {"method": scope["method"], "path": scope["path"], "status": status, "ms": round(seconds * 1000, 2)}
             if timing is not None:
                 extra |= {
+                    "tokenization_ms": round(timing.tokenization_s * 1000, 2),
                     "queue_ms": round(timing.queue_s * 1000, 2),
                     "inference_ms": round(timing.inference_s * 1000, 2),
                 }

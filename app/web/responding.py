@@ -19,7 +19,7 @@ from starlette.responses import Response, StreamingResponse
 
 from app import tracing
 from app.engine.admission import Admission
-from app.engine.messages import Timing
+from app.engine.messages import REQUEST_TIMING, Timing
 from app.errors import Timeout
 from app.metrics import Metrics
 from app.schemas import Reply
@@ -106,6 +106,7 @@ class Responder:
         timeout past it): its value, and where its time went. What every transport's answer is made of (HTTP here,
         gRPC in app/api/tei_grpc)."""
         timing = Timing(deadline=asyncio.get_running_loop().time() + self.request_timeout_s)
+        current = REQUEST_TIMING.set(timing)  # the tokenisation stage adds its time to it
         with self.admission.admit(n_texts):
             try:
                 async with asyncio.timeout(self.request_timeout_s):  # no task of its own, unlike wait_for
@@ -117,9 +118,12 @@ class Responder:
                     "is overloaded: retry later or send fewer texts",
                     headers={"Retry-After": str(self.admission.retry_after())},
                 ) from None
+            finally:
+                REQUEST_TIMING.reset(current)
 
     def observe(self, route: str, timing: Timing, serialization_s: float) -> None:
         """A request's time in the latency histogram, by phase."""
+        self.metrics.latency.labels(route, "tokenization").observe(timing.tokenization_s)
         self.metrics.latency.labels(route, "queue").observe(timing.queue_s)
         self.metrics.latency.labels(route, "inference").observe(timing.inference_s)
         self.metrics.latency.labels(route, "serialization").observe(serialization_s)
@@ -150,6 +154,7 @@ class Responder:
         serialization_s = time.perf_counter() - started
         self.observe(request.scope["route"].path, timing, serialization_s)
         headers = {
+            "X-Tokenization-Time": f"{timing.tokenization_s * 1000:.2f}",
             "X-Queue-Time": f"{timing.queue_s * 1000:.2f}",
             "X-Inference-Time": f"{timing.inference_s * 1000:.2f}",
             "X-Serialization-Time": f"{serialization_s * 1000:.2f}",

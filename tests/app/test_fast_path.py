@@ -20,7 +20,14 @@ from app.settings import Settings
 from model import TextEncoder
 from tests.helpers import assert_error, serving
 
-VARYING_HEADERS = {"x-request-id", "x-queue-time", "x-inference-time", "x-serialization-time", "content-length"}
+VARYING_HEADERS = {
+    "x-request-id",
+    "x-tokenization-time",
+    "x-queue-time",
+    "x-inference-time",
+    "x-serialization-time",
+    "content-length",
+}
 
 
 def chunked(body: bytes) -> AsyncIterator[bytes]:

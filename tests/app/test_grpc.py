@@ -145,6 +145,7 @@ async def test_embed_equals_tei_embed(minilm: Grpc) -> None:
         assert answer.metadata.compute_chars == len(text)
         assert answer.metadata.compute_tokens == len(tokens[0])  # with [CLS] and [SEP]
         assert answer.metadata.total_time_ns >= answer.metadata.inference_time_ns > 0
+        assert answer.metadata.total_time_ns >= answer.metadata.tokenization_time_ns > 0
 
 
 async def test_truncation_as_asked_and_as_tei_by_default(minilm: Grpc) -> None:

@@ -41,7 +41,7 @@ async def test_metrics_count_requests_and_split_latency_by_phase(client: httpx.A
     assert metric(text, "encoder_requests_total", route="/encode", method="POST", status="200") == n_before + 2
     assert metric(text, "encoder_requests_total", route="/encode", method="POST", status="422") >= 1
     assert metric(text, "encoder_requests_total", route="unmatched", method="GET", status="404") >= 1  # no raw paths
-    for phase in ("queue", "inference", "serialization", "total"):
+    for phase in ("tokenization", "queue", "inference", "serialization", "total"):
         assert metric(text, "encoder_request_seconds_count", route="/encode", phase=phase) >= 2
     assert metric(text, "encoder_batch_texts_count") >= 2 and metric(text, "encoder_batch_tokens_sum") > 0
     assert metric(text, "encoder_queue_texts") == 0 and metric(text, "encoder_admitted_texts") == 0
@@ -91,9 +91,12 @@ async def test_metrics_stay_open_when_api_keys_are_set(bundled_model: TextEncode
 async def test_responses_carry_a_request_id_and_their_timings(client: httpx.AsyncClient) -> None:
     response = await client.post("/encode", json={"texts": "timed"})
     assert re.fullmatch(r"[0-9a-f]{32}", response.headers["x-request-id"])
-    for header in ("x-queue-time", "x-inference-time", "x-serialization-time"):
+    for header in ("x-tokenization-time", "x-queue-time", "x-inference-time", "x-serialization-time"):
         assert float(response.headers[header]) >= 0
     assert float(response.headers["x-inference-time"]) > 0
+    assert float(response.headers["x-tokenization-time"]) > 0  # the text was tokenised, in its own time
+    unread = await client.post("/tokenize", json={"texts": "timed"})
+    assert float(unread.headers["x-tokenization-time"]) > 0 and float(unread.headers["x-inference-time"]) == 0
     echoed = await client.post("/encode", json={"texts": "x"}, headers={"X-Request-ID": "trace-42.a:b"})
     assert echoed.headers["x-request-id"] == "trace-42.a:b"
     hostile = await client.get("/health", headers={"X-Request-ID": "bad id\twith spaces" + "x" * 200})

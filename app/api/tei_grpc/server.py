@@ -87,12 +87,12 @@ def reading(direction: int, plain: bool = False) -> Reading:
 
 
 def metadata(chars: int, tokens: int, started: float, timing: Timing) -> pb.Metadata:
-    """TEI's per-answer metadata: what was computed and where the time went (tokenisation is not timed apart
-    here: it is part of the total)."""
+    """TEI's per-answer metadata: what was computed and where the time went."""
     return pb.Metadata(
         compute_chars=chars,
         compute_tokens=tokens,
         total_time_ns=int((time.perf_counter() - started) * 1e9),
+        tokenization_time_ns=int(timing.tokenization_s * 1e9),
         queue_time_ns=int(timing.queue_s * 1e9),
         inference_time_ns=int(timing.inference_s * 1e9),
     )
