@@ -248,6 +248,10 @@ class HeldWrites:
         return getattr(self._transport, name)
 
 
+# Probes and scrapes, asked every few seconds by orchestrators and Prometheus: not traced (they would drown the traces)
+UNTRACED = frozenset({"/health", "/ready", "/metrics", "/tei/health"})
+
+
 class TracedRequest:
     """An HTTP request's span (app/tracing.py): the calling task's current span until ``end``."""
 
@@ -295,7 +299,7 @@ class RequestLog:
         token = request_id.set(rid)
         started = time.perf_counter()
         status = 500
-        span = TracedRequest(scope, rid) if tracing.TRACER is not None else None
+        span = TracedRequest(scope, rid) if tracing.TRACER is not None and scope["path"] not in UNTRACED else None
 
         async def send_with_id(message: Message) -> None:
             nonlocal status

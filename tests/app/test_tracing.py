@@ -162,9 +162,12 @@ async def test_an_error_is_traced_with_its_status(receiver: Receiver, tiny_model
         head, trace_id, _ = traceparent()
         response = await service.client.post("/encode", json={"texts": []}, headers={"traceparent": head})
         assert response.status_code == 422
+        probed, probe_trace, _ = traceparent()
+        assert (await service.client.get("/ready", headers={"traceparent": probed})).status_code == 200
         head_404, trace_404, _ = traceparent()
         assert (await service.client.get("/nowhere", headers={"traceparent": head_404})).status_code == 404
         spans = receiver.wait_for(lambda spans: {trace_id, trace_404} <= {span.trace_id for span in spans})
+    assert probe_trace not in {span.trace_id for span in spans}  # probes are not traced (sent before the 404)
     (request,) = [span for span in spans if span.trace_id == trace_id]
     assert request.name == "POST /encode" and request.attributes["http.response.status_code"] == 422
     assert request.status != ERROR  # a client's error is not the server's (OpenTelemetry's HTTP conventions)
