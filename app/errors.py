@@ -51,17 +51,6 @@ class ApiError(Exception):
         self.param = param
         self.headers = headers
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled as its class and attributes, whatever its constructor takes: the engine sends the error itself
-        to the front end (app/engine/remote.py), which raises it as it is."""
-        return (_unpickled, (type(self), self.message), self.__dict__)
-
-
-def _unpickled(cls: type[ApiError], message: str) -> ApiError:
-    error = cls.__new__(cls)
-    Exception.__init__(error, message)
-    return error  # its attributes are set from the pickled state
-
 
 class ModelNotFound(ApiError):
     status_code = 404

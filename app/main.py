@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
@@ -40,7 +40,8 @@ from app.api import (
 )
 from app.api.hot import HOT_ROUTES
 from app.engine.admission import Admission
-from app.errors import ErrorShapes, install_error_handlers, native_errors, shape_of
+from app.engine.errors import EngineError
+from app.errors import ErrorShapes, api_error_response, install_error_handlers, native_errors, shape_of
 from app.logs import configure_logging
 from app.metrics import Metrics
 from app.services.embeddings import Embeddings
@@ -51,7 +52,7 @@ from app.settings import Settings, get_settings
 from app.web.dependencies import ApiKey
 from app.web.fast_path import FastPath
 from app.web.middleware import BodySizeLimit, BodyTimeout, OneWriteResponses, RequestLog
-from app.web.responding import Responder
+from app.web.responding import Responder, client_error
 
 if TYPE_CHECKING:
     from model import TextEncoder
@@ -244,6 +245,12 @@ def add_routes(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     API's shape."""
     error_shapes = ErrorShapes()  # each router's routes answer in its API's shape; a path none serves, by prefix
     install_error_handlers(app, error_shapes)
+
+    @app.exception_handler(EngineError)
+    async def engine_error(request: Request, exc: EngineError) -> Response:
+        """The engine's error where no responder worded it (/metrics asking an engine that has gone)."""
+        return api_error_response(client_error(exc), error_shapes.of(request.scope))
+
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:
         app.add_middleware(

@@ -51,6 +51,18 @@ def test_apps_folders_import_only_downwards() -> None:
     assert wrong == {}
 
 
+def test_the_engine_knows_nothing_of_http() -> None:
+    """The engine raises its own errors (app/engine/errors.py); the web layer words them as HTTP's and gRPC's."""
+    wrong = ("app.errors", "fastapi", "starlette", "uvicorn", "httpx", "grpc")
+    found = {
+        f: sorted(m for m in names if m.startswith(wrong))
+        for f, names in imported("app").items()
+        if Path(f).parts[1] == "engine"
+    }
+    assert {f: modules for f, modules in found.items() if modules} == {}
+    assert len(found) >= 8  # every module of the engine was read
+
+
 def test_model_knows_nothing_of_the_service() -> None:
     wrong = ("app", "fastapi", "starlette", "uvicorn", "pydantic", "httpx")
     found = {f: sorted(m for m in names if m.split(".")[0] in wrong) for f, names in imported("model").items()}

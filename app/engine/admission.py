@@ -1,7 +1,7 @@
 """Admission: how many texts the service holds at once (queued or computing), for the whole process.
 
-Past the bound a request is answered at once with 429 ``overloaded`` and a Retry-After estimated from
-the measured compute rate, instead of waiting behind work it would time out on.
+Past the bound a request is refused at once (``QueueFull``: 429 ``overloaded`` over HTTP) with a Retry-After estimated
+from the measured compute rate, instead of waiting behind work it would time out on.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from app.errors import Overloaded
+from app.engine.errors import QueueFull
 from app.metrics import Metrics
 
 
@@ -26,16 +26,16 @@ class Admission:
 
     @contextmanager
     def admit(self, n_texts: int) -> Iterator[None]:
-        """Count a request's texts in for the duration of the block; 429 when they would pass the limit.
+        """Count a request's texts in for the duration of the block; QueueFull when they would pass the limit.
 
         A single request larger than the whole limit is still admitted when nothing else is in, so that a
         limit below max_batch_texts cannot make a valid request impossible.
         """
         if self.limit is not None and self.admitted and self.admitted + n_texts > self.limit:
-            raise Overloaded(
+            raise QueueFull(
                 f"the work queue is full ({self.admitted} texts in, at most {self.limit}); retry after the "
                 "Retry-After seconds",
-                headers={"Retry-After": str(self.retry_after())},
+                retry_after_s=self.retry_after(),
             )
         self.admitted += n_texts
         try:

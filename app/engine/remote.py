@@ -10,7 +10,7 @@ Messages, front end to engine: ``("task", id, model, task, seconds its request h
 id, span id, flags) where the request is traced (app/tracing.py), ``("cancel", id)``
 (its client left or its deadline passed: the engine drops its texts unseen), ``("describe", id)`` (each model's
 facts). Engine to front end: ``(id, "ok", result, (queue s, inference s))`` or ``(id, "error", error)``, the
-ApiError itself.
+EngineError itself (app/engine/errors.py).
 
 When the engine process dies, every front end sees its connection end: whatever it was waiting for is
 answered 503 ``not_ready`` at once, and /health says so.
@@ -28,10 +28,10 @@ import numpy as np
 
 from app import tracing
 from app.engine.admission import Admission
+from app.engine.errors import ComputeFailed, DeadlinePassed, EngineError, EngineStopped
 from app.engine.interface import Models
 from app.engine.messages import ModelFacts, Task, TaskKind, Timing
 from app.engine.wire import FrameReader
-from app.errors import ApiError, InferenceFailed, NotReady, Timeout
 from app.metrics import Metrics
 from model import PackedTokens, Scores, TextEmbedding, TokenIds
 
@@ -129,11 +129,11 @@ def unpacked(results: Any) -> list[Any]:
     return results
 
 
-def error_of(error: BaseException) -> ApiError:
-    """What the front end re-raises as it is: an error the client should see, else that the model failed."""
-    if isinstance(error, ApiError):
+def error_of(error: BaseException) -> EngineError:
+    """What the front end re-raises as it is: the engine's own error, else that the model failed."""
+    if isinstance(error, EngineError):
         return error
-    return InferenceFailed("the model failed to compute this request")
+    return ComputeFailed("the model failed to compute this request")
 
 
 # ---- the engine's side ----
@@ -153,7 +153,7 @@ class Connection:
             self.dispatch(message)
         except Exception:  # a fault in one message costs its answer, not the front end's connection
             logger.exception("the engine could not take a %r message", message[0])
-            self.reply((message[1], "error", error_of(InferenceFailed("the engine failed to take this request"))))
+            self.reply((message[1], "error", error_of(ComputeFailed("the engine failed to take this request"))))
 
     def dispatch(self, message: tuple[Any, ...]) -> None:
         kind, request_id = message[0], message[1]
@@ -237,12 +237,13 @@ class Engine:
             return  # cancelled by its front end: nobody waits for an answer
         except TimeoutError:
             # the request's own deadline, reached here first: its front end words and counts it (Responder.answer)
-            reply: tuple[Any, ...] = (request_id, "error", error_of(Timeout("the request was not answered in time")))
-        except ApiError as error:
-            reply = (request_id, "error", error_of(error))
+            passed = DeadlinePassed("the request was not answered in time")
+            reply: tuple[Any, ...] = (request_id, "error", passed)
+        except EngineError as error:
+            reply = (request_id, "error", error)
         except Exception:
             logger.exception("a %s task failed in the engine", task.kind)
-            reply = (request_id, "error", error_of(InferenceFailed("the model failed to compute this request")))
+            reply = (request_id, "error", error_of(ComputeFailed("the model failed to compute this request")))
         else:
             reply = (request_id, "ok", packed(task.kind, result), (timing.queue_s, timing.inference_s))
         finally:
@@ -280,7 +281,7 @@ class EngineClient:
         if status == "ok":
             future.set_result(payload)
         else:
-            future.set_exception(payload[0])  # an ApiError, pickled whole (error_of)
+            future.set_exception(payload[0])  # an EngineError, pickled whole (error_of)
 
     def _lost(self, _: Exception | None) -> None:
         if self.connected:
@@ -288,13 +289,13 @@ class EngineClient:
         self.connected = False
         for future in self._waiting.values():
             if not future.done():
-                future.set_exception(NotReady("the engine stopped; the service is restarting"))
+                future.set_exception(EngineStopped("the engine stopped; the service is restarting"))
         self._waiting.clear()
 
     async def request(self, *message: Any) -> list[Any]:
         """Send ``(kind, id, *message)`` and await its answer's payload; cancelled, it tells the engine."""
         if not self.connected:
-            raise NotReady("the engine is not running; the service is restarting")
+            raise EngineStopped("the engine is not running; the service is restarting")
         request_id = self._next
         self._next += 1
         future = asyncio.get_running_loop().create_future()
@@ -303,7 +304,7 @@ class EngineClient:
             self._wire.send((message[0], request_id, *message[1:]))
         except (RuntimeError, ConnectionError):  # the socket closed before the engine's going was seen
             self._waiting.pop(request_id, None)
-            raise NotReady("the engine is not running; the service is restarting") from None
+            raise EngineStopped("the engine is not running; the service is restarting") from None
         try:
             return await future
         except asyncio.CancelledError:

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app import tracing
+from app.engine.errors import EngineStopped
 from app.engine.messages import KINDS, Options, Task, TaskKind, Timing
-from app.errors import NotReady
 from model import PackedTokens, TokenSequence
 
 if TYPE_CHECKING:
@@ -95,12 +95,12 @@ class LargePasses:
 LARGE_PASSES = LargePasses()  # one per process: configured at start-up (app/serving/registry.py)
 
 
-class QueueClosed(NotReady):
-    """Work was submitted after the queue closed: the service is shutting down, a 503 to retry in a second (the
-    same error in either process mode, raised where it happens)."""
+class QueueClosed(EngineStopped):
+    """Work was submitted after the queue closed: the service is shutting down, to retry in a second (the same error
+    in either process mode, raised where it happens)."""
 
     def __init__(self) -> None:
-        super().__init__("the service is shutting down", headers={"Retry-After": "1"})
+        super().__init__("the service is shutting down", retry_after_s=1)
 
 
 class Ticket:

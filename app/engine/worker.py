@@ -6,7 +6,7 @@ A pass holds entries of one task kind, and runs through the model's method for t
 One thread per compute lane for each model (app/engine/compute.py), so that a model may compute as many passes at
 once as there are lanes, and the event loop never waits on it; the passes themselves run on the lanes,
 where all of the service's torch work runs. A failure stays with the requests it concerns: a pass that
-raises is retried request by request, and a request that fails alone gets a 503 ``inference_failed``; the
+raises is retried request by request, and a request that fails alone gets ComputeFailed (503 ``inference_failed``); the
 threads themselves outlive every failure. When the queue has just emptied and no pass is running, an idle
 hook runs (by default glibc's malloc_trim, which hands the heap that batches took back to the system); once it has
 stayed empty for SETTLE_AFTER_S, a settled hook (the service's: the model's compiled passes hand back what they keep
@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 from app import tracing
 from app.allocator import malloc_trim
 from app.engine.compute import COMPUTE
+from app.engine.errors import ComputeFailed
 from app.engine.messages import KINDS, Task, TaskKind, Timing
 from app.engine.work_queue import Entry, Ticket, WorkQueue, settle, texts_in
-from app.errors import InferenceFailed
 from model import TokenSequence
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ class Worker:
             except BaseException:  # a bug outside the model: fail what is left of the pass, keep the thread
                 logger.exception("the inference thread failed outside the model; it goes on")
                 for ticket in _tickets(entries or []):
-                    ticket.fail(InferenceFailed("the service failed to compute this request"))
+                    ticket.fail(ComputeFailed("the service failed to compute this request"))
 
     def _idle(self, hook: Callable[[], None] | None) -> None:
         if hook is None or self.queue.computing():  # another thread's pass would take what is handed back
@@ -209,7 +209,7 @@ class Worker:
             )
         except Exception:
             logger.exception("a %s pass failed: its request gets a 503", entry.kind)
-            entry.ticket.fail(InferenceFailed("the model failed to compute this request"))
+            entry.ticket.fail(ComputeFailed("the model failed to compute this request"))
             return
         if tracing.TRACER is not None:
             traced_pass([entry], started, time.perf_counter())
@@ -221,7 +221,7 @@ class Worker:
         tickets = _tickets(entries)
         if len(tickets) == 1:
             logger.exception("a pass of %d texts of one request failed: that request gets a 503", texts_in(entries))
-            tickets[0].fail(InferenceFailed("the model failed to compute this request"))
+            tickets[0].fail(ComputeFailed("the model failed to compute this request"))
             return
         logger.warning(
             "a pass of %d texts from %d requests failed: retrying each request alone", texts_in(entries), len(tickets)

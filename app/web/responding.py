@@ -19,8 +19,9 @@ from starlette.responses import Response, StreamingResponse
 
 from app import tracing
 from app.engine.admission import Admission
+from app.engine.errors import ComputeFailed, DeadlinePassed, EngineError, QueueFull
 from app.engine.messages import REQUEST_TIMING, Timing
-from app.errors import Timeout
+from app.errors import ApiError, InferenceFailed, NotReady, Overloaded, Timeout
 from app.metrics import Metrics
 from app.schemas import Reply
 from app.schemas import Request as Body
@@ -43,6 +44,18 @@ def rendered(
         return render(body, await compute(served, body, timing))
 
     return work
+
+
+def client_error(error: EngineError) -> ApiError:
+    """The engine's error (app/engine/errors.py) as the client's: API.md's type, status and Retry-After."""
+    headers = None if error.retry_after_s is None else {"Retry-After": str(error.retry_after_s)}
+    if isinstance(error, QueueFull):
+        return Overloaded(error.message, headers=headers)
+    if isinstance(error, ComputeFailed):
+        return InferenceFailed(error.message, headers=headers)
+    if isinstance(error, DeadlinePassed):
+        return Timeout(error.message, headers=headers)
+    return NotReady(error.message, headers=headers)  # EngineStopped: shutting down, or the engine gone
 
 
 # Responses with more numbers than this are serialised in a worker thread, not on the event loop.
@@ -107,19 +120,22 @@ class Responder:
         gRPC in app/api/tei_grpc)."""
         timing = Timing(deadline=asyncio.get_running_loop().time() + self.request_timeout_s)
         current = REQUEST_TIMING.set(timing)  # the tokenisation stage adds its time to it
-        with self.admission.admit(n_texts):
-            try:
-                async with asyncio.timeout(self.request_timeout_s):  # no task of its own, unlike wait_for
-                    return await work(timing), timing
-            except (TimeoutError, Timeout):  # the deadline here, or the same deadline where the engine runs apart
-                self.metrics.timeouts.inc()
-                raise Timeout(
-                    f"the request was not answered within {self.request_timeout_s:g} s and was dropped; the service "
-                    "is overloaded: retry later or send fewer texts",
-                    headers={"Retry-After": str(self.admission.retry_after())},
-                ) from None
-            finally:
-                REQUEST_TIMING.reset(current)
+        try:
+            with self.admission.admit(n_texts):
+                try:
+                    async with asyncio.timeout(self.request_timeout_s):  # no task of its own, unlike wait_for
+                        return await work(timing), timing
+                except (TimeoutError, DeadlinePassed):  # the deadline here, or where the engine runs apart
+                    self.metrics.timeouts.inc()
+                    raise Timeout(
+                        f"the request was not answered within {self.request_timeout_s:g} s and was dropped; the "
+                        "service is overloaded: retry later or send fewer texts",
+                        headers={"Retry-After": str(self.admission.retry_after())},
+                    ) from None
+        except EngineError as error:  # admission's refusal, the engine's failure or its stop: the client's words
+            raise client_error(error) from None
+        finally:
+            REQUEST_TIMING.reset(current)
 
     def observe(self, route: str, timing: Timing, serialization_s: float) -> None:
         """A request's time in the latency histogram, by phase."""

@@ -215,28 +215,54 @@ async def test_service_keeps_serving_after_every_kind_of_bad_input(limited: http
     assert response.status_code == 200 and len(response.json()["data"]) == 2
 
 
-def test_every_api_error_crosses_to_a_front_end_whole() -> None:
+def test_every_engine_error_crosses_to_a_front_end_whole() -> None:
     """The engine sends a failed task's error itself (pickled) and the front end raises it as it is: its class,
-    message, field and headers, whatever its constructor takes."""
+    message and Retry-After, whatever its constructor takes."""
     import pickle
 
-    from app import errors
+    from app.engine import errors
     from app.engine.work_queue import QueueClosed
 
     sent = [
-        errors.ModelNotFound("nobody", ["minilm", "tiny"]),
-        errors.InvalidRequest("texts", "must not be empty"),
-        errors.Overloaded("the queue is full", headers={"Retry-After": "2"}),
-        errors.NotReady("the service is shutting down", headers={"Retry-After": "1"}),
-        errors.Timeout("the request was not answered in time"),
+        errors.QueueFull("the queue is full", retry_after_s=2),
+        errors.EngineStopped("the engine stopped; the service is restarting"),
+        errors.DeadlinePassed("the request was not answered in time"),
+        errors.ComputeFailed("the model failed to compute this request"),
         QueueClosed(),  # a constructor without arguments
-        errors.ModelLacks("minilm", "sparse output"),
     ]
     for error in sent:
         received = pickle.loads(pickle.dumps(error))
         assert type(received) is type(error)
-        assert (received.message, received.param, received.headers) == (error.message, error.param, error.headers)
-        assert str(received) == str(error) and received.status_code == error.status_code
-    assert sent[0].message == "model: no model named 'nobody' is served (served: minilm, tiny)"
-    assert (sent[5].status_code, sent[5].type, sent[5].headers) == (503, "not_ready", {"Retry-After": "1"})
-    assert (sent[6].param, sent[6].message) == ("model", "model: model 'minilm' has no sparse output")
+        assert (received.message, received.retry_after_s) == (error.message, error.retry_after_s)
+        assert str(received) == str(error)
+    assert (sent[-1].message, sent[-1].retry_after_s) == ("the service is shutting down", 1)
+
+
+def test_each_engine_error_is_worded_as_the_clients() -> None:
+    """The web layer's reading of the engine's errors: API.md's types and statuses, Retry-After where there is one."""
+    from app import errors
+    from app.engine import errors as engine
+    from app.web.responding import client_error
+
+    cases = [
+        (engine.QueueFull("full", retry_after_s=3), errors.Overloaded, 429, "overloaded", {"Retry-After": "3"}),
+        (engine.EngineStopped("gone"), errors.NotReady, 503, "not_ready", None),
+        (engine.DeadlinePassed("late"), errors.Timeout, 503, "timeout", None),
+        (engine.ComputeFailed("failed"), errors.InferenceFailed, 503, "inference_failed", None),
+    ]
+    for error, kind, status, type_, headers in cases:
+        worded = client_error(error)
+        assert type(worded) is kind and (worded.status_code, worded.type) == (status, type_)
+        assert worded.message == error.message and worded.headers == headers
+
+
+def test_api_errors_name_what_they_concern() -> None:
+    from app import errors
+
+    missing = errors.ModelNotFound("nobody", ["minilm", "tiny"])
+    assert (missing.param, missing.message) == (
+        "model",
+        "model: no model named 'nobody' is served (served: minilm, tiny)",
+    )
+    lacks = errors.ModelLacks("minilm", "sparse output")
+    assert (lacks.param, lacks.message) == ("model", "model: model 'minilm' has no sparse output")

@@ -173,13 +173,13 @@ async def test_a_deadline_reached_where_the_engine_runs_is_answered_and_counted_
 ) -> None:
     """Where the engine is a process of its own, the request's deadline may pass there first, and its Timeout
     comes back in place of the result: the answer is the one a deadline reached here gives, and it is counted."""
-    from app.errors import Timeout
+    from app.engine.errors import DeadlinePassed
 
     async with serving(Settings(request_timeout_s=7), bundled_model) as service:
         served = service.app.state.registry.get(None)
 
         async def late(*args: object, **kwargs: object) -> list:
-            raise Timeout("the request was not answered in time")  # as the engine sends it
+            raise DeadlinePassed("the request was not answered in time")  # as the engine sends it
 
         monkeypatch.setattr(served.queue, "run", late)
         response = await service.client.post("/encode", json={"texts": ["late"]})

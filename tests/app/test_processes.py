@@ -24,11 +24,11 @@ import numpy as np
 import pytest
 
 from app.engine.admission import Admission
+from app.engine.errors import ComputeFailed, QueueFull
 from app.engine.messages import Task, Timing
 from app.engine.remote import Engine, EngineClient, EngineQueue, unpacked, wire_task
 from app.engine.work_queue import WorkQueue
 from app.engine.worker import Worker
-from app.errors import InferenceFailed, Overloaded
 from app.main import create_app
 from app.metrics import Metrics
 from app.settings import Settings
@@ -324,7 +324,7 @@ async def test_a_message_the_engine_cannot_take_fails_alone_and_the_connection_s
     client = EngineClient(str(tmp_path / "engine.sock"))
     try:
         await client.start()
-        with pytest.raises(InferenceFailed):
+        with pytest.raises(ComputeFailed):
             await client.request("task", "tiny")  # a task message without its task: the engine cannot run it
         spec = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
         task = Task("embed", tiny_model.tokenizer.encode(["still served"]), spec)
@@ -382,7 +382,7 @@ async def test_the_engine_admits_every_front_ends_tasks_against_one_bound(
 
         held = asyncio.ensure_future(first.request("task", "tiny", wire_task(task(3)), 30.0))
         assert await asyncio.to_thread(blocking.computing.wait, 30)  # admitted, and computing
-        with pytest.raises(Overloaded):
+        with pytest.raises(QueueFull):
             await second.request("task", "tiny", wire_task(task(2)), 30.0)
         admitted = asyncio.ensure_future(second.request("task", "tiny", wire_task(task(1)), 30.0))
         # the one text admitted beside the three, as /metrics says

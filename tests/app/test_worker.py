@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 from tokenizers import Encoding
 
+from app.engine.errors import ComputeFailed
 from app.engine.messages import KeyMarks, Task
 from app.engine.work_queue import LargePasses, QueueClosed, WorkQueue
 from app.engine.worker import Worker
-from app.errors import InferenceFailed, InvalidRequest
+from app.errors import InvalidRequest
 from app.serving.tokenization import Tokenization
 from app.settings import Settings
 from model import AttentionSelection, EmbeddingSpec, PackedTokens, TextEncoder
@@ -312,7 +313,7 @@ async def test_a_failing_pass_fails_only_the_request_that_breaks_it(tiny_model: 
             np.testing.assert_allclose(
                 np.stack([r.sentence for r in result]), tiny_model.embed(texts).numpy(), atol=1e-5
             )
-        with pytest.raises(InferenceFailed):
+        with pytest.raises(ComputeFailed):
             await poisoned
         assert failing.passes == [6, 1, 2, 1, 2]  # the merged pass, then each request alone
         # The thread survived: later work is answered.
@@ -328,7 +329,7 @@ async def test_a_failing_attention_pass_fails_its_request_and_the_thread_goes_on
     worker = Worker(queue, FailingModel(tiny_model))  # type: ignore[arg-type]
     try:
         selection = AttentionSelection(layers=(0, 1), heads=(0,))
-        with pytest.raises(InferenceFailed):
+        with pytest.raises(ComputeFailed):
             await attention(queue, encode(tiny_model, [POISON])[0], selection)
         maps = await attention(queue, encode(tiny_model, ["the cat"])[0], selection)
         assert maps.shape == (2, 1, 4, 4)
@@ -390,7 +391,7 @@ async def test_inspection_slices_run_between_other_passes_and_a_failing_slice_fa
         parts = await good
         assert [part.shape[1] for part in parts] == [1, 1]  # each slice's statistics, one text each
         assert len(await embedded) == 2
-        with pytest.raises(InferenceFailed):
+        with pytest.raises(ComputeFailed):
             await bad
         # in arrival order; the good request's second slice queued once its first was done; the failed request's
         # second slice never queued
