@@ -8,7 +8,7 @@ or ``grpc`` (port 4317); ``OTEL_SERVICE_NAME`` (by default encoder-service), ``O
 ``OTEL_TRACES_SAMPLER`` and its argument, ``OTEL_PROPAGATORS``, ``OTEL_BSP_*`` and the exporter's headers, timeout
 and certificates are the SDK's own. The SDK and exporters are the ``otel`` extra (``encoder-service[otel]``).
 
-Off, nothing of OpenTelemetry is imported and each hook on the request path is one test of ``TRACER``.
+Off, nothing of OpenTelemetry's SDK is imported and each hook on the request path is one test of ``TRACER``.
 
 The spans (docs/operations.md, "Traces"):
 

@@ -129,13 +129,6 @@ def unpacked(results: Any) -> list[Any]:
     return results
 
 
-def error_of(error: BaseException) -> EngineError:
-    """What the front end re-raises as it is: the engine's own error, else that the model failed."""
-    if isinstance(error, EngineError):
-        return error
-    return ComputeFailed("the model failed to compute this request")
-
-
 # ---- the engine's side ----
 
 
@@ -153,7 +146,7 @@ class Connection:
             self.dispatch(message)
         except Exception:  # a fault in one message costs its answer, not the front end's connection
             logger.exception("the engine could not take a %r message", message[0])
-            self.reply((message[1], "error", error_of(ComputeFailed("the engine failed to take this request"))))
+            self.reply((message[1], "error", ComputeFailed("the engine failed to take this request")))
 
     def dispatch(self, message: tuple[Any, ...]) -> None:
         kind, request_id = message[0], message[1]
@@ -243,7 +236,7 @@ class Engine:
             reply = (request_id, "error", error)
         except Exception:
             logger.exception("a %s task failed in the engine", task.kind)
-            reply = (request_id, "error", error_of(ComputeFailed("the model failed to compute this request")))
+            reply = (request_id, "error", ComputeFailed("the model failed to compute this request"))
         else:
             reply = (request_id, "ok", packed(task.kind, result), (timing.queue_s, timing.inference_s))
         finally:
@@ -281,7 +274,7 @@ class EngineClient:
         if status == "ok":
             future.set_result(payload)
         else:
-            future.set_exception(payload[0])  # an EngineError, pickled whole (error_of)
+            future.set_exception(payload[0])  # an EngineError, pickled whole
 
     def _lost(self, _: Exception | None) -> None:
         if self.connected:
