@@ -298,6 +298,7 @@ class Packing:
     batch: int  # B
     length: int  # T
     sequences: Sequences | None = None
+    source: Tensor | None = None  # (B·T,) for each position, the packed row it reads in ``spread``
 
     @classmethod
     def from_mask(cls, attention_mask: Tensor, varlen: bool = False, causal: bool = False) -> Packing:
@@ -311,7 +312,8 @@ class Packing:
             if bool(((positions[None, :] < lengths[:, None]) == attention_mask.bool()).all()):
                 offsets = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)  # (B + 1,)
                 sequences = Sequences(offsets, int(lengths.max()), index % T, causal, index.numel() == B * T)
-        return cls(index, B, T, sequences)
+        source = (attention_mask.flatten().cumsum(0) - 1).clamp(min=0)  # a real token's row; padding, a neighbour's
+        return cls(index, B, T, sequences, source)
 
     @property
     def full(self) -> bool:
@@ -323,6 +325,15 @@ class Packing:
         if self.full:
             return x.flatten(0, 1)
         return x.flatten(0, 1).index_select(0, self.index)
+
+    def spread(self, x: Tensor) -> Tensor:
+        """(N, ...) → (B, T, ...) for the attention core, which masks the padding: every real token in its place, each
+        padding position a copy of a real token's row (finite, never attended to, dropped by ``pack``). A gather
+        rather than ``unpack``'s scatter into zeros: OpenVINO's scatter ran 7 % of its float32 pass of
+        all-MiniLM-L6-v2 (docs/benchmarks/cpu-runtimes.md, "The attention's gather (CPU)")."""
+        if self.full or self.source is None:
+            return self.unpack(x)
+        return x.index_select(0, self.source).view(self.batch, self.length, *x.shape[1:])
 
     def unpack(self, x: Tensor) -> Tensor:
         """(N, ...) → (B, T, ...), zeros where the padding is."""
@@ -550,7 +561,7 @@ class MultiHeadAttention(nn.Module):
         ):
             return AttentionResult(self.out(self.packed_attention(qkv, sequences, angles)), None, None)  # (N, D)
         if packing is not None:
-            qkv = packing.unpack(qkv)  # (B, T, 3D)
+            qkv = packing.spread(qkv)  # (B, T, 3D)
         B, T = qkv.size(0), qkv.size(1)
         q, k, v = self.heads(qkv, angles)  # (B, H, T, Dh), 2 × (B, Hkv, T, Dh)
         k, v = self.shared_heads(k), self.shared_heads(v)  # 2 × (B, H, T, Dh)
