@@ -28,11 +28,15 @@ import torch
 from torch import Tensor, nn
 
 from model.nn.encoder import Encoder
-from model.runtime.backends import check_length, row_bucket, takes_whole, to_bucket
+from model.runtime.backends import check_length, length_groups, row_bucket, takes_whole, to_bucket
 
 PRECISIONS = {torch.float32: "f32", torch.bfloat16: "bf16"}  # the compute dtype → OpenVINO's precision hint
 CACHE_SHAPES = 64  # as app/engine/compute.py bounds oneDNN's per-shape caches; the padded pass's shapes are bucketed
 QUANTIZERS = ("int8",)  # what the ``quantize`` argument takes: the linear layers' weights in int8
+# What a call of the padded pass costs beyond its tokens, counted in tokens, for cutting a batch into rows of like
+# length (``length_groups``): the value that ran all-MiniLM-L6-v2's int8 pass fastest of 48, 128 and 256 on AMD EPYC
+# with AVX-512 (docs/benchmarks/cpu-runtimes.md, "Rows of like length (CPU)").
+PER_CALL_TOKENS = 128
 
 
 def available() -> bool:
@@ -112,7 +116,8 @@ class OpenVINOPass:
     that no bucket fixes (its count of real tokens). Measured on an Intel Xeon with AMX, texts/s in process: int8
     one text 69–104 → 155–163, passes of 32 272–293 → 388–397; bfloat16 74–109 → 183–269 and 339–381 →
     430–493; float32 passes of 32 200–253 packed against 159–175 so (docs/benchmarks/cpu-runtimes.md, "bfloat16 on
-    the CPU: weights cast once, rows in buckets (CPU)").
+    the CPU: weights cast once, rows in buckets (CPU)"). A batch of texts of unlike lengths is first cut into
+    groups of like length (``length_groups``), each a call of its own on its bucket's shape.
     """
 
     name = "openvino"
@@ -160,23 +165,43 @@ class OpenVINOPass:
         if input_ids.device.type != "cpu" or not takes_whole(self.encoder, length):
             return None
         check_length(self.encoder, length)  # recorded once, at conversion
+        if not self.padded:
+            return self._infer(input_ids, attention_mask, token_type_ids)
+        B = input_ids.size(0)
+        extents = (attention_mask * torch.arange(1, length + 1)).amax(1).tolist()  # each row's last real token + 1
+        groups = length_groups(extents, PER_CALL_TOKENS) if B > 1 else [[0]]
+        if len(groups) == 1:
+            return self._bucketed(input_ids, attention_mask, token_type_ids)
+        hidden: Tensor | None = None
+        for rows in groups:
+            index, longest = torch.tensor(rows), max(extents[row] for row in rows)
+            part = self._bucketed(*(t[index, :longest] for t in (input_ids, attention_mask, token_type_ids)))
+            if hidden is None:
+                hidden = part.new_zeros(B, length, part.size(-1))
+            hidden[index, :longest] = part
+        return hidden
+
+    def _bucketed(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
+        """The padded pass of a batch on its bucket's shape (``batch_bucket``), the rows and positions added
+        dropped again."""
+        B, length = input_ids.shape
+        shape = batch_bucket(B, length, self.encoder.embeddings.max_length)
+        if shape == (B, length) or not takes_whole(self.encoder, shape[1]):
+            return self._infer(input_ids, attention_mask, token_type_ids)
+        hidden = self._infer(*to_bucket(input_ids, attention_mask, token_type_ids, shape))
+        return hidden[:B, :length].contiguous()
+
+    def _infer(self, *batch: Tensor) -> Tensor:
+        """The compiled pass of a batch as it is, on this thread's infer request: (B, T, D)."""
         request = getattr(self._requests, "request", None)
         if request is None:
             request = self._requests.request = self.compiled.create_infer_request()
-        batch = [input_ids, attention_mask, token_type_ids]
-        B = input_ids.size(0)
-        if self.padded:
-            shape = batch_bucket(B, length, self.encoder.embeddings.max_length)
-            if shape != (B, length) and takes_whole(self.encoder, shape[1]):
-                batch = to_bucket(input_ids, attention_mask, token_type_ids, shape)
         arrays = [np.ascontiguousarray(t.numpy()) for t in batch]
-        output = request.infer(arrays)[0]  # (B', T', D), copied out of the request's buffer
+        output = request.infer(arrays)[0]  # (B, T, D), copied out of the request's buffer
         if self.bfloat16_out:  # two bytes an element, whatever numpy type carries them
             assert output.itemsize == 2, output.dtype
-        hidden = torch.from_numpy(output.view(np.int16) if self.bfloat16_out else output)
-        if self.bfloat16_out:
-            hidden = hidden.view(torch.bfloat16)
-        return hidden if hidden.shape[:2] == (B, length) else hidden[:B, :length].contiguous()
+            return torch.from_numpy(output.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(output)
 
 
 def int8_weights(converted: Any) -> Any:

@@ -16,7 +16,7 @@ import torch
 
 from model import EncoderConfig, TextEncoder, load_model
 from model.runtime import loader
-from model.runtime.backends import OneText, TracedPass, unwrapped
+from model.runtime.backends import OneText, TracedPass, length_groups, unwrapped
 from model.runtime.openvino_pass import OpenVINOPass, batch_bucket
 from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, stored_in_bfloat16, write_family_model
 from tests.helpers import needs_cpu_bfloat16
@@ -399,6 +399,54 @@ def test_bfloat16_and_int8_run_padded_batches_of_bucketed_shapes(tiny_model_dir:
         hidden = fresh.submit(compiled.last_hidden_state, ids, mask, types).result()
     assert recording.shapes == [batch_bucket(3, ids.shape[1], compiled.encoder.embeddings.max_length)]
     assert hidden.shape == (3, ids.shape[1], compiled.config.d_model)
+    ours, theirs = compiled.embed(texts).double(), reference.embed(texts).double()
+    assert torch.nn.functional.cosine_similarity(ours, theirs, dim=-1).min() >= 0.99
+
+
+@pytest.mark.parametrize(
+    ("lengths", "per_call", "groups"),
+    [
+        ([10, 60, 10, 60], 16, [[0, 2], [1, 3]]),  # 2 × 10 + 16 + 2 × 60 + 16 = 172 tokens against 4 × 60 + 16 = 256
+        ([50, 10, 11, 12, 49, 48], 16, [[1, 2, 3], [5, 4, 0]]),  # 218 against 316 whole, 232 in three
+        ([10, 60, 10, 60], 128, [[0, 2, 1, 3]]),  # 2 × 10 + 128 + 2 × 60 + 128 = 396 against 368 whole
+        ([30, 31, 32], 16, [[0, 1, 2]]),  # nothing saved
+        ([7], 16, [[0]]),
+    ],
+)
+def test_a_padded_batch_is_cut_into_rows_of_like_length(
+    lengths: list[int], per_call: int, groups: list[list[int]]
+) -> None:
+    assert length_groups(lengths, per_call) == groups
+
+
+def test_int8_computes_rows_of_like_length_together(tiny_model_dir: Path) -> None:
+    """Short texts and long ones in one batch: the padded pass runs them as two calls, each on its group's bucketed
+    shape, and each row's numbers are those of its group computed alone (the same call); near float32's."""
+    compiled = load_model(tiny_model_dir, device="cpu", dtype="int8", runtime="openvino")
+    reference = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="torch")
+    ov_pass = compiled.backends[0]
+    assert isinstance(ov_pass, OpenVINOPass) and ov_pass.padded
+    recording = ov_pass.compiled = RecordingModel(ov_pass.compiled)
+    long = " ".join(["the quick brown fox jumps over the lazy dog"] * 8)
+    texts = ["hello world", long, "a short one", long + " again", "hi", "the end of it"]
+    ids, mask, types = compiled.to_tensors(compiled.tokenizer.pad(compiled.tokenizer.encode(texts)))
+    lengths = mask.sum(1).tolist()
+    assert min(lengths[1], lengths[3]) - max(lengths[0], lengths[2], lengths[4], lengths[5]) > 40
+    longest = compiled.encoder.embeddings.max_length
+    with ThreadPoolExecutor(1) as fresh:  # a thread with no infer request yet: it makes one of the recording's
+        hidden = fresh.submit(compiled.last_hidden_state, ids, mask, types).result()
+        short_rows, long_rows = [4, 0, 2, 5], [1, 3]  # by length
+        assert recording.shapes == [
+            batch_bucket(4, max(lengths[row] for row in short_rows), longest),
+            batch_bucket(2, ids.shape[1], longest),
+        ]
+        for rows in (short_rows, long_rows):
+            index, length = torch.tensor(rows), max(lengths[row] for row in rows)
+            alone = fresh.submit(
+                compiled.last_hidden_state, ids[index, :length], mask[index, :length], types[index, :length]
+            ).result()
+            assert torch.equal(hidden[index, :length], alone)
+    assert hidden.shape == (6, ids.shape[1], compiled.config.d_model)
     ours, theirs = compiled.embed(texts).double(), reference.embed(texts).double()
     assert torch.nn.functional.cosine_similarity(ours, theirs, dim=-1).min() >= 0.99
 
