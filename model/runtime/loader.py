@@ -238,7 +238,11 @@ def cpu_threads() -> int:
 
 
 def compile_openvino(
-    model: TextEncoder, threads: int, dtype: torch.dtype | None = None, quantize: str | None = None
+    model: TextEncoder,
+    threads: int,
+    dtype: torch.dtype | None = None,
+    quantize: str | None = None,
+    padded: bool | None = None,
 ) -> PassBackend:
     """The embedding pass compiled by OpenVINO (model/runtime/openvino_pass.py) in ``dtype`` (the model's by default),
     its
@@ -249,9 +253,33 @@ def compile_openvino(
     if dtype not in PRECISIONS:
         raise ValueError(f"OpenVINO's pass here runs float32 or bfloat16, not {_name(dtype)}")
     try:
-        return OpenVINOPass(model.encoder, example_batch(model), dtype, threads, quantize)
+        compiled = OpenVINOPass(model.encoder, example_batch(model), dtype, threads, quantize, padded)
     except Exception as error:  # the converter's and the compiler's errors have no common class
         raise ValueError(f"OpenVINO could not compile it: {type(error).__name__}: {error}") from error
+    if compiled.padded or compiled.precision == "f32" and quantize is None:
+        return compiled
+    # bfloat16 or int8 weights on the packed pass: its products meet a few dozen counts of rows, as torch's do
+    longest = model.encoder.embeddings.max_length
+    return AlignedLength(BucketedRows(compiled, model.config.pad_token_id), longest)
+
+
+def openvino_passes(
+    model: TextEncoder, threads: int, dtype: torch.dtype | None = None, quantize: str | None = None, *, cpu: CpuKind
+) -> tuple[PassBackend, ...]:
+    """OpenVINO's pass of every batch, in ``dtype`` (the model's by default) with its weights in ``quantize``: one
+    compiled pass in float32 (packed) and on a CPU with AMX; in bfloat16 or int8 on a CPU without AMX, two, the
+    padded pass for one text and the packed one, its products' rows in buckets, for more.
+
+    Why two: on AMD EPYC with AVX-512 and AVX512-BF16, taking turns on texts new to each round, the packed pass ran
+    passes of 32 texts 1.29 times as fast as the padded one in bfloat16 and 1.45 times in int8, the padded pass one
+    text 1.26 and 1.23 times as fast as the packed one (docs/benchmarks/cpu-runtimes.md, "bfloat16 and int8 on
+    AVX-512 without AMX: the packed pass for batches (CPU)"). The second holds another copy of the weights in
+    OpenVINO's layout (bfloat16 or int8). With AMX the padded pass alone, as measured there."""
+    compiled = compile_openvino(model, threads, dtype, quantize)
+    if not getattr(compiled, "padded", False) or cpu.amx:
+        return (compiled,)
+    packed = compile_openvino(model, threads, dtype, quantize, padded=False)
+    return OneText(compiled, packed.name), packed
 
 
 def quantized_runtime(model: TextEncoder, quantize: str, threads: int) -> str:
@@ -272,11 +300,11 @@ def quantized_runtime(model: TextEncoder, quantize: str, threads: int) -> str:
         )
     around = torch.bfloat16 if cpu_bfloat16() else torch.float32
     try:
-        compiled = compile_openvino(model, threads, around, quantize)
+        compiled = openvino_passes(model, threads, around, quantize, cpu=CpuKind.here())
     except ValueError as error:
         logger.warning("%s: %s; the torch pass serves it in float32", model.name, error)
         return f"OpenVINO could not compile it ({error}), so float32 on torch"
-    model.backends = (compiled, *model.backends)
+    model.backends = (*compiled, *model.backends)
     model.quantized = quantize
     return f"ENCODER_DTYPE={quantize}: the linear layers' weights in {quantize}, the rest in {_name(around)}"
 
@@ -330,11 +358,11 @@ def runtime_rule(cpu: CpuKind, dtype: torch.dtype, decoder: bool, weights: int) 
       OpenVINO 1.3 to 1.5 times slower: docs/benchmarks/cpu-runtimes.md, "Runtimes and precisions (CPU)"); in
       bfloat16 OpenVINO takes the passes of one text alone, where it took 0.7 times torch's time (the section
       above).
-    - An encoder on a CPU with AVX-512 and no AMX: in float32 OpenVINO, whose compiled pass measured faster than
-      torch's on AMD EPYC with AVX-512 and AVX512-BF16 (ours in process, taking turns: passes of 32 1.2 times
-      torch's rate, one text 1.3 times); in bfloat16 OpenVINO for one text (1.56 times torch's rate) and torch for
-      more (passes of 32 1.17 times OpenVINO's: torch's pass computes no padding, OpenVINO's bfloat16 pass does;
-      docs/benchmarks/cpu-runtimes.md, "bfloat16 on AVX-512 without AMX: torch for batches (CPU)").
+    - An encoder on a CPU with AVX-512 and no AMX: OpenVINO, whose compiled pass measured faster than torch's on
+      AMD EPYC with AVX-512 and AVX512-BF16 (ours in process, taking turns: float32 passes of 32 1.2 times torch's
+      rate, one text 1.3 times; bfloat16 passes of 32 1.15 times, one text 1.3 times), in bfloat16 as two passes
+      (``openvino_passes``; docs/benchmarks/cpu-runtimes.md, "bfloat16 and int8 on AVX-512 without AMX: the packed
+      pass for batches (CPU)").
     - An encoder on a CPU without AVX-512 or AMX (AVX2 alone, and any other): torch. On AMD EPYC with AVX2, in one
       run with nothing beside it, torch's pass of all-MiniLM-L6-v2 was the faster on passes of 32 (167 texts/s
       against OpenVINO's 135 in process; make bench's loads over HTTP 1.11-1.27 times OpenVINO's; one text within a
@@ -354,11 +382,8 @@ def runtime_rule(cpu: CpuKind, dtype: torch.dtype, decoder: bool, weights: int) 
             f"a small encoder ({weights / 1e6:.2g} million weights in its layers, "
             f"under {SMALL_ENCODER_WEIGHTS / 1e6:.0f})",
         )
-    if dtype == torch.bfloat16 and (cpu.amx or cpu.avx512):
-        return (
-            OPENVINO_FOR_ONE_TEXT,
-            f"an encoder in bfloat16 on a CPU with {cpu}: OpenVINO for one text, torch for more",
-        )
+    if cpu.amx and dtype == torch.bfloat16:
+        return OPENVINO_FOR_ONE_TEXT, "an encoder in bfloat16 on a CPU with AMX: OpenVINO for one text, torch for more"
     if cpu.amx:
         return TORCH, f"an encoder in {_name(dtype)} on a CPU with AMX"
     if not cpu.avx512:
@@ -388,15 +413,15 @@ def choose_runtime(model: TextEncoder, runtime: str, threads: int, cpu: CpuKind 
             raise ValueError("ENCODER_RUNTIME=openvino, but the openvino package is not installed")
         return f"ENCODER_RUNTIME=auto: {why}, but openvino is not installed"
     try:
-        compiled = compile_openvino(model, threads)
+        if chosen == OPENVINO:
+            model.backends = (*openvino_passes(model, threads, cpu=cpu or CpuKind.here()), *model.backends)
+        else:
+            compiled = compile_openvino(model, threads)
+            torch_pass = model.backends[0] if model.backends else EagerPass(model.passes, model.autocast_dtype)
+            model.backends = (OneText(compiled, torch_pass.name), *model.backends)
     except ValueError as error:
         logger.warning("%s: %s; the torch pass serves it", model.name, error)
         return f"OpenVINO could not compile it ({error})"
-    if chosen == OPENVINO:
-        model.backends = (compiled, *model.backends)
-    else:
-        torch_pass = model.backends[0] if model.backends else EagerPass(model.passes, model.autocast_dtype)
-        model.backends = (OneText(compiled, torch_pass.name), *model.backends)
     return why if runtime == "openvino" else f"ENCODER_RUNTIME=auto: {why}"
 
 

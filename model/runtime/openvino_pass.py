@@ -129,6 +129,7 @@ class OpenVINOPass:
         dtype: torch.dtype,
         threads: int,
         quantize: str | None = None,
+        padded: bool | None = None,
     ):
         if dtype not in PRECISIONS:
             raise ValueError(f"OpenVINO's pass runs in {', '.join(map(str, PRECISIONS))}, not {dtype}")
@@ -140,7 +141,9 @@ class OpenVINOPass:
         self.encoder = encoder
         self.precision = PRECISIONS[dtype]
         self.quantize = quantize
-        self.padded = self.precision != "f32" or quantize is not None
+        self.padded = (self.precision != "f32" or quantize is not None) if padded is None else padded
+        if not self.padded and (self.precision != "f32" or quantize is not None):
+            self.name = "openvino (packed)"  # beside a padded one (model/runtime/loader.py, ``openvino_passes``)
         converted = convert(encoder, example, pack=not self.padded)
         if quantize == "int8":
             converted = int8_weights(converted)

@@ -171,7 +171,9 @@ async def test_int8_is_reported_where_it_runs(tiny_model_dir: Path) -> None:
     """ENCODER_DTYPE=int8: /info and the model metric name the precision and OpenVINO, and the pass serves."""
     async with serve(Settings(model_dir=tiny_model_dir, dtype="int8", runtime="auto")) as client:
         info = (await client.get("/info")).json()
-        assert (info["runtime"], info["dtype"], info["weights_dtype"]) == ("openvino", "int8", "int8")
+        assert (info["dtype"], info["weights_dtype"]) == ("int8", "int8")
+        # one compiled pass with AMX, two without (model/runtime/loader.py, ``openvino_passes``)
+        assert info["runtime"] in ("openvino", "openvino for one text, openvino (packed) for more"), info["runtime"]
         assert 'dtype="int8"' in (await client.get("/metrics")).text
         assert (await client.post("/encode", json={"texts": ["hello world"]})).status_code == 200
 

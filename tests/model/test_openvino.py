@@ -16,7 +16,7 @@ import torch
 
 from model import EncoderConfig, TextEncoder, load_model
 from model.runtime import loader
-from model.runtime.backends import OneText, TracedPass, length_groups, unwrapped
+from model.runtime.backends import AlignedLength, BucketedRows, OneText, TracedPass, length_groups, unwrapped
 from model.runtime.openvino_pass import OpenVINOPass, batch_bucket
 from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, stored_in_bfloat16, write_family_model
 from tests.helpers import needs_cpu_bfloat16
@@ -49,6 +49,14 @@ def load_uncompilable(
     monkeypatch.setattr(OpenVINOPass, "__init__", refuse)
     with caplog.at_level(logging.INFO, logger="model.runtime.loader"):
         return load_model(directory, device="cpu", name="tiny", **options)  # type: ignore[arg-type]
+
+
+def padded_pass(model: TextEncoder) -> OpenVINOPass:
+    """The model's padded OpenVINO pass (bfloat16, int8): its first backend, alone or for one text (``OneText``)."""
+    first = model.backends[0]
+    ov_pass = first.inner if isinstance(first, OneText) else first
+    assert isinstance(ov_pass, OpenVINOPass) and ov_pass.padded, model.runtime
+    return ov_pass
 
 
 def real_tokens(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -92,9 +100,11 @@ def test_bfloat16_stays_within_the_measured_bounds(bundled_model: TextEncoder) -
     from bench.run import make_sentences
 
     compiled = load_model(device="cpu", dtype="bfloat16", runtime="openvino")
-    assert compiled.runtime == "openvino" and compiled.dtype == torch.bfloat16
+    assert compiled.runtime.startswith("openvino") and compiled.dtype == torch.bfloat16  # one pass, or two
     texts = make_sentences(64, seed=7)
     ours, theirs = compiled.embed(texts).double(), bundled_model.embed(texts).double()
+    alone = torch.cat([compiled.embed([text]) for text in texts[:8]]).double()  # the padded pass, where two
+    assert torch.nn.functional.cosine_similarity(alone, theirs[:8], dim=-1).min() >= 0.9995
     cosine = torch.nn.functional.cosine_similarity(ours, theirs, dim=-1)
     assert cosine.min() >= 0.9995, cosine.min()
     assert not torch.equal(ours, theirs), "bfloat16 products, not float32's"
@@ -107,7 +117,7 @@ def test_int8_stays_within_the_measured_bounds(bundled_model: TextEncoder) -> No
     from bench.run import make_sentences
 
     compiled = load_model(device="cpu", dtype="int8", runtime="auto")
-    assert (compiled.runtime, compiled.precision) == ("openvino", "int8")
+    assert compiled.runtime.startswith("openvino") and compiled.precision == "int8"
     assert compiled.dtype == torch.float32  # torch's side: the explicit paths, and any pass OpenVINO does not take
     texts = make_sentences(200, seed=7)
     ours, theirs = compiled.embed(texts).double(), bundled_model.embed(texts).double()
@@ -123,13 +133,12 @@ def test_int8_serves_every_family_near_float32(tmp_path: Path, family: str) -> N
     cosine ≥ 0.99 on average, ≥ 0.8 each (the least measured: 0.88, MPNet's; a broken pass lands near 0)."""
     directory = write_family_model(tmp_path, family, head=FAMILY_SPECS[family].heads[0])
     compiled = load_model(directory, device="cpu", dtype="int8", runtime="openvino")
-    assert (compiled.runtime, compiled.precision) == ("openvino", "int8")
+    assert compiled.runtime.startswith("openvino") and compiled.precision == "int8"
     reference = load_model(directory, device="cpu", dtype="float32", runtime="torch", traced=False)
     input_ids, mask, types = shapes(reference)[0]
     with torch.inference_mode():
-        ours = compiled.backends[0](input_ids, mask, types)
+        ours = compiled.last_hidden_state(input_ids, mask, types)
         theirs = reference.last_hidden_state(input_ids, mask, types)
-    assert ours is not None
     cosine = torch.nn.functional.cosine_similarity(real_tokens(ours, mask), real_tokens(theirs, mask), dim=-1)
     assert cosine.mean() >= 0.99 and cosine.min() >= 0.8, (cosine.mean(), cosine.min())
 
@@ -173,7 +182,7 @@ AMX, AVX512, AVX2 = loader.CpuKind(amx=True, avx512=True), loader.CpuKind(False,
         (AMX, torch.float32, False, "torch"),  # an Intel Xeon with AMX: oneDNN's products level with OpenVINO's
         (AMX, torch.bfloat16, False, "openvino for one text"),
         (AVX512, torch.float32, False, "openvino"),  # an AMD EPYC with AVX-512 and AVX512-BF16
-        (AVX512, torch.bfloat16, False, "openvino for one text"),  # torch's bfloat16 batches the faster there too
+        (AVX512, torch.bfloat16, False, "openvino"),
         (AVX2, torch.float32, False, "torch"),  # an AMD EPYC with AVX2 alone
         (AMX, torch.float32, True, "torch"),  # a decoder, anywhere
         (AMX, torch.bfloat16, True, "torch"),
@@ -389,14 +398,14 @@ def test_bfloat16_and_int8_run_padded_batches_of_bucketed_shapes(tiny_model_dir:
     embeddings stay as near float32's as the packed pass's."""
     compiled = load_model(tiny_model_dir, device="cpu", dtype=dtype, runtime="openvino")
     reference = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="torch")
-    ov_pass = compiled.backends[0]
-    assert isinstance(ov_pass, OpenVINOPass) and ov_pass.padded
+    ov_pass = padded_pass(compiled)
     recording = ov_pass.compiled = RecordingModel(ov_pass.compiled)
     texts = ["the quick brown fox jumps", "hello world", "a lazy dog sat on the mats while the cats said hello"]
     ids, mask, types = compiled.to_tensors(compiled.tokenizer.pad(compiled.tokenizer.encode(texts)))
     assert ids.shape[1] not in (16, 24, 32)
     with ThreadPoolExecutor(1) as fresh:  # a thread that has no infer request yet: it makes one of the recording's
-        hidden = fresh.submit(compiled.last_hidden_state, ids, mask, types).result()
+        hidden = fresh.submit(ov_pass, ids, mask, types).result()
+    assert hidden is not None
     assert recording.shapes == [batch_bucket(3, ids.shape[1], compiled.encoder.embeddings.max_length)]
     assert hidden.shape == (3, ids.shape[1], compiled.config.d_model)
     ours, theirs = compiled.embed(texts).double(), reference.embed(texts).double()
@@ -424,8 +433,7 @@ def test_int8_computes_rows_of_like_length_together(tiny_model_dir: Path) -> Non
     shape, and each row's numbers are those of its group computed alone (the same call); near float32's."""
     compiled = load_model(tiny_model_dir, device="cpu", dtype="int8", runtime="openvino")
     reference = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="torch")
-    ov_pass = compiled.backends[0]
-    assert isinstance(ov_pass, OpenVINOPass) and ov_pass.padded
+    ov_pass = padded_pass(compiled)
     recording = ov_pass.compiled = RecordingModel(ov_pass.compiled)
     long = " ".join(["the quick brown fox jumps over the lazy dog"] * 8)
     texts = ["hello world", long, "a short one", long + " again", "hi", "the end of it"]
@@ -434,7 +442,8 @@ def test_int8_computes_rows_of_like_length_together(tiny_model_dir: Path) -> Non
     assert min(lengths[1], lengths[3]) - max(lengths[0], lengths[2], lengths[4], lengths[5]) > 40
     longest = compiled.encoder.embeddings.max_length
     with ThreadPoolExecutor(1) as fresh:  # a thread with no infer request yet: it makes one of the recording's
-        hidden = fresh.submit(compiled.last_hidden_state, ids, mask, types).result()
+        hidden = fresh.submit(ov_pass, ids, mask, types).result()
+        assert hidden is not None
         short_rows, long_rows = [4, 0, 2, 5], [1, 3]  # by length
         assert recording.shapes == [
             batch_bucket(4, max(lengths[row] for row in short_rows), longest),
@@ -442,13 +451,50 @@ def test_int8_computes_rows_of_like_length_together(tiny_model_dir: Path) -> Non
         ]
         for rows in (short_rows, long_rows):
             index, length = torch.tensor(rows), max(lengths[row] for row in rows)
-            alone = fresh.submit(
-                compiled.last_hidden_state, ids[index, :length], mask[index, :length], types[index, :length]
-            ).result()
-            assert torch.equal(hidden[index, :length], alone)
+            alone = fresh.submit(ov_pass, ids[index, :length], mask[index, :length], types[index, :length]).result()
+            assert alone is not None and torch.equal(hidden[index, :length], alone)
     assert hidden.shape == (6, ids.shape[1], compiled.config.d_model)
     ours, theirs = compiled.embed(texts).double(), reference.embed(texts).double()
     assert torch.nn.functional.cosine_similarity(ours, theirs, dim=-1).min() >= 0.99
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+@pytest.mark.parametrize("cpu", [AVX512, AMX])
+def test_without_amx_one_text_takes_the_padded_pass_and_more_the_packed_one(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, dtype: str, cpu: loader.CpuKind
+) -> None:
+    """Under bfloat16 and int8 on a CPU without AMX, two compiled passes: the padded one for one text, the packed
+    one (its rows in buckets, its lengths aligned, as torch's bfloat16 pass) for more; with AMX the padded one
+    alone. Both near float32, and near each other."""
+    if dtype == "bfloat16" and not loader.cpu_bfloat16():
+        pytest.skip("bfloat16 is refused on a CPU without AVX512-BF16 or AMX (tested above)")
+    monkeypatch.setattr(loader.CpuKind, "here", classmethod(lambda cls: cpu))
+    compiled = load_model(tiny_model_dir, device="cpu", dtype=dtype, runtime="openvino")
+    reference = load_model(tiny_model_dir, device="cpu", dtype="float32", runtime="torch")
+    calls: list[tuple[str, int]] = []
+    infer = OpenVINOPass._infer
+
+    def recorded(self: OpenVINOPass, *batch: torch.Tensor) -> torch.Tensor:
+        calls.append((self.name, batch[0].size(0)))
+        return infer(self, *batch)
+
+    monkeypatch.setattr(OpenVINOPass, "_infer", recorded)
+    texts = ["the quick brown fox jumps", "hello world", "a lazy dog sat on the mats while the cats said hello"]
+    together = compiled.embed(texts).double()
+    alone = torch.cat([compiled.embed([text]) for text in texts]).double()
+    if cpu.amx:
+        assert compiled.runtime == "openvino" and isinstance(compiled.backends[0], OpenVINOPass)
+        assert [name for name, _ in calls] == ["openvino"] * 4
+    else:
+        assert compiled.runtime == "openvino for one text, openvino (packed) for more"
+        packed = compiled.backends[1]
+        assert isinstance(packed, AlignedLength) and isinstance(packed.inner, BucketedRows)
+        assert isinstance(packed.inner.inner, OpenVINOPass) and not packed.inner.inner.padded
+        assert calls == [("openvino (packed)", 4)] + [("openvino", 1)] * 3  # 3 texts and a filler row; one by one
+    theirs = reference.embed(texts).double()
+    for ours in (together, alone):
+        assert torch.nn.functional.cosine_similarity(ours, theirs, dim=-1).min() >= 0.99
+    assert torch.nn.functional.cosine_similarity(together, alone, dim=-1).min() >= 0.999
 
 
 def test_float32_keeps_the_packed_pass(tiny_model_dir: Path) -> None:
@@ -467,14 +513,14 @@ def test_a_checkpoint_stored_in_bfloat16_is_served_in_bfloat16(tmp_path: Path, f
     once were, the least cosine was 0.72-0.84."""
     directory = stored_in_bfloat16(write_family_model(tmp_path, family, seed=3))
     compiled = load_model(directory, device="cpu", dtype="bfloat16", runtime="openvino")
-    assert compiled.runtime == "openvino" and isinstance(compiled.backends[0], OpenVINOPass)
+    assert compiled.runtime.startswith("openvino") and isinstance(unwrapped(padded_pass(compiled)), OpenVINOPass)
     assert {p.dtype for p in compiled.encoder.parameters()} == {torch.bfloat16}
     eager = load_model(directory, device="cpu", dtype="bfloat16", runtime="torch", traced=False)
     wide = load_model(directory, device="cpu", dtype="float32", runtime="torch", traced=False)
     for input_ids, mask, types in shapes(eager)[:3]:
         with torch.inference_mode():
-            ours = compiled.backends[0](input_ids, mask, types)
-            assert ours is not None and ours.dtype == torch.bfloat16
+            ours = compiled.last_hidden_state(input_ids, mask, types)  # the packed pass, and one text the padded
+            assert ours.dtype == torch.bfloat16
             for reference in (eager, wide):
                 theirs = reference.last_hidden_state(input_ids, mask, types)
                 cosine = torch.nn.functional.cosine_similarity(
