@@ -26,7 +26,7 @@ from app.api.tei_grpc import tei_pb2_grpc as pb_grpc
 from app.settings import Settings
 from model import TextEncoder, default_model_path, load_model
 from tests.app.test_processes import front_ends, supervised
-from tests.helpers import ROOT, Service, busy, free_port, serving, write_tiny_model
+from tests.helpers import ROOT, Service, busy, free_port, server_log, serving, start_server, write_tiny_model
 from tests.retrieval import write_splade
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "Attention is all you need.", "Hi", "naïve café — ünïcode"]
@@ -447,6 +447,26 @@ def test_a_grpc_port_in_use_stops_the_start_in_one_line(tiny_models: dict[str, P
         )
     assert done.returncode == 3, done.stderr
     assert f"cannot listen on 0.0.0.0:{port}" in done.stderr and "ENCODER_GRPC_PORT" in done.stderr, done.stderr
+
+
+def test_loading_beside_grpc_logs_no_line_for_each_fork(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gRPC starts before the models load, and OpenVINO's conversion forks about 40 times: with grpcio's fork
+    handlers on, each fork logged "skipping fork() handlers". Off (app/api/tei_grpc/__init__.py), the log holds the
+    service's own lines, and gRPC serves."""
+    monkeypatch.delenv("GRPC_ENABLE_FORK_SUPPORT", raising=False)  # as this process's own import set it: the service's
+    port = free_port()
+    env = {"ENCODER_GRPC_PORT": str(port), "ENCODER_RUNTIME": "openvino", "ENCODER_WORKERS": "1"}
+    process, _ = start_server(env, supervised=True)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=OWN_CONNECTIONS) as channel:
+            info = pb_grpc.InfoStub(channel).Info(pb.InfoRequest(), timeout=30, wait_for_ready=True)
+        assert info.model_id
+        log = server_log(process)
+        assert "gRPC (text-embeddings-inference's tei.v1" in log and "runs on openvino" in log, log
+        assert "fork" not in log, log
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 class socket_on:
