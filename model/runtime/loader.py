@@ -245,8 +245,10 @@ def compile_openvino(
     padded: bool | None = None,
 ) -> PassBackend:
     """The embedding pass compiled by OpenVINO (model/runtime/openvino_pass.py) in ``dtype`` (the model's by default),
-    its
-    weights in ``quantize`` where given; ValueError where it cannot be."""
+    its weights in ``quantize`` where given, ``padded`` as it is asked (by default: float32 packed, bfloat16 and int8
+    padded); ValueError where it cannot be. A packed pass in bfloat16 or int8 comes with its products' rows rounded
+    up to buckets and its lengths aligned (``BucketedRows``, ``AlignedLength``), as torch's bfloat16 pass: OpenVINO
+    prepares each product again for a count of rows it has not met."""
     from model.runtime.openvino_pass import PRECISIONS, OpenVINOPass
 
     dtype = model.dtype if dtype is None else dtype

@@ -13,8 +13,9 @@ scheme was chosen from the trade-off measured on the bundled model (docs/benchma
 CPU"): every weights-and-activations scheme tried lost more of the neighbours (top-10 agreement 0.80–0.94) than the
 0.95 the service holds to, and none was faster than bfloat16 where the CPU has it.
 
-Which of OpenVINO and torch serves a model is the loader's choice (model/runtime/loader.py, ``choose_backend``): on some
-CPUs OpenVINO's pass is the faster, on others torch's (docs/benchmarks/cpu-runtimes.md), so it is measured at start.
+Which of OpenVINO and torch serves a model, and whether with one compiled pass or two, is the loader's choice by a
+rule of the CPU's kind (model/runtime/loader.py, ``runtime_rule``, ``openvino_passes``): on some CPUs OpenVINO's pass
+is the faster, on others torch's (docs/benchmarks/cpu-runtimes.md).
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ class OpenVINOPass:
     shape is taken then (both dimensions dynamic). Each thread that calls it has an infer request of its own.
     ``quantize="int8"`` keeps the linear layers' weights in int8, the rest in ``dtype``.
 
-    In float32 the pass skips the padding, as torch's does. Under bfloat16 or int8 it computes the padding, masked,
+    In float32 the pass skips the padding, as torch's does (``padded`` False; any precision where the caller says so,
+    and then it takes the rows and lengths it is given). Under bfloat16 or int8 it computes the padding, masked,
     on a batch whose rows and length are rounded up to buckets (``batch_bucket``): OpenVINO prepares each
     operation again for every shape it has not met, which cost more than the products there (a one-text pass of
     all-MiniLM-L6-v2 about 6 ms on a shape met before, 16 ms on a new one), and the packed pass has a shape inside
