@@ -285,9 +285,16 @@ async def test_the_neuron_view_of_grouped_query_heads(decoders: Service) -> None
         (await client.post("/attention/neuron", json={"text": text, "model": "qwen3", "layer": 1, "head": h})).json()
         for h in range(4)
     ]
-    assert steps[0]["keys"] == steps[1]["keys"] and steps[0]["values"] == steps[1]["values"]
-    assert steps[2]["keys"] == steps[3]["keys"] and steps[0]["keys"] != steps[2]["keys"]
-    assert steps[0]["queries"] != steps[1]["queries"]
+
+    # Each head is a request of its own, so a pass of its own, with one torch thread or two by the load it meets; this
+    # tiny model's products 16 columns wide round otherwise on one than on two (docs/operations.md, "The same numbers"):
+    # a CI run saw head 0's and head 1's keys 4e-7 apart. Same within float32's rounding, then, and others far apart.
+    def same(a: list, b: list) -> bool:
+        return bool(np.allclose(np.array(a), np.array(b), rtol=0, atol=1e-5))
+
+    assert same(steps[0]["keys"], steps[1]["keys"]) and same(steps[0]["values"], steps[1]["values"])
+    assert same(steps[2]["keys"], steps[3]["keys"]) and not same(steps[0]["keys"], steps[2]["keys"])
+    assert not same(steps[0]["queries"], steps[1]["queries"])
     assert steps[0]["scale"] == pytest.approx(8**-0.5) and len(steps[0]["queries"][0]) == 8
     for head, step in enumerate(steps):
         q, k, scores = np.array(step["queries"]), np.array(step["keys"]), np.array(step["scores"])
