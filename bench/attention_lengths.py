@@ -63,8 +63,8 @@ def pass_line(dtype: str, texts: list[str]) -> str:
     (aligned,) = model.backends
     assert isinstance(aligned, AlignedLength)
     ways = {"as it was": (aligned.inner,), "aligned": (aligned,)}
-    spec = EmbeddingSpec(model.config.n_layers, model.pooling.mode, True)
-    batches = [model.tokenizer.encode(texts[start : start + 32]) for start in range(0, len(texts), 32)]
+    spec = EmbeddingSpec(model.card.config.n_layers, model.card.pooling.mode, True)
+    batches = [model.card.tokenizer.encode(texts[start : start + 32]) for start in range(0, len(texts), 32)]
     total = dict.fromkeys(ways, 0.0)
     for index, batch in enumerate(batches):
         spans: dict[str, list[float]] = {way: [] for way in ways}

@@ -158,14 +158,14 @@ def floor(model_dir: Path, repeats: int = 2000) -> None:
     torch.set_num_threads(1)
     model = load_model(model_dir)
     texts = make_sentences(repeats)
-    tokenizer = model.tokenizer
+    tokenizer = model.card.tokenizer
     for text in texts[:200]:
         tokenizer.encode([text])
     started = time.process_time()
     for text in texts:
         tokenizer.encode([text])
     tokenise = (time.process_time() - started) / len(texts)
-    spec = EmbeddingSpec(layer=model.config.n_layers, pooling=model.pooling.mode, normalize=True)
+    spec = EmbeddingSpec(layer=model.card.config.n_layers, pooling=model.card.pooling.mode, normalize=True)
     print(f"\nin-process floor, one thread: tokenising one text {tokenise * 1e6:.0f} µs", end="")
     for size in (8, 32):
         encodings = tokenizer.encode(texts[:size])

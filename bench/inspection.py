@@ -107,7 +107,7 @@ def main() -> None:
 
     sentences = make_sentences(33 * 20, seed=3)
     groups = [sentences[i : i + 33] for i in range(0, len(sentences), 33)]
-    tokenizer = load_model(device="cpu", traced=False).tokenizer
+    tokenizer = load_model(device="cpu", traced=False).card.tokenizer
     long_text = " ".join([ATTENTION_TEXT] * 3)
     encoding = tokenizer.encode([long_text])[0]  # cut to the model's 256 tokens
     assert len(encoding.ids) == 256, len(encoding.ids)

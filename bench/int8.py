@@ -88,7 +88,7 @@ def main() -> None:
     calibration = []
     texts = make_sentences(CALIBRATION, seed=21)
     for at in range(0, len(texts), 32):
-        batch = model.to_tensors(model.tokenizer.pad(model.tokenizer.encode(texts[at : at + 32])))
+        batch = model.to_tensors(model.card.tokenizer.pad(model.card.tokenizer.encode(texts[at : at + 32])))
         calibration.append([tensor.numpy() for tensor in batch])
     hints = ["f32", "bf16"] if cpu_bfloat16() else ["f32"]
     passes: dict[str, OpenVINOPass] = {}

@@ -48,7 +48,7 @@ def rate(
 ) -> float:
     """Texts a second, in passes of ``pass_texts`` submitted by ``submitters`` threads (inference threads), each
     pass with more queued behind it, as under load."""
-    spec = EmbeddingSpec(model.config.n_layers, model.pooling.mode, True)
+    spec = EmbeddingSpec(model.card.config.n_layers, model.card.pooling.mode, True)
     passes = [encodings[i : i + pass_texts] for i in range(0, len(encodings), pass_texts)]
     started = time.perf_counter()
     with ThreadPoolExecutor(submitters) as threads:
@@ -79,7 +79,7 @@ def main(rounds: int = 3) -> None:
     # OpenMP team, and a second team slows the first): one set of lanes, which loads the model too.
     compute = ComputeLanes("bench")
     model = compute.run(load_model)
-    encodings = model.tokenizer.encode(make_sentences(960))
+    encodings = model.card.tokenizer.encode(make_sentences(960))
     busy = Busy()
     results: dict[tuple[str, bool], list[float]] = {}
     for _ in range(rounds):
@@ -113,7 +113,7 @@ def ceiling(compute: ComputeLanes, model: TextEncoder, encodings: Sequence[Token
 
     sentences = make_sentences(960)
     compute.configure(1)
-    reference = compute.run(lambda: SentenceTransformer(str(model.path), device="cpu"))
+    reference = compute.run(lambda: SentenceTransformer(str(model.card.path), device="cpu"))
 
     def sentence_transformers() -> float:
         started = time.perf_counter()

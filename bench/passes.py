@@ -67,14 +67,14 @@ def run(report: list[str]) -> None:
     sentences = make_sentences(2000)
     embedder = load_model()
     trace(embedder)
-    spec = EmbeddingSpec(embedder.config.n_layers, embedder.pooling.mode, True)
-    texts = embedder.tokenizer.encode(sentences[:1280])
+    spec = EmbeddingSpec(embedder.card.config.n_layers, embedder.card.pooling.mode, True)
+    texts = embedder.card.tokenizer.encode(sentences[:1280])
     cases = {"embeddings (bundled model)": measure(lambda b: embedder.embed_encodings(b, [spec] * len(b)), texts)}
     with tempfile.TemporaryDirectory() as directory:
         cross_encoder = load_model(write_cross_encoder(Path(directory)))
     trace(cross_encoder)
     pairs = [(sentences[i], document) for i in range(0, 2000 - 33, 33) for document in sentences[i + 1 : i + 33]]
-    encoded = cross_encoder.tokenizer.encode([q for q, _ in pairs[:1280]], [d for _, d in pairs[:1280]])
+    encoded = cross_encoder.card.tokenizer.encode([q for q, _ in pairs[:1280]], [d for _, d in pairs[:1280]])
     cases["cross-encoder pairs"] = measure(cross_encoder.classify, encoded)
     for name, results in cases.items():
         report.append(name)

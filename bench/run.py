@@ -822,7 +822,7 @@ def main() -> None:
     from model import load_model
 
     sentences = make_sentences(2000)[: 600 if args.quick else None]
-    tokenizer = load_model(device="cpu").tokenizer
+    tokenizer = load_model(device="cpu").card.tokenizer
     attention_text = " ".join(tokenizer.encode([ATTENTION_TEXT])[0].tokens[1:127]).replace(" ##", "")
     n_tokens = len(tokenizer.encode([attention_text])[0].ids)
     assert 120 <= n_tokens <= 136, n_tokens

@@ -78,10 +78,10 @@ def variants() -> dict[str, Callable[[], TextEncoder]]:
 
 def embed(model: TextEncoder, texts: list[str], size: int) -> np.ndarray:
     """Sentence embeddings (n, D), normalised, in passes of ``size`` texts."""
-    spec = EmbeddingSpec(model.config.n_layers, model.pooling.mode, True)
+    spec = EmbeddingSpec(model.card.config.n_layers, model.card.pooling.mode, True)
     out = []
     for start in range(0, len(texts), size):
-        encodings = model.tokenizer.encode(texts[start : start + size])
+        encodings = model.card.tokenizer.encode(texts[start : start + size])
         out += [result.sentence for result in model.embed_encodings(encodings, [spec] * len(encodings))]
     return np.stack(out)
 

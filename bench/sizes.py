@@ -70,7 +70,7 @@ def main() -> None:
             for runtime in ("torch", "openvino"):
                 model = load_model(directory, device="cpu", dtype="float32", runtime=runtime)
                 one[runtime], batch[runtime] = timed(model, ones, args.rounds), timed(model, batches, args.rounds)
-            weights = layer_weights(model.config)
+            weights = layer_weights(model.card.config)
 
             def cells(times: dict[str, tuple[float, float]]) -> str:
                 (tw, tc), (ow, oc) = times["torch"], times["openvino"]

@@ -154,7 +154,7 @@ def apart(model: TextEncoder, inputs: tuple[torch.Tensor, torch.Tensor, torch.Te
 def theirs(reference: torch.nn.Module, model: TextEncoder, inputs: tuple[torch.Tensor, ...]) -> object:
     input_ids, mask, segments = inputs
     kwargs = {"input_ids": input_ids, "attention_mask": mask}
-    if model.config.type_vocab_size > 1:
+    if model.card.config.type_vocab_size > 1:
         kwargs["token_type_ids"] = segments
     autocast = model.device.type == "cpu" and model.dtype != torch.float32  # as ours: float32 weights, autocast
     with torch.inference_mode(), torch.autocast(model.device.type, dtype=model.dtype, enabled=autocast):
@@ -208,12 +208,13 @@ def main() -> None:
     device, dtype = model.device, model.dtype
     cuda = device.type == "cuda"
     rows_list = args.rows or ([128, 512, 2048] if cuda else [32, 128])
-    length = min(args.length, model.max_tokens)
-    per_token = flops_per_token(model.config, length)
+    length = min(args.length, model.card.max_tokens)
+    per_token = flops_per_token(model.card.config, length)
     sheet = datasheet_peak(device)
     where = torch.cuda.get_device_name(device) if cuda else (platform.processor() or platform.machine())
     print(
-        f"{model.name} on {device} ({where}), {str(dtype).removeprefix('torch.')} products, torch {torch.__version__}"
+        f"{model.card.name} on {device} ({where}), {str(dtype).removeprefix('torch.')} products, "
+        f"torch {torch.__version__}"
     )
     print(f"{per_token / 1e6:.1f} MFLOP of matrix products a token at {length} tokens a row")
     if args.padded:
@@ -228,7 +229,7 @@ def main() -> None:
     if not args.no_reference:
         from transformers import AutoModel
 
-        reference = AutoModel.from_pretrained(model.path, dtype=dtype if cuda else torch.float32).to(device).eval()
+        reference = AutoModel.from_pretrained(model.card.path, dtype=dtype if cuda else torch.float32).to(device).eval()
 
     header = "| rows × tokens | who | tokens/s | TFLOP/s | of the measured product |"
     header += " of the datasheet peak |" if sheet else ""
@@ -238,12 +239,12 @@ def main() -> None:
     generator = torch.Generator().manual_seed(0)
     passes: list[tuple[str, Callable[[], object]]] = []
     for rows in rows_list:
-        ids = torch.randint(1000, model.config.vocab_size, (rows, length), generator=generator)
+        ids = torch.randint(1000, model.card.config.vocab_size, (rows, length), generator=generator)
         mask = torch.ones_like(ids)
         if args.padded:  # right padding, as the tokenizer pads
             real = torch.randint(max(1, length // 4), length + 1, (rows,), generator=generator)
             mask = (torch.arange(length)[None, :] < real[:, None]).long()
-            ids = ids.masked_fill(mask == 0, model.config.pad_token_id)
+            ids = ids.masked_fill(mask == 0, model.card.config.pad_token_id)
         input_ids, mask = ids.to(device), mask.to(device)  # random tokens: the time does not depend on which
         segments = torch.zeros_like(input_ids)
         tokens = int(mask.sum())  # real tokens: what a pass is for

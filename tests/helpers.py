@@ -186,7 +186,7 @@ async def serving(
     settings: Settings | None = None, model: TextEncoder | None = None, ready: bool = True, **app_options: object
 ) -> AsyncIterator[Service]:
     """A fresh app with its lifespan started (and, with ``ready``, its model loaded) and a client."""
-    models = None if model is None else {model.name: model}
+    models = None if model is None else {model.card.name: model}
     app = create_app(settings or Settings(), models, **app_options)  # type: ignore[arg-type]
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)

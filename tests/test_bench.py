@@ -103,10 +103,10 @@ def test_the_decoder_benchmark_times_the_same_computation_in_both_libraries(tmp_
 
     directory = write_qwen3(tmp_path / "qwen3", layers=1)
     ours = load_model(directory, device="cpu", dtype="float32")
-    assert (ours.config.d_model, ours.config.kv_heads, ours.config.head_dim) == (1024, 8, 128)
-    assert ours.config.vocab_size == QWEN3_06B["vocab_size"] and ours.config.causal
+    assert (ours.card.config.d_model, ours.card.config.kv_heads, ours.card.config.head_dim) == (1024, 8, 128)
+    assert ours.card.config.vocab_size == QWEN3_06B["vocab_size"] and ours.card.config.causal
     # the rotary base also where transformers before 5 reads it (optimum-intel's environment in --peers)
-    assert json.loads((directory / "config.json").read_text())["rope_theta"] == ours.config.rope_theta == 1e6
+    assert json.loads((directory / "config.json").read_text())["rope_theta"] == ours.card.config.rope_theta == 1e6
     theirs = AutoModel.from_pretrained(directory, dtype=torch.float32, attn_implementation="sdpa").eval()
     (inputs,) = batches(directory, ["A short text.", "A longer text, with more words than the first one has."], 2)
     mask = inputs[1].bool()

@@ -92,7 +92,7 @@ class ServedModel:
             name=f"inference-{name}",
             threads=COMPUTE.lanes,
         )
-        return cls.serving(name, model, settings, executor, Computing(name, model, queue, worker), facts)
+        return cls.serving(name, model.card, settings, executor, Computing(name, model, queue, worker), facts)
 
     @classmethod
     def serving(
@@ -350,8 +350,8 @@ def pass_tokens(model: TextEncoder, lanes: int = 1) -> int:
     cores more evenly (docs/benchmarks/memory.md, "The lanes' passes share one budget (CPU)")."""
     if model.device.type != "cpu":
         return GPU_PASS_TOKENS
-    config = model.config
-    widest = max(sum(config.qkv_widths), config.d_ff * (2 if config.glu else 1))  # floats a token, in one activation
+    config = model.card.config
+    widest = max(sum(config.qkv_widths), config.d_ff * (2 if config.glu else 1))  # floats per token, in one activation
     budget = min(CPU_PASS_ACTIVATION_BYTES, CPU_LANES_ACTIVATION_BYTES // lanes)
     return max(256, min(GPU_PASS_TOKENS, budget // (4 * widest)))
 
@@ -394,7 +394,7 @@ def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEnc
     """The model loaded (unless given) and warmed up; ModelLoadError naming it and its directory if not."""
     from model import TextEncoder, load_model
 
-    directory = source.path if isinstance(source, TextEncoder) else source
+    directory = source.card.path if isinstance(source, TextEncoder) else source
     try:
         if isinstance(source, TextEncoder):
             model = source

@@ -823,6 +823,23 @@ class Embeddings(nn.Module):
         return embed_layer_norm(input_ids, self.token.weight, self.norm, segment_ids, segments, position_ids, table)
 
 
+@dataclass(frozen=True)
+class Keep:
+    """What a pass keeps beside its last hidden state: every layer's output, every layer's attention probabilities
+    (the explicit attention path), and the norms of every head's transformed values (with the attentions)."""
+
+    hidden_states: bool = False
+    attentions: bool = False
+    value_norms: bool = False
+
+    def __post_init__(self) -> None:
+        if self.value_norms and not self.attentions:
+            raise ValueError("value norms need the attentions (the explicit attention path)")
+
+
+LAST_ONLY = Keep()  # the last hidden state alone
+
+
 @dataclass
 class EncoderOutput:
     last_hidden_state: Tensor  # (B, T, D): output of the last layer computed
@@ -926,10 +943,8 @@ class Encoder(nn.Module):
         input_ids: Tensor,  # (B, T) token ids
         attention_mask: Tensor | None = None,  # (B, T) 1 for real tokens, 0 for padding
         token_type_ids: Tensor | None = None,  # (B, T) segment ids
+        keep: Keep = LAST_ONLY,  # what to keep beside the last hidden state (the layers' outputs: embeddings first)
         *,
-        return_hidden_states: bool = False,  # keep every layer's output, embeddings first
-        return_attentions: bool = False,  # keep every layer's attention probabilities (explicit path)
-        return_value_norms: bool = False,  # and the norms of every head's transformed values (with attentions)
         causal: bool = False,  # also hide future positions (the decoder mask of the paper; the config's own too)
         n_layers: int | None = None,  # stop after this many layers (all by default)
         pack: bool = True,  # skip the padding (the fast path); False computes it, masked (what a CUDA graph records)
@@ -957,20 +972,18 @@ class Encoder(nn.Module):
         x = self.embeddings(input_ids, token_type_ids, computed, dtype) if embedded is None else embedded  # (B, T, D)
         # Fast path with padding: per-token work on the real tokens only (padded rows come back as zeros).
         varlen = self.varlen and dtype is None and computed is attention_mask  # the pass, not the explicit paths
-        skip = pack and not return_attentions and (varlen or not bool(computed.all()))
+        skip = pack and not keep.attentions and (varlen or not bool(computed.all()))
         packing = Packing.from_mask(computed, varlen, causal or config.causal) if skip else None
         if packing is not None:
             x = packing.pack(x)  # (N, D)
         unpack = packing.unpack if packing is not None else (lambda t: t)
-        hidden_states = [unpack(x)] if return_hidden_states else None
-        attentions: list[Tensor] | None = [] if return_attentions else None
-        value_norms: list[Tensor] | None = [] if return_value_norms else None
-        if return_value_norms and not return_attentions:
-            raise ValueError("return_value_norms needs return_attentions (the explicit attention path)")
+        hidden_states = [unpack(x)] if keep.hidden_states else None
+        attentions: list[Tensor] | None = [] if keep.attentions else None
+        value_norms: list[Tensor] | None = [] if keep.value_norms else None
         for index, layer in enumerate(self.layers[:n_layers]):
             mask, position_bias, angles, relative = shared.for_layer(self.local_layers[index])
             x, attention, norms = in_dtype(layer, dtype)(
-                x, mask, return_attentions, packing, position_bias, angles, return_value_norms, relative
+                x, mask, keep.attentions, packing, position_bias, angles, keep.value_norms, relative
             )  # (B, T, D) | (N, D), (B, H, T, T) | None, (B, H, T) | None
             if hidden_states is not None:
                 hidden_states.append(unpack(x))

@@ -30,7 +30,7 @@ from model.runtime.weights import (
     load_masked_lm_head,
     read_encoder,
 )
-from model.spec.card import read_card
+from model.spec.card import ModelCard
 from model.spec.checkpoint import BGE_M3_COLBERT, BGE_M3_SPARSE
 from model.spec.config import DECODERS, EncoderConfig
 from model.spec.outputs import GPU_PASS_TOKENS
@@ -208,7 +208,7 @@ def fuse_kernels(model: TextEncoder, name: str) -> None:
 
 def example_batch(model: TextEncoder) -> tuple[Tensor, Tensor, Tensor]:
     """Two texts of different lengths, so that the batch holds padding: what the pass is recorded on."""
-    return model.to_tensors(model.tokenizer.pad(model.tokenizer.encode(["a graph", "of the pass, traced"])))
+    return model.to_tensors(model.card.tokenizer.pad(model.card.tokenizer.encode(["a graph", "of the pass, traced"])))
 
 
 def trace(model: TextEncoder) -> None:
@@ -218,7 +218,7 @@ def trace(model: TextEncoder) -> None:
     traced = TracedPass(model.passes, trace_pass(model.passes, example, model.autocast_dtype))
     kept = (backend for backend in model.backends if not isinstance(unwrapped(backend), TracedPass))
     model.backends = (*kept, traced)
-    late = model.late_interaction
+    late = model.card.late_interaction
     if late is not None and late.expansion is not None and not late.expansion.attend:
         model.expansion_graph = trace_expansion_pass(model.passes, example, model.autocast_dtype)
 
@@ -262,7 +262,7 @@ def compile_openvino(
         return compiled
     # bfloat16 or int8 weights on the packed pass: its products meet a few dozen counts of rows, as torch's do
     longest = model.encoder.embeddings.max_length
-    return AlignedLength(BucketedRows(compiled, model.config.pad_token_id), longest)
+    return AlignedLength(BucketedRows(compiled, model.card.config.pad_token_id), longest)
 
 
 def openvino_passes(
@@ -304,7 +304,7 @@ def quantized_runtime(model: TextEncoder, quantize: str, threads: int) -> str:
     try:
         compiled = openvino_passes(model, threads, around, quantize, cpu=CpuKind.here())
     except ValueError as error:
-        logger.warning("%s: %s; the torch pass serves it in float32", model.name, error)
+        logger.warning("%s: %s; the torch pass serves it in float32", model.card.name, error)
         return f"OpenVINO could not compile it ({error}), so float32 on torch"
     model.backends = (*compiled, *model.backends)
     model.quantized = quantize
@@ -402,7 +402,7 @@ def choose_runtime(model: TextEncoder, runtime: str, threads: int, cpu: CpuKind 
         return "ENCODER_RUNTIME=torch"
     if runtime == "auto":
         chosen, why = runtime_rule(
-            cpu or CpuKind.here(), model.dtype, model.config.family in DECODERS, layer_weights(model.config)
+            cpu or CpuKind.here(), model.dtype, model.card.config.family in DECODERS, layer_weights(model.card.config)
         )
         if chosen == TORCH:
             return f"ENCODER_RUNTIME=auto: {why}"
@@ -422,7 +422,7 @@ def choose_runtime(model: TextEncoder, runtime: str, threads: int, cpu: CpuKind 
             torch_pass = model.backends[0] if model.backends else EagerPass(model.passes, model.autocast_dtype)
             model.backends = (OneText(compiled, torch_pass.name), *model.backends)
     except ValueError as error:
-        logger.warning("%s: %s; the torch pass serves it", model.name, error)
+        logger.warning("%s: %s; the torch pass serves it", model.card.name, error)
         return f"OpenVINO could not compile it ({error})"
     return why if runtime == "openvino" else f"ENCODER_RUNTIME=auto: {why}"
 
@@ -455,9 +455,9 @@ def load_model(
             f"ENCODER_DTYPE={quantize} runs on OpenVINO's pass, and ENCODER_RUNTIME=torch has none: use auto or "
             "openvino"
         )
-    card = read_card(path, name, max_tokens)
+    card = ModelCard.read(path, name, max_tokens)
     torch_device = resolve_device(device)
-    weights_path = card["path"] / "model.safetensors"
+    weights_path = card.path / "model.safetensors"
     stored = checkpoint_dtype(weights_path)
     precision = resolve_precision(dtype, torch_device, stored)
     if torch_device.type == "cpu" and precision.compute == torch.bfloat16 and not cpu_bfloat16():
@@ -477,11 +477,10 @@ def load_model(
     return model
 
 
-def assemble(card: dict[str, Any], weights_path: Path, device: torch.device, precision: Precision) -> TextEncoder:
+def assemble(card: ModelCard, weights_path: Path, device: torch.device, precision: Precision) -> TextEncoder:
     """The model the card describes with its weights read onto ``device``: the encoder (and the pass's copy of it
     where its precision differs) and every head the card names."""
-    config = card["config"]
-    encoder = read_encoder(config, weights_path, precision.explicit)
+    encoder = read_encoder(card.config, weights_path, precision.explicit)
     pass_encoder = None
     if not precision.shared:  # a GPU under float16 over a float32 checkpoint: a copy for the embedding pass
         pass_encoder = copy.deepcopy(encoder).to(device=device, dtype=precision.weights)
@@ -489,7 +488,7 @@ def assemble(card: dict[str, Any], weights_path: Path, device: torch.device, pre
     if device.type == "cpu" and precision.autocast:
         pass_encoder = products_in(encoder, precision.compute)
     return TextEncoder(
-        **card,
+        card=card,
         encoder=encoder,
         device=device,
         dtype=precision.compute,
@@ -500,26 +499,26 @@ def assemble(card: dict[str, Any], weights_path: Path, device: torch.device, pre
     )
 
 
-def load_heads(card: dict[str, Any], weights_path: Path, device: torch.device, precision: Precision) -> dict[str, Any]:
+def load_heads(card: ModelCard, weights_path: Path, device: torch.device, precision: Precision) -> dict[str, Any]:
     """The heads the card names, read onto ``device``, by the TextEncoder fields they fill."""
-    config, model_dir = card["config"], card["path"]
+    config, model_dir = card.config, card.path
     heads: dict[str, Any] = {}
-    heads.update(dense=tuple(Dense.load(spec).to(device=device) for spec in card["pooling"].dense))
-    if card["head"] is not None:
-        classifier = SequenceClassificationHead(config, card["head"])
+    heads.update(dense=tuple(Dense.load(spec).to(device=device) for spec in card.pooling.dense))
+    if card.head is not None:
+        classifier = SequenceClassificationHead(config, card.head)
         load_head(classifier, config, weights_path)
         heads.update(classifier=classifier.to(device=device, dtype=precision.weights).eval().requires_grad_(False))
-    if card["answers"] is not None:
-        tied = bool(card["hf"].get("tie_word_embeddings", config.family == "gemma3_text"))
-        rows = load_language_model_rows(config, weights_path, list(card["answers"]), tied, precision.weights)
+    if card.answers is not None:
+        tied = bool(card.hf.get("tie_word_embeddings", config.family == "gemma3_text"))
+        rows = load_language_model_rows(config, weights_path, list(card.answers), tied, precision.weights)
         heads.update(reranker=rows.to(device=device).eval())
-    if card["sparse"] is not None and card["sparse"].kind == "splade":  # float32: kept exact, as the weights are
+    if card.sparse is not None and card.sparse.kind == "splade":  # float32: kept exact, as the weights are
         heads.update(masked_lm=load_masked_lm_head(config, weights_path, torch.float32).to(device=device))
-    elif card["sparse"] is not None:
+    elif card.sparse is not None:
         heads.update(lexical=load_linear(model_dir / BGE_M3_SPARSE, config.d_model, 1).to(device=device))
-    if card["late_interaction"] is not None:
-        heads.update(projections=tuple(Dense.load(spec).to(device=device) for spec in card["late_interaction"].dense))
-    elif card["multi_vector"] is not None:
+    if card.late_interaction is not None:
+        heads.update(projections=tuple(Dense.load(spec).to(device=device) for spec in card.late_interaction.dense))
+    elif card.multi_vector is not None:
         heads.update(colbert=load_linear(model_dir / BGE_M3_COLBERT, config.d_model).to(device=device))
     return heads
 
@@ -531,7 +530,7 @@ def cpu_passes(model: TextEncoder, runtime: str, quantize: str | None, threads: 
     torch_passes = model.backends or (EagerPass(model.passes, model.autocast_dtype),)
     if model.autocast_dtype == torch.bfloat16:
         # bfloat16 products through oneDNN: a kernel prepared for each count of rows (BucketedRows)
-        torch_passes = tuple(BucketedRows(backend, model.config.pad_token_id) for backend in torch_passes)
+        torch_passes = tuple(BucketedRows(backend, model.card.config.pad_token_id) for backend in torch_passes)
     # the attention kernel's lengths (AlignedLength)
     longest = model.passes.embeddings.max_length
     model.backends = tuple(AlignedLength(backend, longest) for backend in torch_passes)
@@ -545,13 +544,15 @@ def gpu_passes(model: TextEncoder, cuda_graphs: bool, graph_tokens: int) -> None
     ``cuda_graphs`` passes of up to ``graph_tokens`` replayed as CUDA graphs."""
     half = model.weights_dtype in (torch.float16, torch.bfloat16)
     if half:
-        fuse_kernels(model, model.name)  # before the graphs record the pass, so that they hold these kernels too
+        fuse_kernels(model, model.card.name)  # before the graphs record the pass, so that they hold these kernels too
     if cuda_graphs:
         try:
-            graphs = GraphedPass(model.passes, model.config.pad_token_id, model.max_tokens, max_tokens=graph_tokens)
+            graphs = GraphedPass(
+                model.passes, model.card.config.pad_token_id, model.card.max_tokens, max_tokens=graph_tokens
+            )
             model.backends = (graphs, *model.backends)
         except RuntimeError as error:  # a family whose pass cannot be recorded: it runs as before
-            logger.warning("the embedding pass of %s could not be recorded as CUDA graphs: %s", model.name, error)
+            logger.warning("the embedding pass of %s could not be recorded as CUDA graphs: %s", model.card.name, error)
     if half:
         # Passes the graphs do not hold run eagerly with the attention core on the packed tokens (flash attention's
         # variable-length kernel) instead of the traced padded core: 4 to 11 % more tokens/s at 512 and 2,048 rows
@@ -566,9 +567,9 @@ def log_loaded(model: TextEncoder, seconds: float, stored: torch.dtype, precisio
     logger.info(
         "loaded %s (%s) from %s on %s in %.2f s: the checkpoint's %s weights kept in %s%s, products in %s%s; "
         "the embedding pass runs on %s (%s)",
-        model.name,
-        model.config.family,
-        model.path,
+        model.card.name,
+        model.card.config.family,
+        model.card.path,
         model.device,
         seconds,
         _name(stored),
@@ -581,7 +582,7 @@ def log_loaded(model: TextEncoder, seconds: float, stored: torch.dtype, precisio
             else ""
         ),
         _name(precision.compute) if model.quantized is None else f"{model.quantized} weights on OpenVINO's pass",
-        f"; {model.scores_method} scores" if model.scores_method else "",
+        f"; {model.card.scores_method} scores" if model.card.scores_method else "",
         model.runtime,
         why,
     )

@@ -15,8 +15,10 @@ from torch import Tensor, nn
 
 from model.nn.attribution import gradient_x_input, integrated_gradients
 from model.nn.encoder import (
+    LAST_ONLY,
     Encoder,
     EncoderOutput,
+    Keep,
     in_dtype,
     relative_embedding_rows,
     relative_position_buckets,
@@ -53,10 +55,11 @@ ExpansionGraph = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
 @dataclass(kw_only=True)
-class TextEncoder(ModelCard):
+class TextEncoder:
     """A model's card (config, tokenizer, pooling, prompts, heads) and its weights: everything needed to turn texts
     into token vectors, sentence vectors, attention maps and scores."""
 
+    card: ModelCard  # what the model is, apart from its weights: what the services and front ends hold
     encoder: Encoder  # the explicit paths' weights (float32 results); the pass's too unless ``pass_encoder``
     device: torch.device
     dtype: torch.dtype  # what the matrix products run in (reported in /info)
@@ -117,10 +120,10 @@ class TextEncoder(ModelCard):
         if query.kind == "learned":
             table = self.encoder.embeddings.position_table()
             if table is None:
-                raise ValueError(f"model {self.name!r} has no position table")
+                raise ValueError(f"model {self.card.name!r} has no position table")
             return table[: query.length].detach().float().cpu().numpy()
         if query.kind == "relative":  # the bucket each query i and key j use: MPNet's bias row, DeBERTa's embedding row
-            config = self.config
+            config = self.card.config
             rows = (
                 relative_position_buckets
                 if config.position_embedding == "relative_buckets"
@@ -142,7 +145,7 @@ class TextEncoder(ModelCard):
         explained = []
         for vectors in texts:
             contributions, method = explain_similarity(
-                a, torch.from_numpy(vectors), self.pooling.mode, project, (skip, skip)
+                a, torch.from_numpy(vectors), self.card.pooling.mode, project, (skip, skip)
             )  # (n, m)
             explained.append((contributions.numpy().astype(np.float32), method))
         return explained
@@ -181,7 +184,7 @@ class TextEncoder(ModelCard):
         """The pass's prologue, written once: tokenised texts padded into a batch, its tensors on the device, and
         the last hidden state in the pass's precision. (input ids, attention mask, token type ids) (B, T), hidden
         (B, T, D)."""
-        input_ids, attention_mask, token_type_ids = self.to_tensors(self.tokenizer.pad(encodings))
+        input_ids, attention_mask, token_type_ids = self.to_tensors(self.card.tokenizer.pad(encodings))
         hidden = self.last_hidden_state(input_ids, attention_mask, token_type_ids)
         return input_ids, attention_mask, token_type_ids, hidden
 
@@ -196,24 +199,14 @@ class TextEncoder(ModelCard):
     def forward(
         self,
         batch: Batch,
+        keep: Keep = LAST_ONLY,
         *,
-        return_hidden_states: bool = False,
-        return_attentions: bool = False,
-        return_value_norms: bool = False,
         n_layers: int | None = None,
     ) -> EncoderOutput:
-        """Run the encoder on a padded batch: the explicit path, float32 on every device."""
+        """Run the encoder on a padded batch, keeping what ``keep`` says beside the last hidden state: the explicit
+        path, float32 on every device."""
         input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
-        return self.encoder(
-            input_ids,
-            attention_mask,
-            token_type_ids,
-            return_hidden_states=return_hidden_states,
-            return_attentions=return_attentions,
-            return_value_norms=return_value_norms,
-            n_layers=n_layers,
-            dtype=torch.float32,
-        )
+        return self.encoder(input_ids, attention_mask, token_type_ids, keep, n_layers=n_layers, dtype=torch.float32)
 
     def embed(
         self,
@@ -232,11 +225,14 @@ class TextEncoder(ModelCard):
         ``layer`` picks the hidden state (0 = embeddings, negative from the end). The same pass as the
         service's (``embed_encodings``).
         """
-        before = self.prompt(prompt_name, prompt)
+        before = self.card.prompt(prompt_name, prompt)
         spec = EmbeddingSpec(
-            self.resolve_layer(layer), pooling or self.pooling.mode, normalize_embeddings, skip=self.prompt_skip(before)
+            self.card.resolve_layer(layer),
+            pooling or self.card.pooling.mode,
+            normalize_embeddings,
+            skip=self.card.prompt_skip(before),
         )
-        encodings = self.tokenizer.encode(self.prompted(texts, prompt_name, prompt), truncate=truncate)
+        encodings = self.card.tokenizer.encode(self.card.prompted(texts, prompt_name, prompt), truncate=truncate)
         results = self.embed_encodings(encodings, [spec] * len(encodings))
         return torch.from_numpy(np.stack([result.sentence for result in results]))  # (B, D')
 
@@ -250,17 +246,16 @@ class TextEncoder(ModelCard):
         normalisation) is pooled once for all the rows that share it.
         """
         assert len(encodings) == len(specs) > 0, "one spec per encoding, at least one"
-        batch = self.tokenizer.pad(encodings)
+        batch = self.card.tokenizer.pad(encodings)
         input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
         deepest = max(spec.layer for spec in specs)
         mixed_layers = any(spec.layer != deepest for spec in specs)
-        if not mixed_layers and deepest == self.config.n_layers:  # what nearly every request asks for
+        if not mixed_layers and deepest == self.card.config.n_layers:  # what nearly every request asks for
             output = EncoderOutput(self.last_hidden_state(input_ids, attention_mask, token_type_ids))
         else:
             with self.computing():
-                output = self.passes(
-                    input_ids, attention_mask, token_type_ids, return_hidden_states=mixed_layers, n_layers=deepest
-                )
+                keep = Keep(hidden_states=mixed_layers)
+                output = self.passes(input_ids, attention_mask, token_type_ids, keep, n_layers=deepest)
 
         as_float: dict[int, Tensor] = {}
 
@@ -274,7 +269,7 @@ class TextEncoder(ModelCard):
         rows_by_kind: dict[tuple[int, Pooling, bool], list[int]] = {}
         for row, spec in enumerate(specs):
             rows_by_kind.setdefault((spec.layer, spec.pooling, spec.normalize), []).append(row)
-        sentences = np.empty((len(specs), self.dimension), dtype=np.float32)  # (B, D')
+        sentences = np.empty((len(specs), self.card.dimension), dtype=np.float32)  # (B, D')
         for (layer, pooling, normalize_rows), rows in rows_by_kind.items():
             states, mask = hidden(layer), attention_mask
             if len(rows) < len(specs):
@@ -303,7 +298,7 @@ class TextEncoder(ModelCard):
         its real tokens as SpladePooling pools them or BGE-M3's lexical weights, the non-zero ones by ascending id
         (the ``top_k`` largest where a text's options ask). A SPLADE model's vocabulary-wide logits are computed a
         text at a time, over its own tokens: a (T, V) block, never (B, T, V)."""
-        sparse = self.sparse
+        sparse = self.card.sparse
         assert sparse is not None and (self.masked_lm or self.lexical) is not None, "not a sparse model"
         input_ids, _, _, hidden = self.hidden(encodings)
         hidden = hidden.float()  # (B, T, D)
@@ -317,7 +312,7 @@ class TextEncoder(ModelCard):
             else:
                 assert self.lexical is not None
                 token_weights = torch.relu(self.lexical(hidden[row, :n])).squeeze(-1)  # (n,)
-                weights = torch.zeros(self.config.vocab_size, device=hidden.device)  # (V,)
+                weights = torch.zeros(self.card.config.vocab_size, device=hidden.device)  # (V,)
                 weights.scatter_reduce_(0, input_ids[row, :n], token_weights, reduce="amax")  # the largest an id
                 weights[excluded] = 0
             indices = torch.nonzero(weights > 0).squeeze(1)  # ascending
@@ -334,7 +329,7 @@ class TextEncoder(ModelCard):
         """One pass of a multi-vector model over tokenised texts (already cut to their side's length): a ColBERT
         checkpoint's vectors (``colbert_pass``), or BGE-M3's, normalize(colbert(h)) for every real token after the
         first, as FlagEmbedding computes them (queries and documents alike)."""
-        if self.late_interaction is not None:
+        if self.card.late_interaction is not None:
             return self.colbert_pass(encodings, options)
         assert self.colbert is not None, "not a multi-vector model"
         hidden = self.hidden(encodings)[3].float()  # (B, T, D)
@@ -352,7 +347,7 @@ class TextEncoder(ModelCard):
         filled with the expansion token up to the expansion's length (attended to or not, as the checkpoint says),
         the Dense projections and the L2 norm on every token vector, then the scored ones kept: a query's real and
         expansion tokens, a document's real tokens less the skiplist's."""
-        late = self.late_interaction
+        late = self.card.late_interaction
         assert late is not None
         expansion = late.expansion
         rows = []
@@ -361,7 +356,7 @@ class TextEncoder(ModelCard):
             extra = max(expansion.length - n, 0) if option.query and expansion is not None else 0
             rows.append((encoding, n, extra))
         B, T = len(rows), max(n + extra for _, n, extra in rows)
-        input_ids = np.full((B, T), self.tokenizer.pad_token_id, dtype=np.int64)
+        input_ids = np.full((B, T), self.card.tokenizer.pad_token_id, dtype=np.int64)
         attention_mask = np.zeros((B, T), dtype=np.int64)
         token_type_ids = np.zeros((B, T), dtype=np.int64)
         computed = np.zeros((B, T), dtype=np.bool_)
@@ -410,13 +405,11 @@ class TextEncoder(ModelCard):
         One pass of the explicit attention path up to the deepest selected layer; it also returns the value
         norms when the maps are norm-weighted.
         """
-        norms = selection.weighting == "norm"
-        output = self.forward(
-            self.tokenizer.pad([encoding]), return_attentions=True, return_value_norms=norms, n_layers=selection.deepest
-        )
+        keep = Keep(attentions=True, value_norms=selection.weighting == "norm")
+        output = self.forward(self.card.tokenizer.pad([encoding]), keep, n_layers=selection.deepest)
         assert output.attentions is not None
         computed = torch.stack(output.attentions)[:, 0].float()  # (L', H, T, T)
-        if norms:
+        if keep.value_norms:
             assert output.value_norms is not None
             computed = norm_weighted(computed, torch.stack(output.value_norms)[:, 0])  # (L', H, T, T)
         maps = select_attention(computed, selection)  # (L, H', T, T)
@@ -428,7 +421,7 @@ class TextEncoder(ModelCard):
     def neuron(self, encoding: TokenSequence, layer: int, head: int) -> HeadSteps:
         """One head of one layer on one tokenised text, step by step, in float32 on the CPU (the explicit path's
         precision): queries, keys, values, scale, scores, attention, context (see HeadSteps), as numpy arrays."""
-        input_ids, _, token_type_ids = self.to_tensors(self.tokenizer.pad([encoding]))
+        input_ids, _, token_type_ids = self.to_tensors(self.card.tokenizer.pad([encoding]))
         steps = self.encoder.head_steps(input_ids, token_type_ids, layer, head, dtype=torch.float32)
         return steps._replace(**{name: getattr(steps, name).float().cpu().numpy() for name in HEAD_STEP_ARRAYS})
 
@@ -438,8 +431,8 @@ class TextEncoder(ModelCard):
     ) -> np.ndarray:
         """HEAD_STATISTICS of every layer and head for each text of one batch, one explicit-path pass for all:
         (S, B, L, H) float64. ``separators`` and ``punctuation`` (B, T) mark those keys of the padded batch."""
-        batch = self.tokenizer.pad(encodings)
-        output = self.forward(batch, return_attentions=True)
+        batch = self.card.tokenizer.pad(encodings)
+        output = self.forward(batch, Keep(attentions=True))
         assert output.attentions is not None
         lengths = torch.from_numpy(batch.attention_mask.sum(1)).to(self.device)  # (B,)
         marks = [torch.from_numpy(np.asarray(m, dtype=bool)).to(self.device) for m in (separators, punctuation)]
@@ -453,7 +446,7 @@ class TextEncoder(ModelCard):
         """Logits (B, labels) in float32 for tokenised texts (or pairs): the classification head's, or for a yes/no
         reranker one logit, logit(yes) − logit(no) at each text's last token."""
         if self.classifier is None and self.reranker is None:
-            raise ValueError(f"model {self.name!r} has no classification head")
+            raise ValueError(f"model {self.card.name!r} has no classification head")
         input_ids, attention_mask, _, hidden = self.hidden(encodings)  # hidden (B, T, D)
         with self.computing():
             if self.classifier is not None:
@@ -470,8 +463,8 @@ class TextEncoder(ModelCard):
         as many of their points a pass as keep it within ``options.tokens`` tokens. Gradients are taken here alone:
         every other pass runs without them."""
         if self.classifier is None and self.reranker is None:
-            raise ValueError(f"model {self.name!r} has no score to attribute")
-        input_ids, attention_mask, token_type_ids = self.to_tensors(self.tokenizer.pad([encoding]))  # (1, T) each
+            raise ValueError(f"model {self.card.name!r} has no score to attribute")
+        input_ids, attention_mask, token_type_ids = self.to_tensors(self.card.tokenizer.pad([encoding]))  # (1, T) each
         baseline_ids = torch.tensor([options.baseline], dtype=input_ids.dtype, device=self.device)
         encoder, f32 = self.encoder, torch.float32
         # the heads in float32 once a request (a copy where they are kept in half precision), not once a pass
@@ -523,9 +516,9 @@ class TextEncoder(ModelCard):
 
     def warm_up(self) -> None:
         """One forward pass on each attention path, so that the first request pays no start-up cost."""
-        encodings = self.tokenizer.encode(["warm up"])
-        self.embed_encodings(encodings, [EmbeddingSpec(self.config.n_layers, self.pooling.mode, True)])
-        self.attention(encodings[0], AttentionSelection((self.config.n_layers - 1,), (0,)))
+        encodings = self.card.tokenizer.encode(["warm up"])
+        self.embed_encodings(encodings, [EmbeddingSpec(self.card.config.n_layers, self.card.pooling.mode, True)])
+        self.attention(encodings[0], AttentionSelection((self.card.config.n_layers - 1,), (0,)))
 
 
 def _double(tensor: Tensor | None) -> Tensor | None:

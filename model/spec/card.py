@@ -2,8 +2,8 @@
 
 Validating a request, tokenising its texts and shaping the answer need the model's config, tokenizer, limits,
 pooling, prompts and head labels, and none of its weights. A ``ModelCard`` holds exactly that; a loaded model
-(``TextEncoder``, model/runtime/text_encoder.py; loaded by model/runtime/loader.py) is its card plus the weights and
-what computes with them.
+(``TextEncoder``, model/runtime/text_encoder.py; loaded by model/runtime/loader.py) holds its card beside the
+weights and what computes with them.
 """
 
 from __future__ import annotations
@@ -101,11 +101,7 @@ class ModelCard:
     def read(cls, path: Path | str | None = None, name: str | None = None, max_tokens: int | None = None) -> ModelCard:
         """The card of a directory holding config.json and tokenizer.json (the bundled all-MiniLM-L6-v2 when
         ``path`` is None); ValueError naming what is missing or wrong."""
-        return cls(**read_card(path, name, max_tokens))
-
-    def card(self) -> ModelCard:
-        """The card alone (a loaded model's, without its weights)."""
-        return ModelCard(**{name: getattr(self, name) for name in CARD_FIELDS})
+        return read_card(path, name, max_tokens)
 
     @property
     def template_ids(self) -> tuple[list[int], list[int]]:
@@ -198,9 +194,6 @@ class ModelCard:
         return layer % (n + 1)
 
 
-CARD_FIELDS = tuple(name for name in ModelCard.__dataclass_fields__ if not name.startswith("_"))
-
-
 def lexical_exclusions(model_dir: Path, tokenizer: TextTokenizer) -> tuple[int, ...]:
     """The ids BGE-M3's lexical weights leave out: the tokenizer's cls, eos (or sep), pad and unk tokens, as
     tokenizer_config.json names them."""
@@ -254,8 +247,8 @@ def resolve_late_interaction(
     return replace(late, skip_ids=skip_ids, expansion_id=expansion_id), tokenizer
 
 
-def read_card(path: Path | str | None, name: str | None, max_tokens: int | None) -> dict[str, Any]:
-    """A card's fields, read from the directory (see ModelCard.read)."""
+def read_card(path: Path | str | None, name: str | None, max_tokens: int | None) -> ModelCard:
+    """The card of a directory (see ModelCard.read)."""
     model_dir = default_model_path() if path is None else Path(path)
     if name is None:
         name = DEFAULT_MODEL_NAME if path is None else model_dir.resolve().name
@@ -294,18 +287,18 @@ def read_card(path: Path | str | None, name: str | None, max_tokens: int | None)
         raise ValueError(
             f"{model_dir}: a SPLADE model must be a ...ForMaskedLM checkpoint of {', '.join(MASKED_LM_FAMILIES)}"
         )
-    return {
-        "name": name,
-        "path": model_dir,
-        "config": config,
-        "hf": hf,
-        "tokenizer": tokenizer,
-        "pooling": PoolingConfig.from_model_dir(model_dir),
-        "max_tokens": limit,
-        "head": HeadConfig.from_hf(hf, config),
-        "answers": answers,
-        "sparse": sparse,
-        "multi_vector": "colbert" if late is not None else "bge-m3" if (model_dir / BGE_M3_COLBERT).is_file() else None,
-        "late_interaction": late,
+    return ModelCard(
+        name=name,
+        path=model_dir,
+        config=config,
+        hf=hf,
+        tokenizer=tokenizer,
+        pooling=PoolingConfig.from_model_dir(model_dir),
+        max_tokens=limit,
+        head=HeadConfig.from_hf(hf, config),
+        answers=answers,
+        sparse=sparse,
+        multi_vector="colbert" if late is not None else "bge-m3" if (model_dir / BGE_M3_COLBERT).is_file() else None,
+        late_interaction=late,
         **prompts,
-    }
+    )

@@ -91,8 +91,8 @@ async def test_every_api_counts_a_request_as_the_texts_of_its_native_request(bun
         ("/rerank", {"query": "a", "documents": ["b", "c"]}, 2),
         ("/tei/rerank", {"query": "a", "texts": ["b", "c", "d"]}, 3),
         ("/v1/rerank", {"query": "a", "documents": ["b"]}, 1),
-        ("/v2/rerank", {"model": bundled_model.name, "query": "a", "documents": ["b", "c"]}, 2),
-        ("/v2/embed", {"model": bundled_model.name, "texts": ["a", "b"], "input_type": "search_query"}, 2),
+        ("/v2/rerank", {"model": bundled_model.card.name, "query": "a", "documents": ["b", "c"]}, 2),
+        ("/v2/embed", {"model": bundled_model.card.name, "texts": ["a", "b"], "input_type": "search_query"}, 2),
     ]
     async with serving(Settings(), bundled_model) as service:
         client = service.client

@@ -252,7 +252,7 @@ async def test_readings_tokenised_in_one_loop_turn_each_read_as_their_own(bundle
 
     long = " ".join(f"word{i}" for i in range(400))
     with ThreadPoolExecutor(1) as executor:
-        native = Tokenization(bundled_model.tokenizer, executor)
+        native = Tokenization(bundled_model.card.tokenizer, executor)
         left, plain = native.read_as(Reading(left=True)), native.read_as(Reading(plain=True))
         assert native.read_as(Reading()) is native
         alone = [await way.encode([long, "[CLS] hello [SEP]"]) for way in (native, left, plain)]

@@ -186,6 +186,7 @@ SAME_BITS_ON_ANY_THREADS = """
 import json, sys
 import torch
 from model import load_model
+from model.nn.encoder import Keep
 
 model = load_model(device="cpu", runtime="torch", dtype="float32")
 words = "the quick brown fox jumps over the lazy dog and then runs far away into the forest while birds sing".split()
@@ -193,11 +194,11 @@ counts = sorted({1, 2, torch.get_num_threads()})
 differing = []
 for size in (1, 3):
     for n in range(1, len(words) + 1):
-        batch = model.tokenizer.pad(model.tokenizer.encode([" ".join(words[i : i + n]) for i in range(size)]))
+        batch = model.card.tokenizer.pad(model.card.tokenizer.encode([" ".join(words[i : i + n]) for i in range(size)]))
         outputs = []
         for threads in counts:
             torch.set_num_threads(threads)
-            output = model.forward(batch, return_attentions=True)
+            output = model.forward(batch, Keep(attentions=True))
             outputs.append([output.last_hidden_state, *output.attentions])
         if any(not all(map(torch.equal, outputs[0], other)) for other in outputs[1:]):
             differing.append((size, n))

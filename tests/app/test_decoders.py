@@ -120,10 +120,10 @@ async def test_a_long_document_is_cut_never_the_template(decoders: Service) -> N
     response = (await client.post("/rerank", json={"query": QUERY, "documents": documents, "model": "reranker"})).json()
     prefix = tokenizer(YES_NO.prefix, add_special_tokens=False)["input_ids"]
     suffix = tokenizer(YES_NO.suffix, add_special_tokens=False)["input_ids"]
-    room = model.max_tokens - len(prefix) - len(suffix)
+    room = model.card.max_tokens - len(prefix) - len(suffix)
     middles = [YES_NO.head(YES_NO.instruction, QUERY) + document for document in documents]
     ids = [prefix + tokenizer(m, add_special_tokens=False)["input_ids"][:room] + suffix for m in middles]
-    assert len(ids[0]) == model.max_tokens and ids[0][-len(suffix) :] == suffix
+    assert len(ids[0]) == model.card.max_tokens and ids[0][-len(suffix) :] == suffix
     got = {item["index"]: item["relevance_score"] for item in response["results"]}
     np.testing.assert_allclose([got[0], got[1]], yes_no_reference(directory, ids), atol=1e-5)
     assert_error(
@@ -133,7 +133,7 @@ async def test_a_long_document_is_cut_never_the_template(decoders: Service) -> N
         422,
         "validation_error",
         "documents[0]",
-        f"more than the maximum of {model.max_tokens} (send truncate: true to cut the document)",
+        f"more than the maximum of {model.card.max_tokens} (send truncate: true to cut the document)",
     )
     assert_error(
         await client.post("/rerank", json={"query": long_document, "documents": ["a"], "model": "reranker"}),
@@ -229,7 +229,7 @@ async def test_a_pooling_that_excludes_prompts_leaves_their_tokens_out(tmp_path:
     pooling = json.loads((directory / "1_Pooling" / "config.json").read_text())
     (directory / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "include_prompt": False}))
     model = load_model(directory, device="cpu", dtype="float32")
-    assert not model.pooling.include_prompt
+    assert not model.card.pooling.include_prompt
     reference = SentenceTransformer(str(directory), device="cpu")
     prompt = "Represent the question for retrieval: "
     expected = reference.encode(TEXTS, prompt=prompt, normalize_embeddings=True)
@@ -316,7 +316,7 @@ async def test_norm_weighted_attention_under_grouped_query_attention(decoders: S
 
     text = "The quick brown fox jumps over the lazy dog."
     model: TextEncoder = local_model(decoders.app.state.registry.get("qwen3"))
-    encoding = model.tokenizer.encode([text])[0]
+    encoding = model.card.tokenizer.encode([text])[0]
     reference = hf_model(DIRS["qwen3"])
     values: list[torch.Tensor] = []
     hooks = [
@@ -368,7 +368,7 @@ async def test_an_explanation_that_would_not_be_exact_is_refused_naming_explain(
     for pooling in ("mean_sqrt_len_tokens", "max"):
         directory = write_family_model(tmp_path / pooling, "embeddinggemma", pooling=pooling)
         model = load_model(directory, device="cpu", dtype="float32")
-        assert model.pooling.dense and model.pooling.mode == pooling
+        assert model.card.pooling.dense and model.card.pooling.mode == pooling
         async with serving(Settings(), model) as service:
             body = {"source": QUERY, "texts": DOCUMENTS[:2], "explain": True}
             assert_error(

@@ -37,7 +37,7 @@ async def test_single_string_is_one_text(client: httpx.AsyncClient) -> None:
 
 async def test_usage_counts_real_tokens(client: httpx.AsyncClient, bundled_model: TextEncoder) -> None:
     body = (await client.post("/encode", json={"texts": TEXTS})).json()
-    expected = sum(len(e.ids) for e in bundled_model.tokenizer.encode(TEXTS))
+    expected = sum(len(e.ids) for e in bundled_model.card.tokenizer.encode(TEXTS))
     assert body["usage"] == {"prompt_tokens": expected, "total_tokens": expected}
 
 

@@ -277,9 +277,11 @@ def test_every_classifier_family_attributes_as_captum_does(
     from model import AttributionOptions
 
     directory, model = family_classifiers[family]
-    (encoding,) = model.tokenizer.encode([TEXT], [PAIR])
+    (encoding,) = model.card.tokenizer.encode([TEXT], [PAIR])
     ours = {
-        method: model.attribute(encoding, AttributionOptions(1, method, 20, baseline_of(encoding, model.tokenizer)))
+        method: model.attribute(
+            encoding, AttributionOptions(1, method, 20, baseline_of(encoding, model.card.tokenizer))
+        )
         for method in ("integrated_gradients", "gradient_x_input")
     }
     reference = AutoModelForSequenceClassification.from_pretrained(directory, attn_implementation="eager").eval()

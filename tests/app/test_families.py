@@ -31,7 +31,7 @@ async def test_encode_attention_and_info_over_http(family_dir: Path) -> None:
     from sentence_transformers import SentenceTransformer
 
     model = load_model(family_dir, device="cpu", dtype="float32")
-    config = model.config
+    config = model.card.config
     async with serving(Settings(), model) as service:
         client = service.client
         info = (await client.get("/info")).json()["architecture"]
@@ -53,7 +53,7 @@ async def test_encode_attention_and_info_over_http(family_dir: Path) -> None:
 
         text = SAMPLE_TEXTS["long"]
         response = (await client.post("/attention", json={"text": text})).json()
-        encoding = model.tokenizer.encode([text])[0]  # type: ignore[list-item]
+        encoding = model.card.tokenizer.encode([text])[0]  # type: ignore[list-item]
         assert response["tokens"] == encoding.tokens
         with torch.inference_mode():
             reference = hf_model(family_dir)(
@@ -73,7 +73,7 @@ async def test_positional_encodings_of_each_kind(family_dir: Path) -> None:
     from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
     model = load_model(family_dir, device="cpu", dtype="float32")
-    config = model.config
+    config = model.card.config
     async with serving(Settings(), model) as service:
         client = service.client
         learned = await client.get("/positional-encoding", params={"kind": "learned", "length": 5})

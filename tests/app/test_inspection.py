@@ -190,7 +190,7 @@ async def client(loaded: dict[str, TextEncoder]) -> AsyncIterator[httpx.AsyncCli
 
 @pytest.fixture(scope="module")
 def references(model_dirs: dict[str, Path], loaded: dict[str, TextEncoder]) -> dict[str, Reference]:
-    return {name: Reference(path, loaded[name].max_tokens) for name, path in model_dirs.items()}
+    return {name: Reference(path, loaded[name].card.max_tokens) for name, path in model_dirs.items()}
 
 
 # ---- /attention: norm weighting, word level ----

@@ -107,7 +107,7 @@ async def test_plain_fastapi_under_uvicorn_writes_headers_and_body_apart(server_
 
 
 async def test_the_service_writes_each_response_once(server_writes, tiny_model: TextEncoder) -> None:
-    app = create_app(Settings(), {tiny_model.name: tiny_model})
+    app = create_app(Settings(), {tiny_model.card.name: tiny_model})
     port = free_port()
     async with app.router.lifespan_context(app), uvicorn_serving(app, port) as client:
         await wait_until_ready(client)
@@ -117,7 +117,7 @@ async def test_the_service_writes_each_response_once(server_writes, tiny_model: 
         assert_error(await client.post("/encode", json={"texts": []}), 422, "validation_error", "texts")
         assert_error(await client.get("/nowhere"), 404, "not_found")
         info = await client.get("/info")
-        assert info.json()["model"] == tiny_model.name
+        assert info.json()["model"] == tiny_model.card.name
     written = list(responses_written(server_writes, port))
     assert len(written) == 4, written
     for response, single in zip((encoded, None, None, info), written, strict=True):
@@ -150,7 +150,7 @@ async def test_a_large_answer_leaves_in_parts_of_at_most_a_mebibyte_with_its_len
     """An answer over SENT_PART_BYTES is not written to the transport whole (which copies what the socket does not
     take at once): the headers with its first part, then a part at a time; its length is still declared (no
     chunked encoding), and it arrives whole."""
-    app = create_app(Settings(), {tiny_model.name: tiny_model})
+    app = create_app(Settings(), {tiny_model.card.name: tiny_model})
     port = free_port()
     async with app.router.lifespan_context(app), uvicorn_serving(app, port) as client:
         await wait_until_ready(client)

@@ -327,7 +327,7 @@ async def test_a_message_the_engine_cannot_take_fails_alone_and_the_connection_s
         with pytest.raises(ComputeFailed):
             await client.request("task", "tiny")  # a task message without its task: the engine cannot run it
         spec = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
-        task = Task("embed", tiny_model.tokenizer.encode(["still served"]), spec)
+        task = Task("embed", tiny_model.card.tokenizer.encode(["still served"]), spec)
         (result, _) = await client.request("task", "tiny", wire_task(task), 30.0)
         (embedding,) = unpacked(result)  # the sentence vectors cross in one array (EmbeddedRows)
         np.testing.assert_allclose(embedding.sentence, tiny_model.embed(["still served"]).numpy()[0], atol=1e-5)
@@ -350,7 +350,7 @@ async def test_a_task_sent_to_the_engine_carries_the_time_its_request_has_left(t
 
     queue = EngineQueue(Recording(), "tiny", SimpleNamespace(max_batch_tokens=512), 30.0)  # type: ignore[arg-type]
     spec = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
-    task = Task("embed", tiny_model.tokenizer.encode(["a text"]), spec)
+    task = Task("embed", tiny_model.card.tokenizer.encode(["a text"]), spec)
     now = asyncio.get_running_loop().time()
     for timing in (Timing(deadline=now + 2.0), Timing(deadline=now - 1.0), Timing(), None):
         assert await queue.run(task, timing) == ["done"]
@@ -378,7 +378,7 @@ async def test_the_engine_admits_every_front_ends_tasks_against_one_bound(
         spec = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
 
         def task(n: int) -> Task:
-            return Task("embed", tiny_model.tokenizer.encode(["a text"] * n), spec)
+            return Task("embed", tiny_model.card.tokenizer.encode(["a text"] * n), spec)
 
         held = asyncio.ensure_future(first.request("task", "tiny", wire_task(task(3)), 30.0))
         assert await asyncio.to_thread(blocking.computing.wait, 30)  # admitted, and computing

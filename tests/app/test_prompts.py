@@ -34,7 +34,7 @@ async def test_prompts_equal_sentence_transformers(prompted_dir: Path) -> None:
 
     reference = SentenceTransformer(str(prompted_dir), device="cpu")
     model = load_model(prompted_dir, device="cpu", dtype="float32")
-    assert model.prompts == PROMPTS and model.default_prompt_name == "passage"
+    assert model.card.prompts == PROMPTS and model.card.default_prompt_name == "passage"
     async with serving(Settings(), model) as service:
         client = service.client
         for prompt_name in ("query", None):  # None: the model's default prompt, as sentence-transformers uses it

@@ -104,10 +104,10 @@ async def test_classify_equals_transformers(tasks: Service, name: str) -> None:
     from transformers import AutoModelForSequenceClassification
 
     model = local_model(tasks.app.state.registry.get(name))
-    encodings = model.tokenizer.encode(TEXTS, PAIRS)
-    batch = model.tokenizer.pad(encodings)
+    encodings = model.card.tokenizer.encode(TEXTS, PAIRS)
+    batch = model.card.tokenizer.pad(encodings)
     inputs = {"input_ids": torch.from_numpy(batch.input_ids), "attention_mask": torch.from_numpy(batch.attention_mask)}
-    if model.config.type_vocab_size > 1:
+    if model.card.config.type_vocab_size > 1:
         inputs["token_type_ids"] = torch.from_numpy(batch.token_type_ids)
     reference = AutoModelForSequenceClassification.from_pretrained(MODEL_DIRS[name]).eval()
     with torch.inference_mode():

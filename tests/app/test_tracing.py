@@ -179,7 +179,7 @@ async def test_grpc_calls_continue_the_trace_of_their_metadata(receiver: Receive
     async with grpc_serving(tiny_model) as service:
         head, trace_id, caller = traceparent()
         answer = await service.embed.Embed(pb.EmbedRequest(inputs="the cat sat"), metadata=(("traceparent", head),))
-        assert len(answer.embeddings) == tiny_model.dimension
+        assert len(answer.embeddings) == tiny_model.card.dimension
         stream_head, stream_trace, _ = traceparent()
         messages = [pb.EmbedRequest(inputs=text) for text in ("one", "two", "three")]
         answers = [a async for a in service.embed.EmbedStream(iter(messages), metadata=(("traceparent", stream_head),))]

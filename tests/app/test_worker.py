@@ -36,7 +36,7 @@ class FailingModel:
 
     def __init__(self, model: TextEncoder) -> None:
         self.model = model
-        self.poison_id = model.tokenizer.encode([POISON])[0].ids[1]
+        self.poison_id = model.card.tokenizer.encode([POISON])[0].ids[1]
         self.passes: list[int] = []  # texts in each pass tried
 
     def _check(self, encodings: list[Encoding]) -> None:
@@ -61,7 +61,7 @@ def tokenize_executor() -> Iterator[ThreadPoolExecutor]:
 
 
 def encode(model: TextEncoder, texts: list[str]) -> list[Encoding]:
-    return model.tokenizer.encode(texts)
+    return model.card.tokenizer.encode(texts)
 
 
 def embed(queue: WorkQueue, encodings: list[Encoding]) -> Coroutine[Any, Any, list[Any]]:
@@ -354,7 +354,7 @@ class SlicedModel:
         """One head-statistics task a name, each of one short text."""
         tasks = []
         for name in names:
-            encodings = self.model.tokenizer.encode(["the cat"])
+            encodings = self.model.card.tokenizer.encode(["the cat"])
             self.names[id(encodings)] = name
             marks = np.zeros((1, len(encodings[0].ids)), dtype=bool)
             tasks.append(Task("head_statistics", encodings, KeyMarks(marks, marks)))
@@ -531,7 +531,7 @@ async def test_tokenization_merges_requests_of_one_turn_and_confines_failures(
     monkeypatch.setattr("app.serving.tokenization.INLINE_CHARACTERS", 4096 if inline else 0)
     calls: list[int] = []
     threads: set[str] = set()
-    real = tiny_model.tokenizer
+    real = tiny_model.card.tokenizer
 
     class Tokenizer:
         """The tiny tokenizer, refusing any batch that holds the word POISON."""

@@ -77,9 +77,9 @@ def test_every_family_equals_its_pass_at_the_batch_length(family_dir: Path) -> N
     """Float32, every family (positions learned, relative, disentangled, rotary; local windows; causal decoders
     padded on either side): each real token's last hidden state as the unaligned pass gives it, within 1e-5."""
     model = load_model(family_dir, device="cpu", dtype="float32", traced=False, runtime="torch")
-    batch = model.tokenizer.pad(model.tokenizer.encode(TEXTS))
+    batch = model.card.tokenizer.pad(model.card.tokenizer.encode(TEXTS))
     assert batch.input_ids.shape[1] % 16 != 0 and batch.attention_mask.min() == 0  # something to align
-    sides = [batch, left_padded(batch)] if model.config.family in DECODERS else [batch]
+    sides = [batch, left_padded(batch)] if model.card.config.family in DECODERS else [batch]
     for padded in sides:
         ids, mask, types = model.to_tensors(padded)
         with torch.inference_mode():

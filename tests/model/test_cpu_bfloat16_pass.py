@@ -18,7 +18,7 @@ WORDS = "the quick brown fox jumps over a lazy dog while cats sat on mats and sa
 
 
 def batch(model, texts: list[str]) -> tuple[Tensor, Tensor, Tensor]:
-    return model.to_tensors(model.tokenizer.pad(model.tokenizer.encode(texts)))
+    return model.to_tensors(model.card.tokenizer.pad(model.card.tokenizer.encode(texts)))
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_buckets_change_no_number_of_the_rows_kept(tiny_model_dir: Path) -> None
         texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 30))) for _ in range(n)]
         ids, mask, types = batch(model, texts)
         plain = EagerPass(model.passes)(ids, mask, types)
-        bucketed = BucketedRows(EagerPass(model.passes), model.config.pad_token_id)(ids, mask, types)
+        bucketed = BucketedRows(EagerPass(model.passes), model.card.config.pad_token_id)(ids, mask, types)
         assert bucketed is not None and bucketed.shape == plain.shape
         real = mask.bool()
         torch.testing.assert_close(bucketed[real], plain[real], atol=1e-6, rtol=0)

@@ -17,7 +17,7 @@ from model import (
     scaled_dot_product_attention,
     sinusoidal_positional_encoding,
 )
-from model.nn.encoder import PositionwiseFeedForward, padding_mask
+from model.nn.encoder import Keep, PositionwiseFeedForward, padding_mask
 from model.spec.config import Activation, PositionEmbedding
 
 # Printed in seeds/multi_head_attention_positional_encoding_layernorm.txt for sequence_length=10, d_model=6.
@@ -162,9 +162,9 @@ def test_fast_and_explicit_paths_agree(
     encoder = Encoder(config).eval()
     input_ids, attention_mask, token_type_ids = random_batch(config.vocab_size, [9, 5, 2])
     with torch.inference_mode():
-        fast = encoder(input_ids, attention_mask, token_type_ids, return_hidden_states=True, causal=causal)
+        fast = encoder(input_ids, attention_mask, token_type_ids, Keep(hidden_states=True), causal=causal)
         explicit = encoder(
-            input_ids, attention_mask, token_type_ids, return_hidden_states=True, return_attentions=True, causal=causal
+            input_ids, attention_mask, token_type_ids, Keep(hidden_states=True, attentions=True), causal=causal
         )
     assert fast.attentions is None and len(explicit.attentions) == config.n_layers
     real = attention_mask.bool()
@@ -177,7 +177,7 @@ def test_causal_mask_gives_future_positions_zero_weight() -> None:
     encoder = Encoder(TINY).eval()
     input_ids, attention_mask, token_type_ids = random_batch(TINY.vocab_size, [8, 8])
     with torch.inference_mode():
-        out = encoder(input_ids, attention_mask, token_type_ids, return_attentions=True, causal=True)
+        out = encoder(input_ids, attention_mask, token_type_ids, Keep(attentions=True), causal=True)
     future = torch.ones(8, 8, dtype=torch.bool).triu(1)
     for attention in out.attentions:
         assert attention[..., future].abs().max() == 0
@@ -187,12 +187,12 @@ def test_causal_mask_gives_future_positions_zero_weight() -> None:
 
 def test_text_outputs_do_not_change_when_batched_with_longer_texts(bundled_model: TextEncoder) -> None:
     texts = ["short text", "a considerably longer text that forces plenty of padding onto the short one " * 3]
-    alone = bundled_model.tokenizer.pad(bundled_model.tokenizer.encode(texts[:1]))
-    together = bundled_model.tokenizer.pad(bundled_model.tokenizer.encode(texts))
+    alone = bundled_model.card.tokenizer.pad(bundled_model.card.tokenizer.encode(texts[:1]))
+    together = bundled_model.card.tokenizer.pad(bundled_model.card.tokenizer.encode(texts))
     n = alone.input_ids.shape[1]
     assert together.input_ids.shape[1] > n
-    a = bundled_model.forward(alone, return_hidden_states=True, return_attentions=True)
-    b = bundled_model.forward(together, return_hidden_states=True, return_attentions=True)
+    a = bundled_model.forward(alone, Keep(hidden_states=True, attentions=True))
+    b = bundled_model.forward(together, Keep(hidden_states=True, attentions=True))
     assert a.hidden_states and b.hidden_states and a.attentions and b.attentions
     for x, y in zip(a.hidden_states, b.hidden_states):
         torch.testing.assert_close(x[0], y[0, :n], atol=1e-5, rtol=1e-5)
@@ -202,10 +202,10 @@ def test_text_outputs_do_not_change_when_batched_with_longer_texts(bundled_model
 
 
 def test_stopping_early_equals_the_hidden_state_of_that_layer(tiny_model: TextEncoder) -> None:
-    batch = tiny_model.tokenizer.pad(tiny_model.tokenizer.encode(["the quick brown fox", "hello"]))
-    full = tiny_model.forward(batch, return_hidden_states=True)
+    batch = tiny_model.card.tokenizer.pad(tiny_model.card.tokenizer.encode(["the quick brown fox", "hello"]))
+    full = tiny_model.forward(batch, Keep(hidden_states=True))
     assert full.hidden_states is not None
-    for n in range(tiny_model.config.n_layers + 1):
+    for n in range(tiny_model.card.config.n_layers + 1):
         partial = tiny_model.forward(batch, n_layers=n)
         torch.testing.assert_close(partial.last_hidden_state, full.hidden_states[n])
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from model import TextEncoder, load_model
-from model.nn.encoder import Packing
+from model.nn.encoder import Keep, Packing
 from model.spec.config import DECODERS as DECODER_TYPES
 from model.spec.tokenizer import Batch
 from tests.families import FAMILIES, FAMILY_SPECS, SAMPLE_TEXTS, hf_model, stored_in_bfloat16, write_family_model
@@ -39,7 +39,7 @@ def family_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
 
 
 def batch_of(model: TextEncoder) -> Batch:
-    batch = model.tokenizer.pad(model.tokenizer.encode(TEXTS, PAIRS))
+    batch = model.card.tokenizer.pad(model.card.tokenizer.encode(TEXTS, PAIRS))
     assert batch.attention_mask.min() == 0, "the batch must hold padding for the comparison to mean anything"
     return batch
 
@@ -61,7 +61,7 @@ def reference(directory: Path, model: TextEncoder, batch: Batch, **outputs: bool
         "input_ids": torch.from_numpy(batch.input_ids),
         "attention_mask": torch.from_numpy(batch.attention_mask),
     }
-    if model.config.type_vocab_size > 1:
+    if model.card.config.type_vocab_size > 1:
         inputs["token_type_ids"] = torch.from_numpy(batch.token_type_ids)
     with torch.inference_mode():
         return hf_model(directory)(**inputs, **outputs)
@@ -90,7 +90,7 @@ def test_hidden_states_and_attentions_equal_transformers(family_dir: Path, targe
     device, dtype, atol, rtol, _ = target
     model = load_model(family_dir, device=device, dtype=dtype)
     batch = batch_of(model)
-    ours = model.forward(batch, return_hidden_states=True, return_attentions=True)
+    ours = model.forward(batch, Keep(hidden_states=True, attentions=True))
     assert ours.hidden_states is not None and ours.attentions is not None
     lengths = batch.attention_mask.sum(axis=1)
     real = torch.from_numpy(batch.attention_mask).bool()  # padded rows are don't-care
@@ -103,14 +103,14 @@ def test_hidden_states_and_attentions_equal_transformers(family_dir: Path, targe
     # transformers rotates each row by positions shifted by its padding and so rounds a few values otherwise
     # (its left-padded states differ from its right-padded ones by up to ~2e-5 where the layers' outputs reach
     # ~45), hence a relative 1e-4 there.
-    sides = ["right", "left"] if model.config.family in DECODER_TYPES else ["right"]
+    sides = ["right", "left"] if model.card.config.family in DECODER_TYPES else ["right"]
     for side in sides:
         side_rtol = rtol if side == "right" else max(rtol, 1e-4)
         padded = batch if side == "right" else left_padded(batch)
         theirs = reference(family_dir, model, padded, output_hidden_states=True, output_attentions=True)
         theirs_real = torch.from_numpy(padded.attention_mask).bool()
         close(ours.last_hidden_state[real], theirs.last_hidden_state[theirs_real], side_rtol)
-        assert len(ours.hidden_states) == len(theirs.hidden_states) == model.config.n_layers + 1
+        assert len(ours.hidden_states) == len(theirs.hidden_states) == model.card.config.n_layers + 1
         for mine, reference_state in zip(ours.hidden_states, theirs.hidden_states, strict=True):
             close(mine[real], reference_state[theirs_real], side_rtol)
         for mine, reference_attention in zip(ours.attentions, theirs.attentions, strict=True):
@@ -120,7 +120,7 @@ def test_hidden_states_and_attentions_equal_transformers(family_dir: Path, targe
                 close(mine[row, :, :n, :n], reference_attention[row, :, window, window], side_rtol)
     # the fast path (padding skipped, one fused q/k/v product, the fused attention kernel) gives the same, to
     # float32's rounding: summed in other orders, an element of the last hidden state lands up to ~2e-5 off
-    fast = model.forward(batch, return_hidden_states=True)
+    fast = model.forward(batch, Keep(hidden_states=True))
     theirs = reference(family_dir, model, batch)
     last = theirs.last_hidden_state[real]
     torch.testing.assert_close(fast.last_hidden_state[real].float().cpu(), last, atol=max(atol, 3e-5), rtol=1e-4)
@@ -211,7 +211,11 @@ def test_sentence_embeddings_equal_sentence_transformers(family_dir: Path, targe
     model = load_model(family_dir, device=device, dtype=dtype)
     reference_model = SentenceTransformer(str(family_dir), device="cpu")
     # (prompt_name, prompt): none, each named one the model has, a literal one
-    prompts = [(None, None), *((name, None) for name in model.prompts if model.prompts[name]), (None, "Search: ")]
+    prompts = [
+        (None, None),
+        *((name, None) for name in model.card.prompts if model.card.prompts[name]),
+        (None, "Search: "),
+    ]
     for prompt_name, prompt in prompts:
         ours = model.embed(TEXTS, prompt_name=prompt_name, prompt=prompt).numpy()
         theirs = reference_model.encode(TEXTS, normalize_embeddings=True, prompt_name=prompt_name, prompt=prompt)
@@ -220,16 +224,18 @@ def test_sentence_embeddings_equal_sentence_transformers(family_dir: Path, targe
         assert cosine.min() >= min_cosine, (prompt_name, prompt, cosine)
         if dtype == "float32":  # and element by element: a cosine of 0.99999 lets one be off by about 4e-3
             np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0, err_msg=f"{prompt_name=}, {prompt=}")
-    assert model.config.position_embedding == POSITION_ENCODINGS[model.config.family]
+    assert model.card.config.position_embedding == POSITION_ENCODINGS[model.card.config.family]
 
 
 def test_dense_modules_change_the_width_as_sentence_transformers_does(tmp_path: Path) -> None:
     directory = write_family_model(tmp_path / "gemma", "embeddinggemma", seed=1)
     model = load_model(directory, device="cpu", dtype="float32")
-    assert [module.linear.out_features for module in model.dense] == [32, 16] and model.dimension == 16
-    assert [spec.out_features for spec in model.pooling.dense] == [32, 16]
+    assert [module.linear.out_features for module in model.dense] == [32, 16] and model.card.dimension == 16
+    assert [spec.out_features for spec in model.card.pooling.dense] == [32, 16]
     # the Dense modules matter: pooling alone gives another direction
-    pooled = model.forward(model.tokenizer.pad(model.tokenizer.encode(TEXTS[:1]))).last_hidden_state.mean(1)[0]
+    pooled = model.forward(model.card.tokenizer.pad(model.card.tokenizer.encode(TEXTS[:1]))).last_hidden_state.mean(1)[
+        0
+    ]
     assert torch.nn.functional.cosine_similarity(pooled, model.embed(TEXTS[:1])[0], dim=0) < 0.99
 
 
@@ -242,11 +248,11 @@ def test_local_layers_put_no_weight_outside_their_window(family_dir: Path) -> No
     Gemma's abs(i − j) < W // 2 + 1), the W − 1 keys before the query causally; causal layers put nothing above
     the diagonal (the seeds' triangular mask), bidirectional ones do."""
     model = load_model(family_dir, device="cpu", dtype="float32")
-    config = model.config
-    encoding = model.tokenizer.encode([SAMPLE_TEXTS["long"]])[0]  # type: ignore[list-item]
+    config = model.card.config
+    encoding = model.card.tokenizer.encode([SAMPLE_TEXTS["long"]])[0]  # type: ignore[list-item]
     T = len(encoding.ids)
     assert config.window_reach + 2 < T, "the text must reach past the window"
-    attentions = model.forward(model.tokenizer.pad([encoding]), return_attentions=True).attentions
+    attentions = model.forward(model.card.tokenizer.pad([encoding]), Keep(attentions=True)).attentions
     assert attentions is not None
     distance = (torch.arange(T)[None, :] - torch.arange(T)[:, None]).abs()  # (T, T)
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
@@ -292,18 +298,18 @@ def test_classification_heads_equal_transformers(tmp_path: Path, family: str, ov
         )
     model = load_model(directory, device="cpu", dtype="float32")
     assert model.classifier is not None and len(model.classifier.head.labels) == 3
-    encodings = model.tokenizer.encode(TEXTS, PAIRS)
+    encodings = model.card.tokenizer.encode(TEXTS, PAIRS)
     ours = model.classify(encodings)
     reference = AutoModelForSequenceClassification.from_pretrained(directory, attn_implementation="eager").eval()
     one_at_a_time = reference.config.pad_token_id is None
     theirs = []
     for group in [[e] for e in encodings] if one_at_a_time else [encodings]:
-        batch = model.tokenizer.pad(group)
+        batch = model.card.tokenizer.pad(group)
         inputs = {
             "input_ids": torch.from_numpy(batch.input_ids),
             "attention_mask": torch.from_numpy(batch.attention_mask),
         }
-        if model.config.type_vocab_size > 1:
+        if model.card.config.type_vocab_size > 1:
             inputs["token_type_ids"] = torch.from_numpy(batch.token_type_ids)
         with torch.inference_mode():
             theirs.append(reference(**inputs).logits)
@@ -313,8 +319,8 @@ def test_classification_heads_equal_transformers(tmp_path: Path, family: str, ov
         torch.testing.assert_close(probabilities, torch.sigmoid(torch.cat(theirs)))
     else:
         torch.testing.assert_close(probabilities.sum(-1), torch.ones(len(TEXTS)))
-    if model.config.family == "qwen3":
-        (encoding,) = model.tokenizer.encode(["Hello world!"])
+    if model.card.config.family == "qwen3":
+        (encoding,) = model.card.tokenizer.encode(["Hello world!"])
         assert encoding.tokens[-1] == "<|endoftext|>", "the case of transformers' rule: the padding token appended"
 
 
@@ -338,12 +344,12 @@ def test_yes_no_reranker_equals_transformers_and_cross_encoder(tmp_path: Path, f
 
     directory = write_family_model(tmp_path / family, family, head="causal-lm")
     model = load_model(directory, device="cpu", dtype="float32")
-    assert model.reranker is not None and model.scores_method == "yes-no"
-    encodings = model.tokenizer.encode(FORMATTED, special_tokens=False)
+    assert model.reranker is not None and model.card.scores_method == "yes-no"
+    encodings = model.card.tokenizer.encode(FORMATTED, special_tokens=False)
     ours = model.probabilities(model.classify(encodings))[:, 0]
 
     reference = AutoModelForCausalLM.from_pretrained(directory, attn_implementation="eager").eval()
-    yes, no = (model.tokenizer.token_id(token) for token in ("yes", "no"))
+    yes, no = (model.card.tokenizer.token_id(token) for token in ("yes", "no"))
     expected = []
     for encoding in encodings:  # one at a time: the last token is the last position
         with torch.inference_mode():
@@ -386,7 +392,7 @@ def test_a_bfloat16_checkpoint_is_kept_in_bfloat16_without_a_float32_copy(
     assert {p.dtype for p in model.encoder.parameters()} == {torch.bfloat16}
     assert "the checkpoint's bfloat16 weights kept in bfloat16, products in bfloat16" in caplog.text
     batch = batch_of(model)
-    ours = model.forward(batch, return_hidden_states=True, return_attentions=True)
+    ours = model.forward(batch, Keep(hidden_states=True, attentions=True))
     theirs = reference(directory, model, batch, output_hidden_states=True, output_attentions=True)
     real = torch.from_numpy(batch.attention_mask).bool()
     assert ours.last_hidden_state.dtype == torch.float32
@@ -401,7 +407,7 @@ def test_a_bfloat16_checkpoint_is_kept_in_bfloat16_without_a_float32_copy(
 def test_distilbert_sinusoidal_positions_are_the_seeds_sinusoid(tmp_path: Path) -> None:
     directory = write_family_model(tmp_path / "distilbert-sin", "distilbert", sinusoidal=True)
     model = load_model(directory, device="cpu", dtype="float32")
-    assert model.config.position_embedding == "sinusoidal" and model.encoder.embeddings.position is None
+    assert model.card.config.position_embedding == "sinusoidal" and model.encoder.embeddings.position is None
     batch = batch_of(model)
     theirs = reference(directory, model, batch)
     real = torch.from_numpy(batch.attention_mask).bool()
@@ -411,9 +417,9 @@ def test_distilbert_sinusoidal_positions_are_the_seeds_sinusoid(tmp_path: Path) 
 
 def test_a_bare_model_has_no_classification_head(tmp_path: Path) -> None:
     model = load_model(write_family_model(tmp_path / "bare", "roberta"), device="cpu", dtype="float32")
-    assert model.classifier is None and model.reranker is None and model.scores_method is None
+    assert model.classifier is None and model.reranker is None and model.card.scores_method is None
     with pytest.raises(ValueError, match="has no classification head"):
-        model.classify(model.tokenizer.encode(["hello"]))
+        model.classify(model.card.tokenizer.encode(["hello"]))
 
 
 def test_long_inputs_take_the_local_layers_block_by_block_as_transformers_computes_them(tmp_path: Path) -> None:
@@ -428,10 +434,10 @@ def test_long_inputs_take_the_local_layers_block_by_block_as_transformers_comput
             path.write_text(json.dumps({**json.loads(path.read_text()), key: 1024}))
     model = load_model(directory, device="cpu", dtype="float32")
     texts = [" ".join(TEXTS) * 5, " ".join(TEXTS) * 3]
-    encodings = model.tokenizer.encode(texts)
+    encodings = model.card.tokenizer.encode(texts)
     lengths = [len(encoding.ids) for encoding in encodings]
-    assert windowed(lengths[1], model.config.window_reach) and lengths[0] <= 1024, lengths
-    ours = model.last_hidden_state(*model.to_tensors(model.tokenizer.pad(encodings))).float()
+    assert windowed(lengths[1], model.card.config.window_reach) and lengths[0] <= 1024, lengths
+    ours = model.last_hidden_state(*model.to_tensors(model.card.tokenizer.pad(encodings))).float()
     reference = hf_model(directory)
     for row, (encoding, n) in enumerate(zip(encodings, lengths, strict=True)):
         with torch.no_grad():

@@ -33,7 +33,7 @@ def on_gpu() -> TextEncoder:
 
 def random_batch(model: TextEncoder, rows: int, length: int, seed: int) -> tuple[torch.Tensor, ...]:
     generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(1000, model.config.vocab_size, (rows, length), generator=generator)
+    input_ids = torch.randint(1000, model.card.config.vocab_size, (rows, length), generator=generator)
     lengths = torch.randint(1, length + 1, (rows,), generator=generator)
     lengths[0] = length  # the longest row sets the batch's length
     attention_mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
@@ -87,7 +87,7 @@ def test_a_decoder_pass_is_recorded_too(tmp_path: Path) -> None:
     model = load_model(write_family_model(tmp_path, "qwen3"), device="cuda", dtype="float32")
     assert model.graphs is not None, "recorded"
     texts = ["A cat sat on the mat.", "Hello world!", "The quick brown fox jumps over the lazy dog."]
-    batch = model.to_tensors(model.tokenizer.pad(model.tokenizer.encode(texts)))
+    batch = model.to_tensors(model.card.tokenizer.pad(model.card.tokenizer.encode(texts)))
     with torch.inference_mode():
         expected = model.encoder(*batch).last_hidden_state
         replayed = model.graphs(*batch)

@@ -14,7 +14,7 @@ from tests.helpers import needs_cpu_bfloat16, with_triton
 
 
 def test_bundled_config_is_read_from_config_json(bundled_model: TextEncoder) -> None:
-    assert bundled_model.config == EncoderConfig(
+    assert bundled_model.card.config == EncoderConfig(
         vocab_size=30522,
         d_model=384,
         n_heads=12,
@@ -27,7 +27,7 @@ def test_bundled_config_is_read_from_config_json(bundled_model: TextEncoder) -> 
         layer_norm_eps=1e-12,
         pad_token_id=0,
     )
-    assert bundled_model.name == "all-MiniLM-L6-v2"
+    assert bundled_model.card.name == "all-MiniLM-L6-v2"
 
 
 def test_auto_device_is_cuda_only_when_available(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,13 +72,13 @@ def test_model_is_in_eval_mode_without_gradients(bundled_model: TextEncoder) -> 
 
 @pytest.mark.parametrize(("layer", "index"), [(-1, 6), (0, 0), (3, 3), (-7, 0), (6, 6)])
 def test_layer_indices_count_from_the_end_when_negative(bundled_model: TextEncoder, layer: int, index: int) -> None:
-    assert bundled_model.resolve_layer(layer) == index
+    assert bundled_model.card.resolve_layer(layer) == index
 
 
 @pytest.mark.parametrize("layer", [7, -8])
 def test_layer_out_of_range_is_rejected(bundled_model: TextEncoder, layer: int) -> None:
     with pytest.raises(ValueError, match="layer must be between -7 and 6"):
-        bundled_model.resolve_layer(layer)
+        bundled_model.card.resolve_layer(layer)
 
 
 @needs_cpu_bfloat16

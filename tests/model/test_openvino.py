@@ -27,8 +27,8 @@ PAIRS = [None if isinstance(text, str) else text[1] for text in SAMPLE_TEXTS.val
 
 def shapes(model: TextEncoder) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Batches of every kind a pass meets: padded, pairs, one row, one token short of the longest, the longest."""
-    tokenizer = model.tokenizer
-    longest = " ".join(["attention"] * (model.max_tokens * 2))  # cut to the longest the model takes
+    tokenizer = model.card.tokenizer
+    longest = " ".join(["attention"] * (model.card.max_tokens * 2))  # cut to the longest the model takes
     batches = [
         tokenizer.encode(TEXTS),
         tokenizer.encode(TEXTS, PAIRS),
@@ -292,7 +292,9 @@ def test_openvino_for_one_text_leaves_larger_batches_to_torch(
     first, aligned = model.backends
     torch_pass = unwrapped(aligned)
     assert isinstance(first, OneText) and isinstance(first.inner, OpenVINOPass) and isinstance(torch_pass, TracedPass)
-    one, two = (reference.to_tensors(reference.tokenizer.pad(reference.tokenizer.encode(TEXTS[:n]))) for n in (1, 2))
+    one, two = (
+        reference.to_tensors(reference.card.tokenizer.pad(reference.card.tokenizer.encode(TEXTS[:n]))) for n in (1, 2)
+    )
     with torch.inference_mode():
         assert first(*two) is None  # the next backend's
         ours = first(*one)
@@ -401,13 +403,13 @@ def test_bfloat16_and_int8_run_padded_batches_of_bucketed_shapes(tiny_model_dir:
     ov_pass = padded_pass(compiled)
     recording = ov_pass.compiled = RecordingModel(ov_pass.compiled)
     texts = ["the quick brown fox jumps", "hello world", "a lazy dog sat on the mats while the cats said hello"]
-    ids, mask, types = compiled.to_tensors(compiled.tokenizer.pad(compiled.tokenizer.encode(texts)))
+    ids, mask, types = compiled.to_tensors(compiled.card.tokenizer.pad(compiled.card.tokenizer.encode(texts)))
     assert ids.shape[1] not in (16, 24, 32)
     with ThreadPoolExecutor(1) as fresh:  # a thread that has no infer request yet: it makes one of the recording's
         hidden = fresh.submit(ov_pass, ids, mask, types).result()
     assert hidden is not None
     assert recording.shapes == [batch_bucket(3, ids.shape[1], compiled.encoder.embeddings.max_length)]
-    assert hidden.shape == (3, ids.shape[1], compiled.config.d_model)
+    assert hidden.shape == (3, ids.shape[1], compiled.card.config.d_model)
     ours, theirs = compiled.embed(texts).double(), reference.embed(texts).double()
     assert torch.nn.functional.cosine_similarity(ours, theirs, dim=-1).min() >= 0.99
 
@@ -437,7 +439,7 @@ def test_int8_computes_rows_of_like_length_together(tiny_model_dir: Path) -> Non
     recording = ov_pass.compiled = RecordingModel(ov_pass.compiled)
     long = " ".join(["the quick brown fox jumps over the lazy dog"] * 8)
     texts = ["hello world", long, "a short one", long + " again", "hi", "the end of it"]
-    ids, mask, types = compiled.to_tensors(compiled.tokenizer.pad(compiled.tokenizer.encode(texts)))
+    ids, mask, types = compiled.to_tensors(compiled.card.tokenizer.pad(compiled.card.tokenizer.encode(texts)))
     lengths = mask.sum(1).tolist()
     assert min(lengths[1], lengths[3]) - max(lengths[0], lengths[2], lengths[4], lengths[5]) > 40
     longest = compiled.encoder.embeddings.max_length
@@ -453,7 +455,7 @@ def test_int8_computes_rows_of_like_length_together(tiny_model_dir: Path) -> Non
             index, length = torch.tensor(rows), max(lengths[row] for row in rows)
             alone = fresh.submit(ov_pass, ids[index, :length], mask[index, :length], types[index, :length]).result()
             assert alone is not None and torch.equal(hidden[index, :length], alone)
-    assert hidden.shape == (6, ids.shape[1], compiled.config.d_model)
+    assert hidden.shape == (6, ids.shape[1], compiled.card.config.d_model)
     ours, theirs = compiled.embed(texts).double(), reference.embed(texts).double()
     assert torch.nn.functional.cosine_similarity(ours, theirs, dim=-1).min() >= 0.99
 

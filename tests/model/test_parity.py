@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from model import AttentionSelection, EmbeddingSpec, TextEncoder, load_model
+from model.nn.encoder import Keep
 from model.runtime.loader import cpu_bfloat16
 from tests.helpers import hf_forward
 
@@ -60,12 +61,12 @@ def target(request, bundled_model: TextEncoder) -> tuple[TextEncoder, Target]:
 
 @pytest.fixture(scope="module")
 def batch(bundled_model: TextEncoder):
-    return bundled_model.tokenizer.pad(bundled_model.tokenizer.encode(TEXTS, PAIRS))
+    return bundled_model.card.tokenizer.pad(bundled_model.card.tokenizer.encode(TEXTS, PAIRS))
 
 
 def test_token_ids_equal_transformers_tokenizer(bundled_model: TextEncoder, hf_tokenizer) -> None:
     for text, pair in zip(TEXTS, PAIRS):
-        ours = bundled_model.tokenizer.encode([text], [pair])[0]
+        ours = bundled_model.card.tokenizer.encode([text], [pair])[0]
         theirs = hf_tokenizer(text, pair)
         assert ours.ids == theirs["input_ids"]
         assert ours.type_ids == theirs["token_type_ids"]
@@ -76,7 +77,7 @@ def test_padded_pair_batch_equals_transformers_bert(target, hf_bert, batch) -> N
     hidden_tol = attention_tol = EXPLICIT_TOL
     assert batch.attention_mask.min() == 0, "the batch must contain padding for this test to mean anything"
     assert batch.token_type_ids.max() == 1, "the batch must contain a sentence pair"
-    output = model.forward(batch, return_hidden_states=True, return_attentions=True)
+    output = model.forward(batch, Keep(hidden_states=True, attentions=True))
     ours = type(output)(
         last_hidden_state=output.last_hidden_state.float().cpu(),
         hidden_states=[h.float().cpu() for h in output.hidden_states],
@@ -100,7 +101,7 @@ def test_fast_path_hidden_states_equal_transformers_bert(target, hf_bert, batch)
     """Without attention probabilities the padded batch takes the packed fast path (padding skipped)."""
     model, _ = target
     hidden_tol = EXPLICIT_TOL
-    output = model.forward(batch, return_hidden_states=True)
+    output = model.forward(batch, Keep(hidden_states=True))
     assert output.attentions is None
     theirs = hf_forward(hf_bert, batch, output_hidden_states=True)
     real = torch.from_numpy(batch.attention_mask).bool()
@@ -135,7 +136,7 @@ def test_sentence_embeddings_equal_sentence_transformers(target, sentence_transf
 
 
 def test_max_tokens_follows_sentence_transformers_config(bundled_model: TextEncoder, sentence_transformer) -> None:
-    assert bundled_model.max_tokens == sentence_transformer.max_seq_length == 256
+    assert bundled_model.card.max_tokens == sentence_transformer.max_seq_length == 256
 
 
 def test_the_service_path_equals_sentence_transformers_in_a_mixed_batch(target, sentence_transformer) -> None:
@@ -143,8 +144,8 @@ def test_the_service_path_equals_sentence_transformers_in_a_mixed_batch(target, 
     rows of other layers and poolings share their pass."""
     model, wanted = target
     min_cosine = wanted.min_cosine
-    encodings = model.tokenizer.encode(TEXTS)
-    default = EmbeddingSpec(layer=model.config.n_layers, pooling="mean", normalize=True)
+    encodings = model.card.tokenizer.encode(TEXTS)
+    default = EmbeddingSpec(layer=model.card.config.n_layers, pooling="mean", normalize=True)
     other = EmbeddingSpec(layer=3, pooling="cls", normalize=False, token_vectors=True)
     specs = [default, other, default, other]
     results = model.embed_encodings(encodings, specs)
@@ -165,8 +166,8 @@ def test_selected_attention_equals_transformers(target, hf_bert) -> None:
     """Under every precision: the explicit attention path runs in float32 on every device."""
     model, _ = target
     attention_tol = EXPLICIT_TOL
-    encoding = model.tokenizer.encode([TEXTS[0]], [PAIRS[1]])[0]
-    theirs = hf_forward(hf_bert, model.tokenizer.pad([encoding]), output_attentions=True).attentions
+    encoding = model.card.tokenizer.encode([TEXTS[0]], [PAIRS[1]])[0]
+    theirs = hf_forward(hf_bert, model.card.tokenizer.pad([encoding]), output_attentions=True).attentions
     full = torch.stack(theirs)[:, 0].numpy()  # (L, H, T, T)
     picked = model.attention(encoding, AttentionSelection(layers=(5, 0), heads=(3, 1)))
     np.testing.assert_allclose(picked, full[[5, 0]][:, [3, 1]], atol=attention_tol)

@@ -93,13 +93,13 @@ def test_pooling_config_defaults_to_mean_and_rejects_unsupported_modes(
 
 
 def test_bundled_model_pools_by_mean(bundled_model: TextEncoder) -> None:
-    assert bundled_model.pooling.mode == "mean"
+    assert bundled_model.card.pooling.mode == "mean"
 
 
 @pytest.mark.parametrize("mode", ["mean", "cls", "max"])
 def test_embed_with_each_pooling_equals_pooling_the_hidden_states(bundled_model: TextEncoder, mode: Pooling) -> None:
     texts = ["pooling one", "and pooling a second, longer text"]
-    batch = bundled_model.tokenizer.pad(bundled_model.tokenizer.encode(texts))
+    batch = bundled_model.card.tokenizer.pad(bundled_model.card.tokenizer.encode(texts))
     hidden = bundled_model.forward(batch).last_hidden_state
     for row, text in enumerate(texts):
         n = int(batch.attention_mask[row].sum())

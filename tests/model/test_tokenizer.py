@@ -11,7 +11,7 @@ TEXTS = ["Hello, world!", "Tokenisation: naïve café, 3.14 and émigrés.", "x"
 
 
 def test_batch_ids_tokens_offsets_and_special_mask_equal_transformers(bundled_model: TextEncoder, hf_tokenizer) -> None:
-    encodings = bundled_model.tokenizer.encode(TEXTS)
+    encodings = bundled_model.card.tokenizer.encode(TEXTS)
     for text, encoding in zip(TEXTS, encodings, strict=True):
         reference = hf_tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
         assert encoding.ids == reference["input_ids"]
@@ -22,7 +22,7 @@ def test_batch_ids_tokens_offsets_and_special_mask_equal_transformers(bundled_mo
 
 def test_token_details_carry_text_spans_and_segments(bundled_model: TextEncoder) -> None:
     text, pair = "The fox", "It ran"
-    tokens = bundled_model.tokenizer.tokens(bundled_model.tokenizer.encode([text], [pair])[0])
+    tokens = bundled_model.card.tokenizer.tokens(bundled_model.card.tokenizer.encode([text], [pair])[0])
     assert [t.text for t in tokens] == ["[CLS]", "the", "fox", "[SEP]", "it", "ran", "[SEP]"]
     assert [t.segment for t in tokens] == [0, 0, 0, 0, 1, 1, 1]
     assert [t.special for t in tokens] == [True, False, False, True, False, False, True]
@@ -34,22 +34,22 @@ def test_token_details_carry_text_spans_and_segments(bundled_model: TextEncoder)
 
 def test_truncation_cuts_to_max_tokens_like_transformers(bundled_model: TextEncoder, hf_tokenizer) -> None:
     long_a, long_b = "alpha " * 300, "beta " * 100
-    single = bundled_model.tokenizer.encode([long_a])[0]
+    single = bundled_model.card.tokenizer.encode([long_a])[0]
     assert len(single.ids) == 256 and single.tokens[-1] == "[SEP]"
-    pair = bundled_model.tokenizer.encode([long_a], [long_b])[0]
+    pair = bundled_model.card.tokenizer.encode([long_a], [long_b])[0]
     reference = hf_tokenizer(long_a, long_b, truncation="longest_first", max_length=256)
     assert pair.ids == reference["input_ids"]
 
 
 def test_truncate_false_names_the_text_and_its_token_count(bundled_model: TextEncoder) -> None:
     with pytest.raises(TooManyTokensError, match="text 1 has 302 tokens, more than the maximum of 256") as error:
-        bundled_model.tokenizer.encode(["fine", "word " * 300], truncate=False)
+        bundled_model.card.tokenizer.encode(["fine", "word " * 300], truncate=False)
     assert (error.value.index, error.value.n_tokens, error.value.max_tokens) == (1, 302, 256)
 
 
 def test_pad_builds_right_padded_arrays(bundled_model: TextEncoder) -> None:
-    encodings = bundled_model.tokenizer.encode(["a b c d e", "a"], [None, "b"])
-    batch = bundled_model.tokenizer.pad(encodings)
+    encodings = bundled_model.card.tokenizer.encode(["a b c d e", "a"], [None, "b"])
+    batch = bundled_model.card.tokenizer.pad(encodings)
     assert batch.input_ids.shape == batch.attention_mask.shape == batch.token_type_ids.shape == (2, 7)
     np.testing.assert_array_equal(batch.attention_mask, [[1] * 7, [1, 1, 1, 1, 1, 0, 0]])
     np.testing.assert_array_equal(batch.input_ids[1, 5:], [0, 0])
@@ -59,7 +59,7 @@ def test_pad_builds_right_padded_arrays(bundled_model: TextEncoder) -> None:
 
 def test_pair_count_must_match_text_count(bundled_model: TextEncoder) -> None:
     with pytest.raises(ValueError, match="2 texts but 1 pairs"):
-        bundled_model.tokenizer.encode(["a", "b"], ["c"])
+        bundled_model.card.tokenizer.encode(["a", "b"], ["c"])
 
 
 def test_without_token_text_the_ids_segments_and_special_marks_equal_transformers(
@@ -68,7 +68,7 @@ def test_without_token_text_the_ids_segments_and_special_marks_equal_transformer
     """The faster reading for callers that read ids only: the same ids, segments and special marks, pairs and
     truncation included; no token strings or offsets (they are not computed)."""
     texts, pairs = [*TEXTS, "alpha " * 300], ["A second segment.", None, "y", "beta " * 100]
-    encodings = bundled_model.tokenizer.encode_unchecked(texts, pairs, token_text=False)
+    encodings = bundled_model.card.tokenizer.encode_unchecked(texts, pairs, token_text=False)
     for text, pair, encoding in zip(texts, pairs, encodings, strict=True):
         reference = hf_tokenizer(
             text, pair, truncation="longest_first", max_length=256, return_special_tokens_mask=True
@@ -80,7 +80,7 @@ def test_without_token_text_the_ids_segments_and_special_marks_equal_transformer
 
 
 def test_packed_tokens_give_back_each_text_as_it_was(bundled_model: TextEncoder) -> None:
-    encodings = bundled_model.tokenizer.encode(TEXTS, [None, "a pair", None])
+    encodings = bundled_model.card.tokenizer.encode(TEXTS, [None, "a pair", None])
     packed = PackedTokens.of(encodings)
     assert len(packed) == 3 and packed.ids.dtype == np.int32 and packed.type_ids.dtype == np.int8
     assert packed.starts.tolist() == [0, *np.cumsum([len(e.ids) for e in encodings]).tolist()]

@@ -39,22 +39,22 @@ def test_the_traced_pass_equals_the_eager_pass_on_any_batch(model_dir: Path) -> 
     eager = load_model(model_dir, device="cpu", dtype="float32", traced=False)
     assert traced.graph is not None and eager.graph is None
     rng = random.Random(0)
-    spec = EmbeddingSpec(traced.config.n_layers, "mean", True, token_vectors=True)
+    spec = EmbeddingSpec(traced.card.config.n_layers, "mean", True, token_vectors=True)
     # One text (no padding), many, pairs, and lengths other than the traced example's.
     batches = [random_texts(rng, 1, 3), random_texts(rng, 1, 40), random_texts(rng, 7, 25), random_texts(rng, 3, 2)]
     for texts in batches:
-        ours = traced.embed_encodings(traced.tokenizer.encode(texts), [spec] * len(texts))
-        theirs = eager.embed_encodings(eager.tokenizer.encode(texts), [spec] * len(texts))
+        ours = traced.embed_encodings(traced.card.tokenizer.encode(texts), [spec] * len(texts))
+        theirs = eager.embed_encodings(eager.card.tokenizer.encode(texts), [spec] * len(texts))
         for mine, reference in zip(ours, theirs, strict=True):
             np.testing.assert_allclose(mine.sentence, reference.sentence, atol=1e-6)
             assert mine.tokens is not None and reference.tokens is not None
             np.testing.assert_allclose(mine.tokens, reference.tokens, atol=1e-5)
-    if traced.scores_method is None and traced.classifier is None:  # an embedder alone (EmbeddingGemma)
+    if traced.card.scores_method is None and traced.classifier is None:  # an embedder alone (EmbeddingGemma)
         return
     texts, pairs = random_texts(rng, 4, 12), [*random_texts(rng, 3, 9), None]
     np.testing.assert_allclose(
-        traced.classify(traced.tokenizer.encode(texts, pairs)).numpy(),
-        eager.classify(eager.tokenizer.encode(texts, pairs)).numpy(),
+        traced.classify(traced.card.tokenizer.encode(texts, pairs)).numpy(),
+        eager.classify(eager.card.tokenizer.encode(texts, pairs)).numpy(),
         atol=1e-5,
     )
 

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from model import EncoderLayer, TextEncoder, load_model
+from model.nn.encoder import Keep
 from tests.helpers import hf_forward, write_tiny_model
 
 
@@ -29,10 +30,10 @@ def test_tiny_random_model_equals_transformers(tiny_model: TextEncoder, tiny_mod
     from transformers import BertModel
 
     reference = BertModel.from_pretrained(tiny_model_dir, attn_implementation="eager").eval()
-    batch = tiny_model.tokenizer.pad(
-        tiny_model.tokenizer.encode(["the quick brown fox jumps", "hello"], ["over the lazy dog", None])
+    batch = tiny_model.card.tokenizer.pad(
+        tiny_model.card.tokenizer.encode(["the quick brown fox jumps", "hello"], ["over the lazy dog", None])
     )
-    ours = tiny_model.forward(batch, return_hidden_states=True, return_attentions=True)
+    ours = tiny_model.forward(batch, Keep(hidden_states=True, attentions=True))
     theirs = hf_forward(reference, batch, output_attentions=True, output_hidden_states=True)
     real = torch.from_numpy(batch.attention_mask).bool()
     assert ours.hidden_states is not None and ours.attentions is not None
