@@ -171,7 +171,7 @@ class Ticket:
 
 def settle(tickets: Sequence[Ticket]) -> None:
     """On the inference thread: hand finished tickets their results, with one wake-up of each event loop
-    for a whole pass rather than one a request."""
+    for a whole pass rather than one per request."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], list[Any]]]] = {}
     for ticket in tickets:
         by_loop.setdefault(ticket.loop, []).append((ticket.future, ticket.results))
@@ -274,7 +274,7 @@ class WorkQueue:
     # ---- the event loop's side ----
 
     async def run(self, task: Task, timing: Timing | None = None) -> list[Any]:
-        """The task's results: one a text, in the request's order, for a batched kind; else its one result."""
+        """The task's results: one per text, in the request's order, for a batched kind; else its one result."""
         if task.batched and not task.texts:
             return []
         parent = tracing.current()

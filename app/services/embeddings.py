@@ -68,7 +68,7 @@ class Chunked:
 
 @dataclass(frozen=True)
 class TokenVectors:
-    """Texts' vectors a token (multi-vector models), with the token each is of."""
+    """Texts' vectors, one per token (multi-vector models), each with its token."""
 
     model: str
     vectors: list[np.ndarray]  # each text's (n, D')

@@ -360,8 +360,8 @@ class Tasks:
         if n_texts > self.max_explained_texts:
             raise InvalidRequest(
                 "explain",
-                f"explains at most {self.max_explained_texts} texts a request (ENCODER_MAX_EXPLAINED_TEXTS), this one "
-                f"has {n_texts}: send fewer, or ask /explain for each",
+                f"explains at most {self.max_explained_texts} texts per request (ENCODER_MAX_EXPLAINED_TEXTS), this "
+                f"one has {n_texts}: send fewer, or ask /explain for each",
             )
 
     @staticmethod
