@@ -185,9 +185,9 @@ download: install
 gpu-check: install-dev
 	PYTHON=$(BIN)/python bash scripts/gpu_check.sh
 
-# app/api/tei_grpc's code from TEI's proto (tests/app/test_grpc.py checks that it is current)
+# app/api/tei/grpc's code from TEI's proto (tests/app/test_grpc.py checks that it is current)
 proto: install-dev
-	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. app/api/tei_grpc/tei.proto
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. app/api/tei/grpc/tei.proto
 
 screenshots: install-dev $(CHROMIUM)
 	CHROMIUM=$(CHROMIUM) $(BIN)/python docs/make_screenshots.py

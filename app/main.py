@@ -26,19 +26,12 @@ from starlette.types import ASGIApp
 
 from app import __version__, tracing
 from app.allocator import bound_allocator
-from app.api import (
-    attention,
-    cohere,
-    embeddings,
-    openai_compat,
-    positional_encoding,
-    service,
-    tasks,
-    tei,
-    tokenize,
-    viewer,
-)
+from app.api import attention, embeddings, positional_encoding, service, tasks, tokenize, viewer
+from app.api.cohere import routes as cohere
 from app.api.hot import HOT_ROUTES
+from app.api.jina import routes as jina
+from app.api.openai import routes as openai
+from app.api.tei import routes as tei
 from app.engine.admission import Admission
 from app.engine.errors import EngineError
 from app.errors import ErrorShapes, api_error_response, install_error_handlers, native_errors, shape_of
@@ -207,7 +200,7 @@ class Loading:
             await loading
         grpc_server = None
         if self.settings.grpc_port is not None:  # TEI's gRPC API beside HTTP (UNAVAILABLE until ready)
-            from app.api.tei_grpc.server import start_grpc
+            from app.api.tei.grpc.server import start_grpc
 
             grpc_server = await start_grpc(app.state, self.settings)
         try:
@@ -269,9 +262,8 @@ def add_routes(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         if prefix + router.prefix and shape_of(router) is not native_errors:
             error_shapes.claim(prefix + router.prefix, shape_of(router))
 
-    for module in (embeddings, tokenize, attention, positional_encoding, openai_compat, tasks, cohere):
+    for module in (embeddings, tokenize, attention, positional_encoding, openai, tasks, cohere, jina):
         include(module.router)
-    include(cohere.jina_router)
     for prefix in tei.PREFIXES:  # TEI's API, for its clients
         include(tei.router, prefix)
         include(tei.health_router, prefix, keyed=False)

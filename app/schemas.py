@@ -92,7 +92,7 @@ def _token_ids(item: Any) -> None:
 
 
 def _embeddings_input(value: Any) -> Any:
-    """OpenAI's input: a string, a list of strings, a list of token ids, or a list of lists of token ids."""
+    """A string, a list of strings, a list of token ids, or a list of lists of token ids (OpenAI's input)."""
     if isinstance(value, str):
         return _text(value)
     if not isinstance(value, list) or not value:
@@ -108,6 +108,7 @@ def _embeddings_input(value: Any) -> Any:
     return value
 
 
+TextsOrIds = Annotated[str | list[str] | list[int] | list[list[int]], BeforeValidator(_embeddings_input)]
 TextPair = Annotated[str | list[str | None] | None, BeforeValidator(_second_segments)]
 Texts = Annotated[
     list[Text],
@@ -543,53 +544,6 @@ class TokenizeResponse(BaseModel):
     data: list[Tokenized]
 
 
-# ---- /v1/embeddings, /v1/models (OpenAI's shape) ----
-
-
-class OpenAIEmbeddingsRequest(Request):
-    input: Annotated[str | list[str] | list[int] | list[list[int]], BeforeValidator(_embeddings_input)] = Field(
-        description="a string, a list of strings, a list of token ids, or a list of lists of token ids"
-    )
-    model: str | None = Field(None, description="a name from /v1/models; the default model when null")
-    encoding_format: EncodingFormat = Field("float", description=ENCODING_FORMAT)
-    dimensions: int | None = Field(None, ge=1, description="keep the first components, then L2-normalise again")
-    prompt_name: str | None = Field(None, description=PROMPT_NAME)
-    prompt: Prompt | None = Field(None, description=PROMPT)
-    user: str | None = Field(None, description="accepted and ignored")
-    chunking: Chunking | None = Field(None, description=CHUNKING + "; strings only (token ids are taken as they are)")
-
-    model_config = ConfigDict(json_schema_extra={"examples": [{"input": ["The quick brown fox."]}]})
-
-    @property
-    def admitted_texts(self) -> int:
-        return 1 if isinstance(self.input, str) or isinstance(self.input[0], int) else len(self.input)
-
-
-class OpenAIEmbedding(BaseModel):
-    object: Literal["embedding"] = "embedding"
-    index: int
-    embedding: list[float] | list[int] | str
-
-
-class OpenAIEmbeddingsResponse(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[OpenAIEmbedding]
-    model: str
-    usage: Usage
-
-
-class OpenAIModel(BaseModel):
-    id: str
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str = "encoder-service"
-
-
-class OpenAIModelList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[OpenAIModel]
-
-
 # ---- /rerank, /classify ----
 
 
@@ -848,6 +802,6 @@ class Reply:
     """What a service returns: a typed response and how many numbers it holds (large ones are
     serialised off the event loop)."""
 
-    body: Any  # a response model, or a JSON value in another API's shape (app/api/tei.py)
+    body: Any  # a response model, or a JSON value in another API's shape (app/api/tei/routes.py)
     n_values: int = 0
     archive: dict[str, Any] | None = None  # arrays to answer as a NumPy .npz archive instead of the JSON body

@@ -328,7 +328,7 @@ def listen_or_exit(host: str, port: int) -> socket.socket:
 
 def grpc_port_or_exit(settings: Settings) -> None:
     """ENCODER_GRPC_PORT free, checked before anything loads (every process that serves gRPC binds it itself as it
-    starts, app/api/tei_grpc/server.py): else one line and EXIT_CANNOT_LISTEN, as for HTTP's port, rather than
+    starts, app/api/tei/grpc/server.py): else one line and EXIT_CANNOT_LISTEN, as for HTTP's port, rather than
     front ends that fail to start again and again."""
     if settings.grpc_port is not None:
         bound_or_exit(settings.grpc_host, settings.grpc_port, "ENCODER_GRPC_PORT").close()

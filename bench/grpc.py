@@ -28,8 +28,8 @@ from pathlib import Path
 import grpc
 import orjson
 
-from app.api.tei_grpc import tei_pb2 as pb
-from app.api.tei_grpc import tei_pb2_grpc as pb_grpc
+from app.api.tei.grpc import tei_pb2 as pb
+from app.api.tei.grpc import tei_pb2_grpc as pb_grpc
 from bench.frontend import HOST, tree_cpu_seconds, write_tiny_bert
 from bench.run import drive, free_port, machine, make_sentences, start_service
 

@@ -1,10 +1,13 @@
-"""docs/ARCHITECTURE.md's example of adding a task, run as written: each block in the namespace of the file its
-first line names (as if it were written there), the task served in process, its answer against transformers."""
+"""docs/ARCHITECTURE.md's examples of adding a task and an API dialect, run as written: each block in the namespace of
+the file its first line names (as if it were written there; a new one's, made for it), served in process, the
+answers against transformers and sentence-transformers."""
 
 from __future__ import annotations
 
 import importlib
 import re
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +25,12 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "Hi", "Attention is all you need, and a little more."]
 
 
-def example_blocks() -> list[tuple[str, str]]:
-    """The python blocks of the section on adding a task, each with the module its first line names."""
+def example_blocks(
+    start: str = "**A task**, in four places.", end: str = "**An API dialect**"
+) -> list[tuple[str, str]]:
+    """The python blocks of a section (by default, on adding a task), each with the module its first line names."""
     text = DOC.read_text()
-    section = text[text.index("**A task**, in four places.") : text.index("## Tests")]
+    section = text[text.index(start) : text.index(end)]
     blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
     named = []
     for block in blocks:
@@ -80,3 +85,47 @@ async def test_adding_a_task_as_the_architecture_shows_serves_it(
         with torch.no_grad():
             hidden = reference(**tokenizer([text], return_tensors="pt")).last_hidden_state[0]  # (T, D)
         np.testing.assert_allclose(ours, hidden.norm(dim=-1).numpy(), rtol=1e-5, atol=1e-4)
+
+
+def dialect_blocks() -> list[tuple[str, str]]:
+    return example_blocks("**An API dialect**, in one folder", "## Tests")
+
+
+def test_the_dialect_example_is_one_folder_of_three_files() -> None:
+    assert [module for module, _ in dialect_blocks()] == [
+        "app.api.acme.types",
+        "app.api.acme.translate",
+        "app.api.acme.routes",
+    ]
+
+
+async def test_adding_a_dialect_as_the_architecture_shows_serves_it(
+    bundled_model: TextEncoder, sentence_transformer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its files made as new modules from the blocks alone (each imports what it needs), its router included as
+    add_routes includes one: the answer in its shape, equal to sentence-transformers; its errors in its shape."""
+    monkeypatch.setitem(sys.modules, "app.api.acme", types.ModuleType("app.api.acme"))
+    modules = {}
+    for module_name, block in dialect_blocks():
+        module = types.ModuleType(module_name)
+        monkeypatch.setitem(sys.modules, module_name, module)  # the later blocks import it as a file of the folder
+        exec(compile(block, f"<{DOC.name}: {module_name}>", "exec"), vars(module))  # noqa: S102
+        modules[module_name] = module
+    router = modules["app.api.acme.routes"].router
+
+    async with serving(Settings(), bundled_model) as service:
+        service.app.include_router(router)
+        response = await service.client.post("/acme/embed", json={"sentences": TEXTS, "ignored": 1})
+        empty = await service.client.post("/acme/embed", json={"sentences": []})
+        unknown = await service.client.post("/acme/embed", json={"sentences": TEXTS, "model": "no-such-model"})
+        openapi = (await service.client.get("/openapi.json")).json()
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert set(body) == {"vectors", "dims"} and body["dims"] == 384
+    wanted = sentence_transformer.encode(TEXTS, normalize_embeddings=True)
+    np.testing.assert_allclose(np.array(body["vectors"]), wanted, atol=1e-5)
+    assert empty.status_code == 422 and set(empty.json()) == {"fault"} and "sentences" in empty.json()["fault"]
+    assert (
+        unknown.status_code == 404 and set(unknown.json()) == {"fault"} and "no-such-model" in unknown.json()["fault"]
+    )
+    assert "/acme/embed" in openapi["paths"] and "AcmeEmbedResponse" in openapi["components"]["schemas"]

@@ -51,6 +51,25 @@ def test_apps_folders_import_only_downwards() -> None:
     assert wrong == {}
 
 
+def test_each_api_dialect_is_a_folder_that_imports_no_other() -> None:
+    """An API dialect (OpenAI's, TEI's, Cohere's, Jina's shapes) is one folder of app/api: its types, its translation
+    to and from the services' data, its routes; it reaches the services directly, never through another dialect."""
+    api = ROOT / "app" / "api"
+    dialects = {path.name for path in api.iterdir() if path.is_dir() and path.name != "__pycache__"}
+    assert dialects == {"openai", "tei", "cohere", "jina"}
+    for dialect in dialects:
+        assert {"types.py", "routes.py"} <= {path.name for path in (api / dialect).iterdir()}, dialect
+    wrong: dict[str, list[str]] = {}
+    for file, names in imported("app/api").items():
+        parts = Path(file).parts  # ("app", "api", "tei", "routes.py") or ("app", "api", "hot.py")
+        own = parts[2] if len(parts) > 3 else None
+        others = {module.split(".")[2] for module in names if module.startswith("app.api.") and module.count(".") > 2}
+        if own is not None and others - {own}:
+            wrong[file] = sorted(others - {own})
+    assert wrong == {}
+    assert imported("app/api")["app/api/hot.py"] >= {"app.api.openai", "app.api.tei", "app.api.cohere"}
+
+
 def test_the_engine_knows_nothing_of_http() -> None:
     """The engine raises its own errors (app/engine/errors.py); the web layer words them as HTTP's and gRPC's."""
     wrong = ("app.errors", "fastapi", "starlette", "uvicorn", "httpx", "grpc")

@@ -1,2 +1,3 @@
-"""The HTTP API: one router per endpoint family (the native routes, OpenAI's, TEI's, Cohere's and Jina's
-shapes) and the request and response schemas. Each route validates, hands its work to a service, and answers."""
+"""The HTTP API: the native routes, one module per endpoint family (their shapes in app/schemas.py), and one folder
+per other API's dialect (openai/, tei/, cohere/, jina/: its shapes, its translation to and from the services' data,
+its routes). Each route validates, hands its work to a service, and answers."""

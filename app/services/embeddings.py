@@ -15,7 +15,6 @@ from app.schemas import (
     EncodeRequest,
     LateChunksRequest,
     MultiVectorRequest,
-    OpenAIEmbeddingsRequest,
     SparseEncodeRequest,
     TokenizeRequest,
 )
@@ -54,6 +53,21 @@ class Embedded:
     encodings: Sequence[TokenSequence]  # each text's tokens, as the request gave or the tokenizer made them
     token_vectors: list[np.ndarray | None]  # each text's (T, D) token vectors, where asked
     tokens_used: int  # the tokens computed, as OpenAI counts them: every window's, where a text was chunked
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """What ``Embeddings.pooled`` embeds: texts or rows of token ids (never both), as an API that takes either
+    hands them over (OpenAI's /v1/embeddings; TEI's token ids)."""
+
+    texts: list[str] | None = None
+    ids: list[list[int]] | None = None
+    one: bool = False  # one bare string or one bare row of ids: errors name ``input``, not ``input[0]``
+    dimensions: int | None = None  # keep the first components, then normalise again
+    encoding_format: str = "float"  # binary formats ask for a multiple of 8 dimensions
+    prompt_name: str | None = None
+    prompt: str | None = None
+    chunk_overlap: int | None = None  # texts longer than the window embedded in windows overlapping by this many
 
 
 @dataclass(frozen=True)
@@ -231,44 +245,38 @@ class Embeddings:
                 "dimensions", f"must be a multiple of 8 with encoding_format {encoding_format}, got {dimensions}"
             )
 
-    async def openai(
-        self, served: ServedModel, request: OpenAIEmbeddingsRequest, timing: Timing | None = None
-    ) -> Embedded:
-        """OpenAI's /v1/embeddings: the model's pooled, normalised embeddings; texts truncated, token ids as
-        they are."""
+    async def pooled(self, served: ServedModel, inputs: Pooled, timing: Timing | None = None) -> Embedded:
+        """The model's pooled, normalised embeddings of texts (truncated) or of token ids (as they are), errors
+        naming ``input``: what OpenAI's /v1/embeddings and TEI's token ids compute."""
         model = served.card
-        self.check_dimensions(request.dimensions, model.dimension, request.encoding_format)
-        inputs = request.input
+        self.check_dimensions(inputs.dimensions, model.dimension, inputs.encoding_format)
         encodings: list[TokenSequence]
         skip = 0
-        if isinstance(inputs, str):
-            text, skip = self.prompted(served, [inputs], request.prompt_name, request.prompt)
-            whole = request.chunking is not None
-            encodings = list(await served.tokens.encode(text, param="input", indexed=False, whole=whole))
-        elif all(isinstance(item, str) for item in inputs):
-            texts = [item for item in inputs if isinstance(item, str)]
-            self.check_batch(len(texts), "input")
-            texts, skip = self.prompted(served, texts, request.prompt_name, request.prompt)
-            chunked = request.chunking is not None
+        chunked = inputs.chunk_overlap is not None
+        if inputs.texts is not None and inputs.one:
+            text, skip = self.prompted(served, inputs.texts, inputs.prompt_name, inputs.prompt)
+            encodings = list(await served.tokens.encode(text, param="input", indexed=False, whole=chunked))
+        elif inputs.texts is not None:
+            self.check_batch(len(inputs.texts), "input")
+            texts, skip = self.prompted(served, inputs.texts, inputs.prompt_name, inputs.prompt)
             encodings = list(await served.tokens.encode(texts, param="input", whole=chunked, token_text=chunked))
         else:
-            single = all(isinstance(item, int) for item in inputs)
-            rows: list[list[int]] = [inputs] if single else inputs  # type: ignore[list-item,assignment]
+            rows = inputs.ids or []
             self.check_batch(len(rows), "input")
-            check_token_ids(model.tokenizer, rows, "input", bare=single)
+            check_token_ids(model.tokenizer, rows, "input", bare=inputs.one)
             encodings = [model.tokenizer.from_ids(row) for row in rows]
         spec = EmbeddingSpec(layer=model.config.n_layers, pooling=model.pooling.mode, normalize=True, skip=skip)
         counted: Sequence[TokenSequence] = encodings
         texts_given = [e for e in encodings if isinstance(e, Encoding)]
-        if request.chunking is not None and len(texts_given) == len(encodings):  # strings: token ids go as they are
-            self.check_unprompted(served, request.prompt_name, request.prompt)
-            overlap = request.chunking.overlap
+        if inputs.chunk_overlap is not None and len(texts_given) == len(encodings):  # token ids go as they are
+            self.check_unprompted(served, inputs.prompt_name, inputs.prompt)
+            overlap = inputs.chunk_overlap
             sentences, counted = await self.chunked(served, texts_given, spec, overlap, timing, "input")
         else:
             results = await served.queue.run(Task("embed", encodings, spec), timing)
             sentences = np.stack([result.sentence for result in results])  # (B, D)
-        if request.dimensions is not None:
-            sentences = keep_dimensions(sentences, request.dimensions)
+        if inputs.dimensions is not None:
+            sentences = keep_dimensions(sentences, inputs.dimensions)
         return Embedded(served.name, sentences, encodings, [None] * len(encodings), tokens_in(counted))
 
     async def late_chunks(

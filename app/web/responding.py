@@ -117,7 +117,7 @@ class Responder:
     async def run(self, work: Callable[[Timing], Awaitable[R]], n_texts: int = 1) -> tuple[R, Timing]:
         """Admit ``n_texts`` (429 overloaded past the limit) and await ``work(timing)`` within the deadline (503
         timeout past it): its value, and where its time went. What every transport's answer is made of (HTTP here,
-        gRPC in app/api/tei_grpc)."""
+        gRPC in app/api/tei/grpc)."""
         timing = Timing(deadline=asyncio.get_running_loop().time() + self.request_timeout_s)
         current = REQUEST_TIMING.set(timing)  # the tokenisation stage adds its time to it
         try:

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from app.api.tei_grpc import tei_pb2 as pb
-from app.api.tei_grpc import tei_pb2_grpc as pb_grpc
+from app.api.tei.grpc import tei_pb2 as pb
+from app.api.tei.grpc import tei_pb2_grpc as pb_grpc
 from app.settings import Settings
 from model import TextEncoder, default_model_path, load_model
 from tests.app.test_processes import front_ends, supervised
@@ -451,7 +451,7 @@ def test_a_grpc_port_in_use_stops_the_start_in_one_line(tiny_models: dict[str, P
 
 def test_loading_beside_grpc_logs_no_line_for_each_fork(monkeypatch: pytest.MonkeyPatch) -> None:
     """gRPC starts before the models load, and OpenVINO's conversion forks about 40 times: with grpcio's fork
-    handlers on, each fork logged "skipping fork() handlers". Off (app/api/tei_grpc/__init__.py), the log holds the
+    handlers on, each fork logged "skipping fork() handlers". Off (app/api/tei/grpc/__init__.py), the log holds the
     service's own lines, and gRPC serves."""
     monkeypatch.delenv("GRPC_ENABLE_FORK_SUPPORT", raising=False)  # as this process's own import set it: the service's
     port = free_port()
@@ -487,7 +487,7 @@ class socket_on:
 def test_the_generated_code_is_current_with_the_proto(tmp_path: Path) -> None:
     from grpc_tools import protoc
 
-    proto = "app/api/tei_grpc/tei.proto"
+    proto = "app/api/tei/grpc/tei.proto"
     include = str(Path(protoc.__file__).parent / "_proto")
     arguments = ["protoc", "-I.", f"-I{include}", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}"]
     cwd = os.getcwd()
@@ -497,5 +497,5 @@ def test_the_generated_code_is_current_with_the_proto(tmp_path: Path) -> None:
     finally:
         os.chdir(cwd)
     for name in ("tei_pb2.py", "tei_pb2.pyi", "tei_pb2_grpc.py"):
-        generated = (tmp_path / "app/api/tei_grpc" / name).read_text()
-        assert generated == (ROOT / "app/api/tei_grpc" / name).read_text(), f"{name}: run make proto"
+        generated = (tmp_path / "app/api/tei/grpc" / name).read_text()
+        assert generated == (ROOT / "app/api/tei/grpc" / name).read_text(), f"{name}: run make proto"

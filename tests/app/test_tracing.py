@@ -20,7 +20,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from app import tracing
-from app.api.tei_grpc import tei_pb2 as pb
+from app.api.tei.grpc import tei_pb2 as pb
 from app.settings import Settings
 from model import TextEncoder
 from tests.app.test_grpc import grpc_serving

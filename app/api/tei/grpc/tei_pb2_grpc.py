@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from app.api.tei_grpc import tei_pb2 as app_dot_api_dot_tei__grpc_dot_tei__pb2
+from app.api.tei.grpc import tei_pb2 as app_dot_api_dot_tei_dot_grpc_dot_tei__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in app/api/tei_grpc/tei_pb2_grpc.py depends on'
+        + ' but the generated code in app/api/tei/grpc/tei_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class InfoStub:
         """
         self.Info = channel.unary_unary(
                 '/tei.v1.Info/Info',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.InfoRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.InfoResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.InfoRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.InfoResponse.FromString,
                 _registered_method=True)
 
 
@@ -55,8 +55,8 @@ def add_InfoServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Info': grpc.unary_unary_rpc_method_handler(
                     servicer.Info,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.InfoRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.InfoResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.InfoRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.InfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -84,8 +84,8 @@ class Info:
             request,
             target,
             '/tei.v1.Info/Info',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.InfoRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.InfoResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.InfoRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.InfoResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -108,33 +108,33 @@ class EmbedStub:
         """
         self.Embed = channel.unary_unary(
                 '/tei.v1.Embed/Embed',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedResponse.FromString,
                 _registered_method=True)
         self.EmbedStream = channel.stream_stream(
                 '/tei.v1.Embed/EmbedStream',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedResponse.FromString,
                 _registered_method=True)
         self.EmbedSparse = channel.unary_unary(
                 '/tei.v1.Embed/EmbedSparse',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedSparseRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedSparseResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedSparseRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedSparseResponse.FromString,
                 _registered_method=True)
         self.EmbedSparseStream = channel.stream_stream(
                 '/tei.v1.Embed/EmbedSparseStream',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedSparseRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedSparseResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedSparseRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedSparseResponse.FromString,
                 _registered_method=True)
         self.EmbedAll = channel.unary_unary(
                 '/tei.v1.Embed/EmbedAll',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedAllRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedAllResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedAllRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedAllResponse.FromString,
                 _registered_method=True)
         self.EmbedAllStream = channel.stream_stream(
                 '/tei.v1.Embed/EmbedAllStream',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedAllRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedAllResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedAllRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedAllResponse.FromString,
                 _registered_method=True)
 
 
@@ -182,33 +182,33 @@ def add_EmbedServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Embed': grpc.unary_unary_rpc_method_handler(
                     servicer.Embed,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedResponse.SerializeToString,
             ),
             'EmbedStream': grpc.stream_stream_rpc_method_handler(
                     servicer.EmbedStream,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedResponse.SerializeToString,
             ),
             'EmbedSparse': grpc.unary_unary_rpc_method_handler(
                     servicer.EmbedSparse,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedSparseRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedSparseResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedSparseRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedSparseResponse.SerializeToString,
             ),
             'EmbedSparseStream': grpc.stream_stream_rpc_method_handler(
                     servicer.EmbedSparseStream,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedSparseRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedSparseResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedSparseRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedSparseResponse.SerializeToString,
             ),
             'EmbedAll': grpc.unary_unary_rpc_method_handler(
                     servicer.EmbedAll,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedAllRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedAllResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedAllRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedAllResponse.SerializeToString,
             ),
             'EmbedAllStream': grpc.stream_stream_rpc_method_handler(
                     servicer.EmbedAllStream,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedAllRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedAllResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedAllRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedAllResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -236,8 +236,8 @@ class Embed:
             request,
             target,
             '/tei.v1.Embed/Embed',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -263,8 +263,8 @@ class Embed:
             request_iterator,
             target,
             '/tei.v1.Embed/EmbedStream',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -290,8 +290,8 @@ class Embed:
             request,
             target,
             '/tei.v1.Embed/EmbedSparse',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedSparseRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedSparseResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedSparseRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedSparseResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -317,8 +317,8 @@ class Embed:
             request_iterator,
             target,
             '/tei.v1.Embed/EmbedSparseStream',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedSparseRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedSparseResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedSparseRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedSparseResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -344,8 +344,8 @@ class Embed:
             request,
             target,
             '/tei.v1.Embed/EmbedAll',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedAllRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedAllResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedAllRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedAllResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -371,8 +371,8 @@ class Embed:
             request_iterator,
             target,
             '/tei.v1.Embed/EmbedAllStream',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedAllRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EmbedAllResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedAllRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EmbedAllResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -395,23 +395,23 @@ class PredictStub:
         """
         self.Predict = channel.unary_unary(
                 '/tei.v1.Predict/Predict',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictResponse.FromString,
                 _registered_method=True)
         self.PredictPair = channel.unary_unary(
                 '/tei.v1.Predict/PredictPair',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictPairRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictPairRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictResponse.FromString,
                 _registered_method=True)
         self.PredictStream = channel.stream_stream(
                 '/tei.v1.Predict/PredictStream',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictResponse.FromString,
                 _registered_method=True)
         self.PredictPairStream = channel.stream_stream(
                 '/tei.v1.Predict/PredictPairStream',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictPairRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictPairRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictResponse.FromString,
                 _registered_method=True)
 
 
@@ -447,23 +447,23 @@ def add_PredictServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Predict': grpc.unary_unary_rpc_method_handler(
                     servicer.Predict,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictResponse.SerializeToString,
             ),
             'PredictPair': grpc.unary_unary_rpc_method_handler(
                     servicer.PredictPair,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictPairRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictPairRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictResponse.SerializeToString,
             ),
             'PredictStream': grpc.stream_stream_rpc_method_handler(
                     servicer.PredictStream,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictResponse.SerializeToString,
             ),
             'PredictPairStream': grpc.stream_stream_rpc_method_handler(
                     servicer.PredictPairStream,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictPairRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictPairRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -491,8 +491,8 @@ class Predict:
             request,
             target,
             '/tei.v1.Predict/Predict',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -518,8 +518,8 @@ class Predict:
             request,
             target,
             '/tei.v1.Predict/PredictPair',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictPairRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictPairRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -545,8 +545,8 @@ class Predict:
             request_iterator,
             target,
             '/tei.v1.Predict/PredictStream',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -572,8 +572,8 @@ class Predict:
             request_iterator,
             target,
             '/tei.v1.Predict/PredictPairStream',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictPairRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.PredictResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictPairRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.PredictResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -596,13 +596,13 @@ class RerankStub:
         """
         self.Rerank = channel.unary_unary(
                 '/tei.v1.Rerank/Rerank',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.RerankRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.RerankResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.RerankRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.RerankResponse.FromString,
                 _registered_method=True)
         self.RerankStream = channel.stream_unary(
                 '/tei.v1.Rerank/RerankStream',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.RerankStreamRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.RerankResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.RerankStreamRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.RerankResponse.FromString,
                 _registered_method=True)
 
 
@@ -626,13 +626,13 @@ def add_RerankServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Rerank': grpc.unary_unary_rpc_method_handler(
                     servicer.Rerank,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.RerankRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.RerankResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.RerankRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.RerankResponse.SerializeToString,
             ),
             'RerankStream': grpc.stream_unary_rpc_method_handler(
                     servicer.RerankStream,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.RerankStreamRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.RerankResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.RerankStreamRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.RerankResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -660,8 +660,8 @@ class Rerank:
             request,
             target,
             '/tei.v1.Rerank/Rerank',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.RerankRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.RerankResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.RerankRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.RerankResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -687,8 +687,8 @@ class Rerank:
             request_iterator,
             target,
             '/tei.v1.Rerank/RerankStream',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.RerankStreamRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.RerankResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.RerankStreamRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.RerankResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -711,23 +711,23 @@ class TokenizeStub:
         """
         self.Tokenize = channel.unary_unary(
                 '/tei.v1.Tokenize/Tokenize',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EncodeRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EncodeResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EncodeRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EncodeResponse.FromString,
                 _registered_method=True)
         self.TokenizeStream = channel.stream_stream(
                 '/tei.v1.Tokenize/TokenizeStream',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EncodeRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EncodeResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EncodeRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EncodeResponse.FromString,
                 _registered_method=True)
         self.Decode = channel.unary_unary(
                 '/tei.v1.Tokenize/Decode',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.DecodeRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.DecodeResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.DecodeRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.DecodeResponse.FromString,
                 _registered_method=True)
         self.DecodeStream = channel.stream_stream(
                 '/tei.v1.Tokenize/DecodeStream',
-                request_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.DecodeRequest.SerializeToString,
-                response_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.DecodeResponse.FromString,
+                request_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.DecodeRequest.SerializeToString,
+                response_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.DecodeResponse.FromString,
                 _registered_method=True)
 
 
@@ -763,23 +763,23 @@ def add_TokenizeServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Tokenize': grpc.unary_unary_rpc_method_handler(
                     servicer.Tokenize,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EncodeRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EncodeResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EncodeRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EncodeResponse.SerializeToString,
             ),
             'TokenizeStream': grpc.stream_stream_rpc_method_handler(
                     servicer.TokenizeStream,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EncodeRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.EncodeResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EncodeRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EncodeResponse.SerializeToString,
             ),
             'Decode': grpc.unary_unary_rpc_method_handler(
                     servicer.Decode,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.DecodeRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.DecodeResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.DecodeRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.DecodeResponse.SerializeToString,
             ),
             'DecodeStream': grpc.stream_stream_rpc_method_handler(
                     servicer.DecodeStream,
-                    request_deserializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.DecodeRequest.FromString,
-                    response_serializer=app_dot_api_dot_tei__grpc_dot_tei__pb2.DecodeResponse.SerializeToString,
+                    request_deserializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.DecodeRequest.FromString,
+                    response_serializer=app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.DecodeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -807,8 +807,8 @@ class Tokenize:
             request,
             target,
             '/tei.v1.Tokenize/Tokenize',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EncodeRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EncodeResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EncodeRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EncodeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -834,8 +834,8 @@ class Tokenize:
             request_iterator,
             target,
             '/tei.v1.Tokenize/TokenizeStream',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EncodeRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.EncodeResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EncodeRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.EncodeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -861,8 +861,8 @@ class Tokenize:
             request,
             target,
             '/tei.v1.Tokenize/Decode',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.DecodeRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.DecodeResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.DecodeRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.DecodeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -888,8 +888,8 @@ class Tokenize:
             request_iterator,
             target,
             '/tei.v1.Tokenize/DecodeStream',
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.DecodeRequest.SerializeToString,
-            app_dot_api_dot_tei__grpc_dot_tei__pb2.DecodeResponse.FromString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.DecodeRequest.SerializeToString,
+            app_dot_api_dot_tei_dot_grpc_dot_tei__pb2.DecodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

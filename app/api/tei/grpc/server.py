@@ -1,10 +1,11 @@
 """Text-embeddings-inference's gRPC API beside HTTP: ``ENCODER_GRPC_PORT``, the default model, as TEI serves one.
 
-Every method is its TEI HTTP twin (app/api/tei.py) over the same services: the same queue, admission and deadline
-(``Responder.run``), the same API keys (metadata ``authorization: Bearer <key>``), the same checks. Errors are gRPC
-status codes (``CODES``): INVALID_ARGUMENT for bad input, FAILED_PRECONDITION for a model that lacks the method's task,
-RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE before the model is ready, DEADLINE_EXCEEDED past the request
-timeout, UNAUTHENTICATED without a valid key. Beside them, gRPC's health-checking protocol (``Health``).
+Every method is its TEI HTTP twin (app/api/tei/routes.py) over the same services: the same queue, admission and
+deadline (``Responder.run``), the same API keys (metadata ``authorization: Bearer <key>``), the same checks. Errors
+are gRPC status codes (``CODES``): INVALID_ARGUMENT for bad input, FAILED_PRECONDITION for a model that lacks the
+method's task, RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE before the model is ready, DEADLINE_EXCEEDED
+past the request timeout, UNAUTHENTICATED without a valid key. Beside them, gRPC's health-checking protocol
+(``Health``).
 
 A stream's messages are computed as they arrive, up to STREAM_IN_FLIGHT at once, so that they share passes as the
 texts of one request do, and answered in their order; the first that fails ends the stream with its status.
@@ -30,9 +31,9 @@ from pydantic import ValidationError
 from starlette.datastructures import State
 
 from app import __version__, tracing
-from app.api.tei import Backend, Empty, kind, need_embedding, simple_tokens, splade, strings, tei_info
-from app.api.tei_grpc import tei_pb2 as pb
-from app.api.tei_grpc import tei_pb2_grpc as pb_grpc
+from app.api.tei.grpc import tei_pb2 as pb
+from app.api.tei.grpc import tei_pb2_grpc as pb_grpc
+from app.api.tei.translate import Backend, Empty, kind, need_embedding, simple_tokens, splade, strings, tei_info
 from app.engine.messages import Timing
 from app.errors import ApiError, InvalidRequest, ModelLacks
 from app.schemas import ClassifyRequest, EncodeRequest, RerankRequest, SparseEncodeRequest, blank

@@ -1,207 +1,56 @@
-"""Text-embeddings-inference's HTTP API under /tei (the default model) and /models/{name}/tei (any served model).
-
-Every route translates TEI's request into the native one, calls the same service as the native route, and
-reshapes the answer into TEI's; errors take TEI's body ``{"error", "error_type"}`` and TEI's statuses
-(``tei_errors``, the routers' error shape). TEI's clients (huggingface_hub's InferenceClient, LangChain's and
-LlamaIndex's TEI classes) work unchanged with the URL http://host:port/tei.
-"""
+"""Text-embeddings-inference's HTTP routes, under /tei (the default model) and /models/{name}/tei (any served
+model): each translates TEI's request into the native one, calls the same service as the native route, and writes
+the answer in TEI's shape; its errors in TEI's (``tei_errors``, the routers' error shape)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from starlette.responses import Response
 
-from app import __version__
-from app.engine.messages import Timing
-from app.errors import ApiError, Failure, InvalidRequest, errors_in
-from app.schemas import (
-    ClassifyRequest,
-    EncodeRequest,
-    OpenAIEmbeddingsRequest,
-    RerankRequest,
-    SimilarityRequest,
-    SparseEncodeRequest,
-    blank,
+from app.api.tei.translate import (
+    Backend,
+    Empty,
+    kind,
+    need_embedding,
+    reading,
+    simple_tokens,
+    splade,
+    strings,
+    tei_errors,
+    tei_info,
+    truncates,
 )
+from app.api.tei.types import (
+    TEI_RESPONSES,
+    DecodeRequest,
+    EmbedAllRequest,
+    EmbedRequest,
+    Prediction,
+    PredictRequest,
+    Rank,
+    SimilarityParameters,
+    SimpleToken,
+    SparseValue,
+    TeiInfo,
+    TeiRerankRequest,
+    TeiSimilarityRequest,
+    TeiTokenizeRequest,
+)
+from app.engine.messages import Timing
+from app.errors import InvalidRequest, errors_in
+from app.schemas import ClassifyRequest, EncodeRequest, RerankRequest, SimilarityRequest, SparseEncodeRequest, blank
 from app.serialization import json_response
-from app.services.embeddings import Embeddings
+from app.services.embeddings import Embeddings, Pooled
 from app.serving.registry import ModelRegistry, ServedModel
-from app.serving.tokenization import Reading, check_token_ids
-from app.settings import Settings
+from app.serving.tokenization import check_token_ids
 from app.web.dependencies import EmbeddingsDep, InspectionDep, Registry, ResponderDep, TasksDep, get_registry
 from app.web.responding import answer_value as answer
 
 TAG = "text-embeddings-inference"
 PREFIXES = ("/tei", "/models/{model_name:path}/tei")  # where the app serves these routes; names may hold a /
-
-# our error type → text-embeddings-inference's error_type and status
-TEI_ERRORS: dict[str, tuple[str, int]] = {
-    "validation_error": ("Validation", 422),
-    "payload_too_large": ("Validation", 413),
-    "empty": ("Empty", 400),
-    "wrong_model_kind": ("Backend", 424),
-    "inference_failed": ("Backend", 424),
-    "overloaded": ("Overloaded", 429),
-    "not_ready": ("Unhealthy", 503),
-    "timeout": ("Overloaded", 503),
-}
-
-
-def tei_errors(failure: Failure) -> Response:
-    """text-embeddings-inference's ``{"error", "error_type"}``: its error_type and status where TEI has one for the
-    error, else ours with Validation."""
-    error_type, status = TEI_ERRORS.get(failure.type, ("Validation", failure.status))
-    return json_response(
-        {"error": failure.message, "error_type": error_type}, status_code=status, headers=failure.headers
-    )
-
-
-class Backend(ApiError):
-    """TEI's 424: the model is not of the kind the route needs."""
-
-    status_code = 424
-    type = "wrong_model_kind"
-
-
-class Empty(ApiError):
-    """TEI's 400 for empty inputs."""
-
-    status_code = 400
-    type = "empty"
-
-
-# ---- TEI's request shapes (lenient, as TEI's: unknown fields are ignored) ----
-
-Direction = Literal["Left", "left", "Right", "right"]
-InputType = str | list[int]
-Input = InputType | list[InputType]
-
-
-class TeiRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class Truncating(TeiRequest):
-    truncate: bool | None = Field(None, description="cut inputs past the model's maximum; null: true, as TEI's default")
-    truncation_direction: Direction = Field("Right", description="only Right (the end) is cut here")
-
-
-class EmbedAllRequest(Truncating):
-    inputs: Input
-    prompt_name: str | None = None
-
-
-class EmbedRequest(EmbedAllRequest):
-    normalize: bool = True
-    dimensions: int | None = None
-
-
-class PredictRequest(Truncating):
-    inputs: str | list[str] | list[list[str]]
-    raw_scores: bool = False
-
-
-class TeiRerankRequest(Truncating):
-    query: str
-    texts: list[str]
-    raw_scores: bool = False
-    return_text: bool = False
-
-
-class SimilarityInput(TeiRequest):
-    source_sentence: str
-    sentences: list[str]
-
-
-class SimilarityParameters(Truncating):
-    prompt_name: str | None = None
-
-
-class TeiSimilarityRequest(TeiRequest):
-    inputs: SimilarityInput
-    parameters: SimilarityParameters | None = None
-
-
-class TeiTokenizeRequest(TeiRequest):
-    inputs: str | list[str]
-    add_special_tokens: bool = True
-    prompt_name: str | None = None
-
-
-class DecodeRequest(TeiRequest):
-    ids: list[int] | list[list[int]]
-    skip_special_tokens: bool = True
-
-
-# ---- TEI's response shapes (documented; the routes write them directly) ----
-
-
-class TeiError(BaseModel):
-    error: str
-    error_type: Literal["Unhealthy", "Backend", "Overloaded", "Validation", "Tokenizer", "Empty"]
-
-
-TEI_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": TeiError, "description": description}
-    for status, description in {
-        400: "empty inputs (Empty)",
-        401: "missing or wrong API key",
-        404: "no model of that name",
-        413: "request body larger than the limit",
-        422: "invalid input, a batch too large, a text too long without truncation (Validation)",
-        424: "the model is not of the kind the route needs (Backend)",
-        429: "overloaded (Overloaded)",
-        503: "not ready, or timed out in the queue (Unhealthy)",
-    }.items()
-}
-
-
-class SparseValue(BaseModel):
-    index: int
-    value: float
-
-
-class Prediction(BaseModel):
-    score: float
-    label: str
-
-
-class Rank(BaseModel):
-    index: int
-    text: str | None = None
-    score: float
-
-
-class SimpleToken(BaseModel):
-    id: int
-    text: str
-    special: bool
-    start: int | None
-    stop: int | None
-
-
-class TeiInfo(BaseModel):
-    model_id: str
-    model_sha: str | None
-    model_dtype: str
-    served_model_name: str
-    model_type: dict[str, Any]
-    max_concurrent_requests: int
-    max_input_length: int
-    max_batch_tokens: int
-    max_batch_requests: int | None
-    max_client_batch_size: int
-    auto_truncate: bool
-    tokenization_workers: int
-    version: str
-    sha: str | None
-    docker_label: str | None
-
-
-# ---- which model, of which kind ----
 
 
 async def tei_model(request: Request, registry: Registry) -> ServedModel:
@@ -211,60 +60,6 @@ async def tei_model(request: Request, registry: Registry) -> ServedModel:
 
 Model = Annotated[ServedModel, Depends(tei_model)]
 
-
-def kind(served: ServedModel) -> Literal["classifier", "reranker", "embedding"]:
-    """The model as TEI sees it: a classifier (a head of several labels), a reranker (one label, or a yes/no
-    causal LM), else an embedding model."""
-    card = served.card
-    if card.head is not None:
-        return "classifier" if len(card.head.labels) > 1 else "reranker"
-    return "reranker" if card.answers is not None else "embedding"
-
-
-def splade(served: ServedModel) -> bool:
-    return served.card.sparse is not None and served.card.sparse.kind == "splade"
-
-
-def need_embedding(served: ServedModel) -> None:
-    if kind(served) != "embedding":
-        raise Backend("Model is not an embedding model")
-
-
-def truncates(body: Truncating) -> bool:
-    """TEI's truncate (null: the server's auto-truncate, true by default)."""
-    return True if body.truncate is None else body.truncate
-
-
-def reading(body: Truncating, plain: bool = False) -> Reading:
-    """How the route's texts are read: cut at their start for truncation_direction Left; ``plain``: without the
-    post-processor's special tokens (decoded token ids)."""
-    return Reading(left=body.truncation_direction.lower() == "left", plain=plain)
-
-
-def strings(inputs: Input, served: ServedModel | None = None) -> tuple[list[str], bool]:
-    """TEI's inputs as texts, and whether they are decoded token ids: one string or a list of them, or (with
-    ``served``) token ids, which TEI decodes, special tokens kept, and reads again without adding any."""
-    if isinstance(inputs, str):
-        texts = [inputs]
-    elif inputs and all(isinstance(item, str) for item in inputs):
-        texts = [item for item in inputs if isinstance(item, str)]
-    elif not inputs:
-        raise Empty("Input validation error: `inputs` cannot be empty")
-    elif served is not None and all(not isinstance(item, str) for item in inputs):
-        rows: list[list[int]] = [inputs] if isinstance(inputs[0], int) else inputs  # type: ignore[assignment]
-        tokenizer = served.card.tokenizer
-        if any(not row for row in rows):
-            raise Empty("Input validation error: `inputs` cannot be empty")
-        check_token_ids(tokenizer, rows, "inputs")
-        return [tokenizer.decode(row, skip_special_tokens=False) for row in rows], True
-    else:
-        raise InvalidRequest("inputs", "texts or token ids, not both in one batch")
-    if any(blank(text) for text in texts):
-        raise Empty("Input validation error: `inputs` cannot be empty")
-    return texts, False
-
-
-# ---- the routes ----
 
 router = APIRouter(tags=[TAG], responses=TEI_RESPONSES, route_class=errors_in(tei_errors))
 
@@ -280,7 +75,7 @@ async def embed(
         raise InvalidRequest("dimensions", "`dimensions` should be positive")
     inputs = body.inputs
     ids = not isinstance(inputs, str) and any(not isinstance(item, str) for item in inputs)
-    if ids:  # token ids, as OpenAI's route takes them (always normalised), texts beside them as TEI mixes them
+    if ids:  # token ids, pooled and normalised as they are, texts beside them as TEI mixes them
         items: list[Any] = [inputs] if inputs and isinstance(inputs[0], int) else list(inputs)
         if not body.normalize:
             raise InvalidRequest("normalize", "token ids are taken normalised")
@@ -294,7 +89,7 @@ async def embed(
             raise Empty("Input validation error: `inputs` cannot be empty")
         # named by their place in `inputs`, not in the batch of ids handed on
         check_token_ids(served.card.tokenizer, [items[index] for index in id_rows], "inputs", places=id_rows)
-        native_ids = OpenAIEmbeddingsRequest(input=[items[i] for i in id_rows], dimensions=body.dimensions)
+        native_ids = Pooled(ids=[items[i] for i in id_rows], dimensions=body.dimensions)
         native_texts = (
             EncodeRequest(texts=[items[i] for i in text_rows], truncate=truncates(body), dimensions=body.dimensions)
             if text_rows
@@ -305,7 +100,7 @@ async def embed(
 
         async def mixed(timing: Timing) -> Any:
             vectors: list[Any] = [None] * len(items)
-            by_ids = await embeddings.openai(served, native_ids, timing)
+            by_ids = await embeddings.pooled(served, native_ids, timing)
             for index, vector in zip(id_rows, by_ids.vectors, strict=True):
                 vectors[index] = vector
             if native_texts is not None:
@@ -314,7 +109,7 @@ async def embed(
                     vectors[index] = vector
             return vectors
 
-        admitted = native_ids.admitted_texts + (native_texts.admitted_texts if native_texts is not None else 0)
+        admitted = len(id_rows) + (native_texts.admitted_texts if native_texts is not None else 0)
         return await answer(request, responder, mixed, admitted)
     texts, _ = strings(inputs)
     native = EncodeRequest(
@@ -498,24 +293,6 @@ async def tokenize(body: TeiTokenizeRequest, served: Model) -> Response:
     return json_response(result)
 
 
-def simple_tokens(text: str, encoding: Any) -> list[dict[str, Any]]:
-    """A text's tokens as TEI's SimpleToken: id, the text it covers, whether special, and its byte offsets in the
-    UTF-8 text (none for a special token)."""
-    tokens = []
-    for id_, token, (start, end), special in zip(
-        encoding.ids, encoding.tokens, encoding.offsets, encoding.special_tokens_mask, strict=True
-    ):
-        if special:
-            tokens.append({"id": id_, "text": token, "special": True, "start": None, "stop": None})
-        else:  # TEI's offsets count bytes of the UTF-8 text
-            first = len(text[:start].encode("utf-8"))
-            piece = text[start:end]
-            tokens.append(
-                {"id": id_, "text": piece, "special": False, "start": first, "stop": first + len(piece.encode("utf-8"))}
-            )
-    return tokens
-
-
 @router.post("/decode", response_model=list[str], summary="TEI: token ids back to text")
 async def decode(body: DecodeRequest, served: Model) -> Response:
     ids = body.ids
@@ -531,37 +308,6 @@ async def decode(body: DecodeRequest, served: Model) -> Response:
 @router.get("/info", response_model=TeiInfo, summary="TEI: the served model")
 async def info(request: Request, served: Model) -> Response:
     return json_response(tei_info(served, request.app.state.settings))
-
-
-def tei_info(served: ServedModel, settings: Settings) -> dict[str, Any]:
-    """The served model as TEI's /info describes it (its gRPC Info the same, app/api/tei_grpc)."""
-    card = served.card
-    model_type: dict[str, Any]
-    if kind(served) == "embedding":
-        pooling = "splade" if splade(served) else {"lasttoken": "last_token"}.get(card.pooling.mode, card.pooling.mode)
-        model_type = {"embedding": {"pooling": pooling}}
-    else:
-        labels = card.head.labels if card.head is not None else ["yes"]
-        table: dict[str, dict[str, Any]] = {"id2label": {str(i): label for i, label in enumerate(labels)}}
-        table["label2id"] = {label: i for i, label in enumerate(labels)}
-        model_type = {kind(served): table}
-    return {
-        "model_id": served.name,
-        "model_sha": None,
-        "model_dtype": served.facts.weights_dtype,
-        "served_model_name": served.name,
-        "model_type": model_type,
-        "max_concurrent_requests": settings.max_queue_texts,
-        "max_input_length": card.max_tokens,
-        "max_batch_tokens": served.facts.max_batch_tokens,
-        "max_batch_requests": None,
-        "max_client_batch_size": settings.max_batch_texts,
-        "auto_truncate": True,
-        "tokenization_workers": 1,
-        "version": __version__,
-        "sha": None,
-        "docker_label": None,
-    }
 
 
 @router.post(
