@@ -5,12 +5,12 @@
 Our encoder converted by OpenVINO (model/runtime/openvino_pass.py, ``convert``), then quantized by NNCF in each scheme —
 weights and activations (W8A8, static, calibrated on 320 generated sentences of the repository's own word list,
 bench/texts.py: no dataset download) with NNCF's transformer preset, with per-layer exceptions (the feed-forward
-contraction, the attention output, the first and last layers kept), with smooth-quant; weights alone (int8,
-asymmetric, per output channel) — and compiled with float32 and with bfloat16 around the int8 parts (bfloat16
-where the CPU has it). Each embeds the same sentences as bench.runtimes, through TextEncoder.embed_encodings:
-texts/s in passes of 32 (median of the rounds, the schemes taking turns), and against float32 OpenVINO the least
-and mean cosine and the top-10 neighbour agreement (100 queries among the rest). What the service runs for
-ENCODER_DTYPE=int8 was chosen from this table (model/runtime/openvino_pass.py).
+contraction, the whole feed-forward, the attention output, the first and last layers kept), with smooth-quant;
+weights alone (int8, asymmetric, per output channel) — and compiled with float32 and with bfloat16 around the int8
+parts (bfloat16 where the CPU has it). Each embeds the same sentences as bench.runtimes, through
+TextEncoder.embed_encodings: texts/s in passes of 32 (median of the rounds, the schemes taking turns), and against
+float32 OpenVINO the least and mean cosine and the top-10 neighbour agreement (100 queries among the rest). What
+the service runs for ENCODER_DTYPE=int8 was chosen from this table (model/runtime/openvino_pass.py).
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ def schemes(converted: Any, calibration: list[list[np.ndarray]]) -> dict[str, Ca
         "W8A8 (transformer preset)": static(),
         "W8A8, feed-forward contraction kept": static(lambda name: ".contract/" in name),
         "W8A8, contraction and attention output kept": static(lambda name: ".contract/" in name or ".out/" in name),
+        "W8A8, feed-forward kept (contraction and expansion)": static(
+            lambda name: ".contract/" in name or ".expand/" in name
+        ),
         "W8A8, contraction, first and last layers kept": static(
             lambda name: ".contract/" in name or ".layers.0." in name or f".layers.{len(linears) // 4 - 1}." in name
         ),
@@ -79,6 +82,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import nncf
+    import openvino
 
     nncf.set_log_level(40)
     threads = cpu_threads()
@@ -98,6 +102,7 @@ def main() -> None:
         ours = OpenVINOPass.__new__(OpenVINOPass)  # the pass around a model quantized here, not by the loader
         ours.encoder, ours.precision, ours.quantize, ours.padded = model.passes, hint, "int8", False
         ours.compiled, ours._requests = compile_for_cpu(quantized, hint, threads), threading.local()
+        ours.bfloat16_out = ours.compiled.output(0).get_element_type() == openvino.Type.bf16
         return ours
 
     for hint in hints:
