@@ -73,6 +73,18 @@ def schemes(converted: Any, calibration: list[list[np.ndarray]]) -> dict[str, Ca
     }
 
 
+def packed_pass(encoder: Any, quantized: Any, hint: str, threads: int) -> OpenVINOPass:
+    """The service's packed pass (padding skipped) around a model converted and quantized here rather than by the
+    loader, compiled with ``hint`` around its int8 parts."""
+    import openvino
+
+    ours = OpenVINOPass.__new__(OpenVINOPass)
+    ours.encoder, ours.precision, ours.quantize, ours.padded = encoder, hint, "int8", False
+    ours.compiled, ours._requests = compile_for_cpu(quantized, hint, threads), threading.local()
+    ours.bfloat16_out = ours.compiled.output(0).get_element_type() == openvino.Type.bf16
+    return ours
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=1100, help="sentences embedded for the accuracy")
@@ -82,7 +94,6 @@ def main() -> None:
     args = parser.parse_args()
 
     import nncf
-    import openvino
 
     nncf.set_log_level(40)
     threads = cpu_threads()
@@ -99,11 +110,7 @@ def main() -> None:
     took: dict[str, float] = {}
 
     def compiled(quantized: Any, hint: str) -> OpenVINOPass:
-        ours = OpenVINOPass.__new__(OpenVINOPass)  # the pass around a model quantized here, not by the loader
-        ours.encoder, ours.precision, ours.quantize, ours.padded = model.passes, hint, "int8", False
-        ours.compiled, ours._requests = compile_for_cpu(quantized, hint, threads), threading.local()
-        ours.bfloat16_out = ours.compiled.output(0).get_element_type() == openvino.Type.bf16
-        return ours
+        return packed_pass(model.passes, quantized, hint, threads)
 
     for hint in hints:
         passes[f"OpenVINO {hint}, no int8"] = compiled(converted, hint)

@@ -145,3 +145,22 @@ def test_accuracy_cells_are_least_and_mean_cosine_and_top10() -> None:
     moved[5] = 0.6 * reference[5] + 0.8 * np.eye(121)[120]
     least, mean, _ = accuracy_cells(moved, reference).split(" | ")
     assert (least, mean) == ("0.600000", f"{(119 + 0.6) / 120:.6f}")
+
+
+def test_the_int8_benchmark_wraps_a_converted_model_as_the_service_runs_it(tiny_model) -> None:
+    """bench.int8 builds its passes around models it quantized itself: unquantized, such a pass answers as the
+    loader's own OpenVINO float32 pass (it once lacked an attribute the pass had gained, and failed at its first
+    call)."""
+    pytest.importorskip("openvino")
+    import torch
+
+    from bench.int8 import packed_pass
+    from model.runtime.loader import compile_openvino, example_batch
+    from model.runtime.openvino_pass import convert
+
+    batch = example_batch(tiny_model)
+    ours = packed_pass(tiny_model.passes, convert(tiny_model.passes, batch), "f32", 1)
+    loaders = compile_openvino(tiny_model, 1, torch.float32)
+    hidden = ours(*batch)
+    assert hidden is not None and hidden.dtype == torch.float32 and hidden.shape[:2] == batch[0].shape
+    torch.testing.assert_close(hidden, loaders(*batch), rtol=0, atol=1e-6)
