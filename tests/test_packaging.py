@@ -41,3 +41,18 @@ def test_serving_never_imports_the_test_references() -> None:
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_every_package_data_pattern_names_files_that_exist() -> None:
+    """The files a wheel carries beside the code (the viewer, TEI's proto and its licence notice): each pattern of
+    pyproject.toml's package data matches files, so that moving a folder cannot drop them from the wheel unseen."""
+    import tomllib
+
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    empty = [
+        f"{package}: {pattern}"
+        for package, patterns in package_data.items()
+        for pattern in patterns
+        if not [path for path in (ROOT / package).glob(pattern) if path.is_file()]
+    ]
+    assert package_data and empty == []
