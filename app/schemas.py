@@ -784,17 +784,20 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse, "description": description}
-    for status, description in {
-        401: "missing or wrong API key",
-        404: "no model of that name (model_not_found)",
-        413: "request body larger than the limit",
-        422: "invalid input",
-        429: "overloaded: retry after the Retry-After header's seconds",
-        503: "not ready (model loading, shutting down), timed out in the queue, or the model failed on this request",
-    }.items()
+def error_responses(shape: type[BaseModel], descriptions: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """A router's error answers for the OpenAPI document: each status, its body's shape and what it means."""
+    return {status: {"model": shape, "description": description} for status, description in descriptions.items()}
+
+
+ERROR_DESCRIPTIONS = {
+    401: "missing or wrong API key",
+    404: "no model of that name (model_not_found)",
+    413: "request body larger than the limit",
+    422: "invalid input",
+    429: "overloaded: retry after the Retry-After header's seconds",
+    503: "not ready (model loading, shutting down), timed out in the queue, or the model failed on this request",
 }
+ERROR_RESPONSES = error_responses(ErrorResponse, ERROR_DESCRIPTIONS)
 
 
 @dataclass(frozen=True)

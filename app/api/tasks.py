@@ -85,7 +85,6 @@ async def explain(
 def explained(request: ExplainRequest, explanation: Explained) -> Reply:
     """/explain's answer: the tokens and their attributions, the score, and for integrated gradients the baseline's
     score and the convergence delta."""
-    attribution = explanation.attribution
     target = explanation.target
     return Reply(
         construct(
@@ -94,23 +93,25 @@ def explained(request: ExplainRequest, explanation: Explained) -> Reply:
             target=None if target is None else construct(ExplainTarget, index=target[0], label=target[1]),
             method=explanation.method,
             steps=explanation.steps,
-            tokens=explanation.tokens,
-            attributions=attribution.attributions,
-            score=attribution.score,
-            baseline_score=attribution.baseline_score,
-            convergence_delta=attribution.convergence_delta,
+            **explanation_fields(explanation),
             usage=usage_of(explanation.tokens_used),
         )
     )
 
 
 def written_explanation(explanation: Explanation) -> ScoreExplanation:
+    """A score's explanation beside it, in /rerank's and /classify's answers."""
+    return construct(ScoreExplanation, **explanation_fields(explanation))
+
+
+def explanation_fields(explanation: Explanation | Explained) -> dict[str, Any]:
+    """What every explanation answers: the tokens, their attributions, the score, the baseline's score and the
+    convergence delta."""
     attribution = explanation.attribution
-    return construct(
-        ScoreExplanation,
-        tokens=explanation.tokens,
-        attributions=attribution.attributions,
-        score=attribution.score,
-        baseline_score=attribution.baseline_score,
-        convergence_delta=attribution.convergence_delta,
-    )
+    return {
+        "tokens": explanation.tokens,
+        "attributions": attribution.attributions,
+        "score": attribution.score,
+        "baseline_score": attribution.baseline_score,
+        "convergence_delta": attribution.convergence_delta,
+    }

@@ -400,13 +400,7 @@ class Embeddings:
 
     @staticmethod
     async def side_tokens(
-        served: ServedModel,
-        texts: Sequence[str],
-        *,
-        query: bool,
-        truncate: bool,
-        param: str = "texts",
-        indexed: bool = True,
+        served: ServedModel, texts: Sequence[str], *, query: bool, truncate: bool, param: str, indexed: bool
     ) -> list[SideTokens]:
         """Texts tokenised as a multi-vector model reads them as queries (``query``) or as documents: a ColBERT
         checkpoint's side prompt before each, cut to the side's length (LateInteraction.length) as transformers

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas import ERROR_RESPONSES
+from app.schemas import ERROR_DESCRIPTIONS, error_responses
 
 EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
 EMBEDDING_TYPES = ("float", "base64", "binary", "ubinary")  # the ones served
@@ -44,9 +44,7 @@ class CohereError(BaseModel):
     message: str
 
 
-COHERE_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": CohereError, "description": spec["description"]} for status, spec in ERROR_RESPONSES.items()
-}
+COHERE_RESPONSES = error_responses(CohereError, ERROR_DESCRIPTIONS)  # the statuses of ours, in Cohere's shape
 
 
 class CohereEmbedResponse(BaseModel):

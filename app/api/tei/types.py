@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.schemas import error_responses
+
 Direction = Literal["Left", "left", "Right", "right"]
 InputType = str | list[int]
 Input = InputType | list[InputType]
@@ -75,9 +77,9 @@ class TeiError(BaseModel):
     error_type: Literal["Unhealthy", "Backend", "Overloaded", "Validation", "Tokenizer", "Empty"]
 
 
-TEI_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": TeiError, "description": description}
-    for status, description in {
+TEI_RESPONSES = error_responses(
+    TeiError,
+    {
         400: "empty inputs (Empty)",
         401: "missing or wrong API key",
         404: "no model of that name",
@@ -86,8 +88,8 @@ TEI_RESPONSES: dict[int | str, dict[str, Any]] = {
         424: "the model is not of the kind the route needs (Backend)",
         429: "overloaded (Overloaded)",
         503: "not ready, or timed out in the queue (Unhealthy)",
-    }.items()
-}
+    },
+)
 
 
 class SparseValue(BaseModel):

@@ -20,6 +20,7 @@ its gRPC connections with it; gRPC clients reconnect to the others.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -110,15 +111,51 @@ def embed_options(request: pb.EmbedRequest) -> tuple[object, ...]:
     )
 
 
-def alone(
-    answer: Callable[[Request, ServedModel], Awaitable[Answer]],
-) -> Callable[[list[Request], ServedModel], Awaitable[list[Answer]]]:
+Unary = Callable[["TeiServicer", Request, ServedModel], Awaitable[Answer]]
+InRuns = Callable[["TeiServicer", list[Request], ServedModel], Awaitable[list[Answer]]]
+
+
+def unary(method: str, answer: Unary[Request, Answer]) -> Callable[..., Awaitable[Answer]]:
+    """The servicer's method ``method`` (``Service/Method``) of one message and one answer: ``answer``, run as every
+    call runs (``TeiServicer._unary``: the key, the model, the status, the count)."""
+
+    async def call(self: TeiServicer, request: Request, context: grpc.aio.ServicerContext) -> Answer:
+        return await self._unary(method, context, lambda served: answer(self, request, served))
+
+    return call
+
+
+def streamed(
+    method: str, answer: InRuns[Request, Answer], key: Callable[[Request], object] | None = None
+) -> Callable[..., AsyncIterator[Answer]]:
+    """The servicer's streaming method ``method``: runs of messages (of equal ``key``, where given) answered by
+    ``answer``, in order (``TeiServicer._stream``)."""
+
+    async def call(
+        self: TeiServicer, requests: AsyncIterator[Request], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Answer]:
+        async for result in self._stream(method, requests, context, lambda run, served: answer(self, run, served), key):
+            yield result
+
+    return call
+
+
+def alone(answer: Unary[Request, Answer]) -> InRuns[Request, Answer]:
     """A method's answer to one message, as the answer to a run of one."""
 
-    async def run(requests: list[Request], served: ServedModel) -> list[Answer]:
-        return [await answer(request, served) for request in requests]
+    async def run(self: TeiServicer, requests: list[Request], served: ServedModel) -> list[Answer]:
+        return [await answer(self, request, served) for request in requests]
 
     return run
+
+
+def first(answer: InRuns[Request, Answer]) -> Unary[Request, Answer]:
+    """A method's answer to a run of messages, as the answer to one."""
+
+    async def one(self: TeiServicer, request: Request, served: ServedModel) -> Answer:
+        return (await answer(self, [request], served))[0]
+
+    return one
 
 
 class Runs(Generic[Request, Answer]):
@@ -266,22 +303,28 @@ class TeiServicer:
 
     # ---- how every call runs ----
 
-    async def _unary(
-        self, method: str, context: grpc.aio.ServicerContext, answer: Callable[[ServedModel], Awaitable[T]]
-    ) -> T:
+    @contextlib.asynccontextmanager
+    async def _call(self, method: str, context: grpc.aio.ServicerContext) -> AsyncIterator[TracedCall | None]:
+        """A call's span, count and log line; an error raised in it ends the call with its status (``status_of``)."""
         started, code = time.perf_counter(), grpc.StatusCode.OK
         traced = TracedCall(method, context) if tracing.TRACER is not None else None
         try:
-            return await answer(self._model(context))
+            yield traced
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
             raise
         except Exception as error:
             code, message = status_of(error)
-            await context.abort(code, message)
-            raise  # abort raised already
+            await context.abort(code, message)  # raises
         finally:
             self._count(method, code, started, traced)
+
+    async def _unary(
+        self, method: str, context: grpc.aio.ServicerContext, answer: Callable[[ServedModel], Awaitable[T]]
+    ) -> T:
+        async with self._call(method, context):
+            return await answer(self._model(context))
+        raise AssertionError("unreachable: the call returned or raised")
 
     async def _stream(
         self,
@@ -292,26 +335,18 @@ class TeiServicer:
         key: Callable[[Request], object] | None = None,
     ) -> AsyncIterator[Answer]:
         """Each message answered in order (``Runs``); the first that fails ends the stream with its status."""
-        started, code = time.perf_counter(), grpc.StatusCode.OK
         runs: Runs[Request, Answer] | None = None
-        traced = TracedCall(method, context) if tracing.TRACER is not None else None
-        try:
-            runs = Runs(requests, answer, key, self._model(context))
-            runs.start()  # its tasks run under the call's span, the current one until this generator yields
-            if traced is not None:
-                traced.leave()
-            async for result in runs.answered():
-                yield result
-        except asyncio.CancelledError:
-            code = grpc.StatusCode.CANCELLED
-            raise
-        except Exception as error:
-            code, message = status_of(error)
-            await context.abort(code, message)
-        finally:
-            if runs is not None:
-                runs.cancel()
-            self._count(method, code, started, traced)
+        async with self._call(method, context) as traced:
+            try:
+                runs = Runs(requests, answer, key, self._model(context))
+                runs.start()  # its tasks run under the call's span, the current one until this generator yields
+                if traced is not None:
+                    traced.leave()
+                async for result in runs.answered():
+                    yield result
+            finally:
+                if runs is not None:
+                    runs.cancel()
 
     def _model(self, context: grpc.aio.ServicerContext) -> ServedModel:
         """The default model, once the key is checked (UNAUTHENTICATED) and the models are ready (UNAVAILABLE)."""
@@ -340,27 +375,26 @@ class TeiServicer:
 
     # ---- Info ----
 
-    async def Info(self, request: pb.InfoRequest, context: grpc.aio.ServicerContext) -> pb.InfoResponse:  # noqa: N802
-        async def answer(served: ServedModel) -> pb.InfoResponse:
-            facts = tei_info(served, self.settings)
-            model_type = {
-                "embedding": pb.MODEL_TYPE_EMBEDDING,
-                "classifier": pb.MODEL_TYPE_CLASSIFIER,
-                "reranker": pb.MODEL_TYPE_RERANKER,
-            }[kind(served)]
-            return pb.InfoResponse(
-                version=__version__,
-                model_id=facts["model_id"],
-                model_dtype=facts["model_dtype"],
-                model_type=model_type,
-                max_concurrent_requests=facts["max_concurrent_requests"],
-                max_input_length=facts["max_input_length"],
-                max_batch_tokens=facts["max_batch_tokens"],
-                max_client_batch_size=facts["max_client_batch_size"],
-                tokenization_workers=facts["tokenization_workers"],
-            )
+    async def _info(self, request: pb.InfoRequest, served: ServedModel) -> pb.InfoResponse:
+        facts = tei_info(served, self.settings)
+        model_type = {
+            "embedding": pb.MODEL_TYPE_EMBEDDING,
+            "classifier": pb.MODEL_TYPE_CLASSIFIER,
+            "reranker": pb.MODEL_TYPE_RERANKER,
+        }[kind(served)]
+        return pb.InfoResponse(
+            version=__version__,
+            model_id=facts["model_id"],
+            model_dtype=facts["model_dtype"],
+            model_type=model_type,
+            max_concurrent_requests=facts["max_concurrent_requests"],
+            max_input_length=facts["max_input_length"],
+            max_batch_tokens=facts["max_batch_tokens"],
+            max_client_batch_size=facts["max_client_batch_size"],
+            tokenization_workers=facts["tokenization_workers"],
+        )
 
-        return await self._unary("Info/Info", context, answer)
+    Info = unary("Info/Info", _info)
 
     # ---- Embed ----
 
@@ -392,17 +426,8 @@ class TeiServicer:
             for request, vector, encoding in zip(requests, embedded.vectors.tolist(), embedded.encodings, strict=True)
         ]
 
-    async def Embed(self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext) -> pb.EmbedResponse:  # noqa: N802
-        async def answer(served: ServedModel) -> pb.EmbedResponse:
-            return (await self._embed([request], served))[0]
-
-        return await self._unary("Embed/Embed", context, answer)
-
-    async def EmbedStream(  # noqa: N802
-        self, requests: AsyncIterator[pb.EmbedRequest], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.EmbedResponse]:
-        async for answer in self._stream("Embed/EmbedStream", requests, context, self._embed, embed_options):
-            yield answer
+    Embed = unary("Embed/Embed", first(_embed))
+    EmbedStream = streamed("Embed/EmbedStream", _embed, embed_options)
 
     async def _embed_sparse(self, request: pb.EmbedSparseRequest, served: ServedModel) -> pb.EmbedSparseResponse:
         started = time.perf_counter()
@@ -422,16 +447,8 @@ class TeiServicer:
             metadata=metadata(len(request.inputs), encoded.tokens_used, started, timing),
         )
 
-    async def EmbedSparse(  # noqa: N802
-        self, request: pb.EmbedSparseRequest, context: grpc.aio.ServicerContext
-    ) -> pb.EmbedSparseResponse:
-        return await self._unary("Embed/EmbedSparse", context, lambda served: self._embed_sparse(request, served))
-
-    async def EmbedSparseStream(  # noqa: N802
-        self, requests: AsyncIterator[pb.EmbedSparseRequest], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.EmbedSparseResponse]:
-        async for answer in self._stream("Embed/EmbedSparseStream", requests, context, alone(self._embed_sparse)):
-            yield answer
+    EmbedSparse = unary("Embed/EmbedSparse", _embed_sparse)
+    EmbedSparseStream = streamed("Embed/EmbedSparseStream", alone(_embed_sparse))
 
     async def _embed_all(self, request: pb.EmbedAllRequest, served: ServedModel) -> pb.EmbedAllResponse:
         started = time.perf_counter()
@@ -455,14 +472,8 @@ class TeiServicer:
             metadata=metadata(len(request.inputs), embedded.tokens_used, started, timing),
         )
 
-    async def EmbedAll(self, request: pb.EmbedAllRequest, context: grpc.aio.ServicerContext) -> pb.EmbedAllResponse:  # noqa: N802
-        return await self._unary("Embed/EmbedAll", context, lambda served: self._embed_all(request, served))
-
-    async def EmbedAllStream(  # noqa: N802
-        self, requests: AsyncIterator[pb.EmbedAllRequest], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.EmbedAllResponse]:
-        async for answer in self._stream("Embed/EmbedAllStream", requests, context, alone(self._embed_all)):
-            yield answer
+    EmbedAll = unary("Embed/EmbedAll", _embed_all)
+    EmbedAllStream = streamed("Embed/EmbedAllStream", alone(_embed_all))
 
     # ---- Predict ----
 
@@ -499,25 +510,10 @@ class TeiServicer:
             list(request.inputs), request.truncate, request.raw_scores, request.truncation_direction, served
         )
 
-    async def Predict(self, request: pb.PredictRequest, context: grpc.aio.ServicerContext) -> pb.PredictResponse:  # noqa: N802
-        return await self._unary("Predict/Predict", context, lambda served: self._predict_one(request, served))
-
-    async def PredictPair(  # noqa: N802
-        self, request: pb.PredictPairRequest, context: grpc.aio.ServicerContext
-    ) -> pb.PredictResponse:
-        return await self._unary("Predict/PredictPair", context, lambda served: self._predict_pair(request, served))
-
-    async def PredictStream(  # noqa: N802
-        self, requests: AsyncIterator[pb.PredictRequest], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.PredictResponse]:
-        async for answer in self._stream("Predict/PredictStream", requests, context, alone(self._predict_one)):
-            yield answer
-
-    async def PredictPairStream(  # noqa: N802
-        self, requests: AsyncIterator[pb.PredictPairRequest], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.PredictResponse]:
-        async for answer in self._stream("Predict/PredictPairStream", requests, context, alone(self._predict_pair)):
-            yield answer
+    Predict = unary("Predict/Predict", _predict_one)
+    PredictPair = unary("Predict/PredictPair", _predict_pair)
+    PredictStream = streamed("Predict/PredictStream", alone(_predict_one))
+    PredictPairStream = streamed("Predict/PredictPairStream", alone(_predict_pair))
 
     # ---- Rerank ----
 
@@ -547,44 +543,42 @@ class TeiServicer:
         chars = len(query) * len(texts) + sum(len(text) for text in texts)
         return pb.RerankResponse(ranks=ranks, metadata=metadata(chars, ranked.tokens_used, started, timing))
 
-    async def Rerank(self, request: pb.RerankRequest, context: grpc.aio.ServicerContext) -> pb.RerankResponse:  # noqa: N802
-        async def answer(served: ServedModel) -> pb.RerankResponse:
-            return await self._rerank(request.query, list(request.texts), request, served)
+    async def _rerank_one(self, request: pb.RerankRequest, served: ServedModel) -> pb.RerankResponse:
+        return await self._rerank(request.query, list(request.texts), request, served)
 
-        return await self._unary("Rerank/Rerank", context, answer)
-
-    async def RerankStream(  # noqa: N802
-        self, requests: AsyncIterator[pb.RerankStreamRequest], context: grpc.aio.ServicerContext
+    async def _rerank_streamed(
+        self, requests: AsyncIterator[pb.RerankStreamRequest], served: ServedModel
     ) -> pb.RerankResponse:
-        async def answer(served: ServedModel) -> pb.RerankResponse:
-            pairs = [request async for request in requests]
-            if not pairs:
-                raise Empty("`texts` cannot be empty")
-            by_query: dict[str, list[int]] = {}  # each query's messages: a reranking each, merged by score
-            for index, pair in enumerate(pairs):
-                by_query.setdefault(pair.query, []).append(index)
-            answers = await asyncio.gather(
-                *(
-                    self._rerank(query, [pairs[i].text for i in places], pairs[0], served)
-                    for query, places in by_query.items()
-                )
+        """A stream's (query, text) messages as one answer: a reranking a query, merged by score."""
+        pairs = [request async for request in requests]
+        if not pairs:
+            raise Empty("`texts` cannot be empty")
+        by_query: dict[str, list[int]] = {}  # each query's messages
+        for index, pair in enumerate(pairs):
+            by_query.setdefault(pair.query, []).append(index)
+        answers = await asyncio.gather(
+            *(
+                self._rerank(query, [pairs[i].text for i in places], pairs[0], served)
+                for query, places in by_query.items()
             )
-            ranks = [
-                pb.Rank(index=places[rank.index], score=rank.score, text=rank.text if rank.HasField("text") else None)
-                for places, answered in zip(by_query.values(), answers, strict=True)
-                for rank in answered.ranks
-            ]
-            ranks.sort(key=lambda rank: -rank.score)
-            merged = pb.Metadata()
-            for answered in answers:
-                merged.compute_chars += answered.metadata.compute_chars
-                merged.compute_tokens += answered.metadata.compute_tokens
-                merged.queue_time_ns += answered.metadata.queue_time_ns
-                merged.inference_time_ns += answered.metadata.inference_time_ns
-                merged.total_time_ns = max(merged.total_time_ns, answered.metadata.total_time_ns)
-            return pb.RerankResponse(ranks=ranks, metadata=merged)
+        )
+        ranks = [
+            pb.Rank(index=places[rank.index], score=rank.score, text=rank.text if rank.HasField("text") else None)
+            for places, answered in zip(by_query.values(), answers, strict=True)
+            for rank in answered.ranks
+        ]
+        ranks.sort(key=lambda rank: -rank.score)
+        merged = pb.Metadata()
+        for answered in answers:
+            merged.compute_chars += answered.metadata.compute_chars
+            merged.compute_tokens += answered.metadata.compute_tokens
+            merged.queue_time_ns += answered.metadata.queue_time_ns
+            merged.inference_time_ns += answered.metadata.inference_time_ns
+            merged.total_time_ns = max(merged.total_time_ns, answered.metadata.total_time_ns)
+        return pb.RerankResponse(ranks=ranks, metadata=merged)
 
-        return await self._unary("Rerank/RerankStream", context, answer)
+    Rerank = unary("Rerank/Rerank", _rerank_one)
+    RerankStream = unary("Rerank/RerankStream", _rerank_streamed)  # many messages in, one answer out
 
     # ---- Tokenize ----
 
@@ -604,23 +598,10 @@ class TeiServicer:
         check_token_ids(tokenizer, [ids], "ids", bare=True)
         return pb.DecodeResponse(text=tokenizer.decode(ids, skip_special_tokens=request.skip_special_tokens))
 
-    async def Tokenize(self, request: pb.EncodeRequest, context: grpc.aio.ServicerContext) -> pb.EncodeResponse:  # noqa: N802
-        return await self._unary("Tokenize/Tokenize", context, lambda served: self._tokenize(request, served))
-
-    async def TokenizeStream(  # noqa: N802
-        self, requests: AsyncIterator[pb.EncodeRequest], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.EncodeResponse]:
-        async for answer in self._stream("Tokenize/TokenizeStream", requests, context, alone(self._tokenize)):
-            yield answer
-
-    async def Decode(self, request: pb.DecodeRequest, context: grpc.aio.ServicerContext) -> pb.DecodeResponse:  # noqa: N802
-        return await self._unary("Tokenize/Decode", context, lambda served: self._decode(request, served))
-
-    async def DecodeStream(  # noqa: N802
-        self, requests: AsyncIterator[pb.DecodeRequest], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.DecodeResponse]:
-        async for answer in self._stream("Tokenize/DecodeStream", requests, context, alone(self._decode)):
-            yield answer
+    Tokenize = unary("Tokenize/Tokenize", _tokenize)
+    TokenizeStream = streamed("Tokenize/TokenizeStream", alone(_tokenize))
+    Decode = unary("Tokenize/Decode", _decode)
+    DecodeStream = streamed("Tokenize/DecodeStream", alone(_decode))
 
 
 SERVICES = (
