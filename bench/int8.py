@@ -6,11 +6,13 @@ Our encoder converted by OpenVINO (model/runtime/openvino_pass.py, ``convert``),
 weights and activations (W8A8, static, calibrated on 320 generated sentences of the repository's own word list,
 bench/texts.py: no dataset download) with NNCF's transformer preset, with per-layer exceptions (the feed-forward
 contraction, the whole feed-forward, the attention output, the first and last layers kept), with smooth-quant;
-weights alone (int8, asymmetric, per output channel) — and compiled with float32 and with bfloat16 around the int8
-parts (bfloat16 where the CPU has it). Each embeds the same sentences as bench.runtimes, through
-TextEncoder.embed_encodings: texts/s in passes of 32 (median of the rounds, the schemes taking turns), and against
-float32 OpenVINO the least and mean cosine and the top-10 neighbour agreement (100 queries among the rest). What
-the service runs for ENCODER_DTYPE=int8 was chosen from this table (model/runtime/openvino_pass.py).
+weights alone (int8, asymmetric, per output channel), with OpenVINO's dynamic quantization of the activations that
+meet them at its default (groups of 32 values) and otherwise (off; groups of 128 and 384) — and compiled with
+float32 and with bfloat16 around the int8 parts (bfloat16 where the CPU has it). Each embeds the same sentences as
+bench.runtimes, through TextEncoder.embed_encodings: texts/s in passes of 32 (median of the rounds, the schemes
+taking turns), and against float32 OpenVINO the least and mean cosine and the top-10 neighbour agreement (100
+queries among the rest). What the service runs for ENCODER_DTYPE=int8 was chosen from this table
+(model/runtime/openvino_pass.py).
 """
 
 from __future__ import annotations
@@ -69,18 +71,29 @@ def schemes(converted: Any, calibration: list[list[np.ndarray]]) -> dict[str, Ca
             lambda name: ".contract/" in name or ".layers.0." in name or f".layers.{len(linears) // 4 - 1}." in name
         ),
         "W8A8, smooth-quant 0.5": static(advanced_parameters=smooth),
-        "weights alone (int8 asymmetric, per channel)": lambda: int8_weights(converted),
+        # NNCF's weight compression changes the model it is given: each on a copy
+        "weights alone (int8 asymmetric, per channel)": lambda: int8_weights(converted.clone()),
+        **{name: lambda: int8_weights(converted.clone()) for name in DYNAMIC_GROUPS},
     }
 
 
-def packed_pass(encoder: Any, quantized: Any, hint: str, threads: int) -> OpenVINOPass:
+# The weights-alone scheme again, compiled with OpenVINO's dynamic quantization of the activations that meet int8
+# weights set otherwise than its default (groups of 32 values): off, and coarser groups.
+DYNAMIC_GROUPS: dict[str, int] = {
+    "weights alone, activations not quantized (dynamic quantization off)": 0,
+    "weights alone, activations quantized in groups of 128": 128,
+    "weights alone, activations quantized in groups of 384 (a row of all-MiniLM-L6-v2)": 384,
+}
+
+
+def packed_pass(encoder: Any, quantized: Any, hint: str, threads: int, **properties: Any) -> OpenVINOPass:
     """The service's packed pass (padding skipped) around a model converted and quantized here rather than by the
-    loader, compiled with ``hint`` around its int8 parts."""
+    loader, compiled with ``hint`` around its int8 parts (and OpenVINO's CPU ``properties``, where given)."""
     import openvino
 
     ours = OpenVINOPass.__new__(OpenVINOPass)
     ours.encoder, ours.precision, ours.quantize, ours.padded = encoder, hint, "int8", False
-    ours.compiled, ours._requests = compile_for_cpu(quantized, hint, threads), threading.local()
+    ours.compiled, ours._requests = compile_for_cpu(quantized, hint, threads, **properties), threading.local()
     ours.bfloat16_out = ours.compiled.output(0).get_element_type() == openvino.Type.bf16
     return ours
 
@@ -109,8 +122,9 @@ def main() -> None:
     passes: dict[str, OpenVINOPass] = {}
     took: dict[str, float] = {}
 
-    def compiled(quantized: Any, hint: str) -> OpenVINOPass:
-        return packed_pass(model.passes, quantized, hint, threads)
+    def compiled(quantized: Any, hint: str, group: int | None = None) -> OpenVINOPass:
+        properties = {} if group is None else {"DYNAMIC_QUANTIZATION_GROUP_SIZE": group}
+        return packed_pass(model.passes, quantized, hint, threads, **properties)
 
     for hint in hints:
         passes[f"OpenVINO {hint}, no int8"] = compiled(converted, hint)
@@ -120,7 +134,7 @@ def main() -> None:
         quantized = make()
         spent = time.perf_counter() - began
         for hint in hints:
-            passes[f"{name} [{hint}]"] = compiled(quantized, hint)
+            passes[f"{name} [{hint}]"] = compiled(quantized, hint, DYNAMIC_GROUPS.get(name))
             took[f"{name} [{hint}]"] = spent
 
     def run(name: str, texts: list[str]) -> np.ndarray:

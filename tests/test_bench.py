@@ -164,3 +164,28 @@ def test_the_int8_benchmark_wraps_a_converted_model_as_the_service_runs_it(tiny_
     hidden = ours(*batch)
     assert hidden is not None and hidden.dtype == torch.float32 and hidden.shape[:2] == batch[0].shape
     torch.testing.assert_close(hidden, loaders(*batch), rtol=0, atol=1e-6)
+
+
+def test_the_int8_benchmark_compiles_with_the_properties_a_scheme_sets(tiny_model) -> None:
+    """The weights-alone schemes that set OpenVINO's dynamic quantization otherwise reach the compiled pass, and each
+    quantizes a copy: NNCF's weight compression changes the model it is given, which would have put int8 weights
+    under every later scheme."""
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+
+    from bench.int8 import DYNAMIC_GROUPS, packed_pass, schemes
+    from model.runtime.loader import example_batch
+    from model.runtime.openvino_pass import convert
+
+    converted = convert(tiny_model.passes, example_batch(tiny_model))
+    made = schemes(converted, [])
+    weights = {str(op.get_output_element_type(0)) for op in converted.get_ops() if op.get_type_name() == "Constant"}
+    for name, group in DYNAMIC_GROUPS.items():
+        quantized = made[name]()
+        ours = packed_pass(tiny_model.passes, quantized, "f32", 1, DYNAMIC_QUANTIZATION_GROUP_SIZE=group)
+        assert int(ours.compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")) == group
+        assert any("uint8" in str(op.get_output_element_type(0)) for op in quantized.get_ops())
+    assert not any("uint8" in t for t in weights)
+    assert weights == {
+        str(op.get_output_element_type(0)) for op in converted.get_ops() if op.get_type_name() == "Constant"
+    }, "the converted model itself was changed"

@@ -87,8 +87,9 @@ def batch_bucket(rows: int, length: int, longest: int) -> tuple[int, int]:
     return (rows if rows <= 2 else row_bucket(rows, least=4)), max(length, min(row_bucket(length), longest))
 
 
-def compile_for_cpu(converted: Any, precision: str, threads: int) -> Any:
-    """A converted pass compiled for this CPU, running in ``precision`` (f32, bf16) outside any int8 weights."""
+def compile_for_cpu(converted: Any, precision: str, threads: int, **properties: Any) -> Any:
+    """A converted pass compiled for this CPU, running in ``precision`` (f32, bf16) outside any int8 weights;
+    ``properties``: more of OpenVINO's CPU properties, or others for these (bench/int8.py tries some)."""
     import openvino as ov
 
     config: dict[str, Any] = {
@@ -99,6 +100,7 @@ def compile_for_cpu(converted: Any, precision: str, threads: int) -> Any:
         # a service meets a new shape in nearly every pass (docs/benchmarks/cpu-runtimes.md, "Runtimes and precisions
         # (CPU)").
         "CPU_RUNTIME_CACHE_CAPACITY": CACHE_SHAPES,
+        **properties,
     }
     return ov.Core().compile_model(converted, "CPU", config)
 
@@ -211,7 +213,10 @@ class OpenVINOPass:
 
 def int8_weights(converted: Any) -> Any:
     """The converted pass with its linear layers' weights in int8: NNCF's weight compression, asymmetric, one scale
-    and zero point per output channel; about a second for all-MiniLM-L6-v2, no calibration text needed."""
+    and zero point per output channel; about a second for all-MiniLM-L6-v2, no calibration text needed. It changes
+    ``converted`` itself (and returns it). On the CPU, OpenVINO then quantizes the activations that meet these weights
+    to int8 as it goes, in groups of 32 values (its ``DYNAMIC_QUANTIZATION_GROUP_SIZE``, left at its default: measured
+    against the other choices in docs/benchmarks/cpu-runtimes.md, "int8: the activations' dynamic quantization")."""
     import contextlib
     import io
     import logging
