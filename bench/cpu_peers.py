@@ -104,6 +104,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, required=True, help="the bundled model's directory")
     parser.add_argument("--sentences", type=int, default=1100)
     parser.add_argument("--speed-sentences", type=int, default=320)
+    parser.add_argument("--single-sentences", type=int, default=96, help="of those, embedded one at a time")
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="cpu-peers-"))
@@ -120,7 +121,7 @@ def main() -> None:
         load_s[name] = time.perf_counter() - began
     sentences = make_sentences(args.sentences, seed=11)  # bench.runtimes' seeds: the same texts
     speed_texts = make_sentences(args.speed_sentences, seed=12)
-    singles = speed_texts[: max(16, args.speed_sentences // 10)]
+    singles = speed_texts[: args.single_sentences]
     for model in loaded.values():
         model.encode(speed_texts[:64], batch_size=32)  # type: ignore[attr-defined]
     print(json.dumps({"load_s": load_s, "missing": missing}), flush=True)
