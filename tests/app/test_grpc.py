@@ -23,10 +23,21 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from app.api.tei.grpc import tei_pb2 as pb
 from app.api.tei.grpc import tei_pb2_grpc as pb_grpc
+from app.api.tei.grpc.server import Gathering
 from app.settings import Settings
 from model import TextEncoder, default_model_path, load_model
 from tests.app.test_processes import front_ends, supervised
-from tests.helpers import ROOT, Service, busy, free_port, server_log, serving, start_server, write_tiny_model
+from tests.helpers import (
+    ROOT,
+    Service,
+    busy,
+    free_port,
+    server_log,
+    serving,
+    start_server,
+    wait_until,
+    write_tiny_model,
+)
 from tests.retrieval import write_splade
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "Attention is all you need.", "Hi", "naïve café — ünïcode"]
@@ -396,6 +407,74 @@ async def test_calls_are_counted_in_the_metrics(minilm: Grpc) -> None:
     text = (await minilm.http.get("/metrics")).text
     assert 'route="/tei.v1.Embed/Embed",status="OK"' in text.replace('method="GRPC",', "")
     assert 'route="/tei.v1.Embed/Embed",status="INVALID_ARGUMENT"' in text.replace('method="GRPC",', "")
+
+
+# ---- unary calls gathered ----
+
+
+def watch_gathering(running: Grpc, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[list[str]]]:
+    """The texts of the Embed calls that reached the gathering, and of each request made of them to the service."""
+    arrived: list[str] = []
+    requests: list[list[str]] = []
+    join, embeddings = Gathering.join, running.service.app.state.embeddings
+    encode = embeddings.encode
+
+    async def counted(self: Gathering, request: pb.EmbedRequest, served: Any) -> Any:
+        arrived.append(request.inputs)
+        return await join(self, request, served)
+
+    def recorded(served: Any, native: Any, timing: Any) -> Any:
+        requests.append(list(native.texts))
+        return encode(served, native, timing)
+
+    monkeypatch.setattr(Gathering, "join", counted)
+    monkeypatch.setattr(embeddings, "encode", recorded)
+    return arrived, requests
+
+
+async def test_embed_calls_that_arrive_while_one_computes_are_one_request_each_answered_as_alone(
+    minilm: Grpc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arrived, requests = watch_gathering(minilm, monkeypatch)
+    async with busy(minilm.service.model):
+        first = asyncio.ensure_future(minilm.embed.Embed(pb.EmbedRequest(inputs="the first, computing")))
+        await wait_until(lambda: len(requests) == 1)  # a lone call goes at once
+        calls = [asyncio.ensure_future(minilm.embed.Embed(pb.EmbedRequest(inputs=text))) for text in TEXTS]
+        other = asyncio.ensure_future(minilm.embed.Embed(pb.EmbedRequest(inputs=TEXTS[0], normalize=False)))
+        await wait_until(lambda: len(arrived) == 2 + len(TEXTS))
+        assert len(requests) == 1  # the rest wait for the first's end
+    answers, unnormalized = await asyncio.gather(*calls), await other
+    assert len((await first).embeddings) == 384
+    assert sorted(requests[1:], key=len) == [[TEXTS[0]], sorted(TEXTS, key=TEXTS.index)]  # by options, in one each
+    for text, answer in zip(TEXTS, answers, strict=True):
+        [expected] = await minilm.tei("/embed", {"inputs": text})
+        np.testing.assert_allclose(answer.embeddings, expected, atol=1e-5)
+        assert answer.metadata.compute_chars == len(text)
+        assert answer.metadata.total_time_ns >= answer.metadata.queue_time_ns > 0  # its wait counted as queued
+    [expected] = await minilm.tei("/embed", {"inputs": TEXTS[0], "normalize": False})
+    np.testing.assert_allclose(unnormalized.embeddings, expected, atol=1e-5)
+
+
+async def test_a_bad_call_among_gathered_ones_fails_alone_and_a_call_gone_is_not_computed(
+    minilm: Grpc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arrived, requests = watch_gathering(minilm, monkeypatch)
+    async with busy(minilm.service.model):
+        first = asyncio.ensure_future(minilm.embed.Embed(pb.EmbedRequest(inputs="the first, computing")))
+        await wait_until(lambda: len(requests) == 1)
+        good = [asyncio.ensure_future(minilm.embed.Embed(pb.EmbedRequest(inputs=text))) for text in TEXTS[:2]]
+        bad = asyncio.ensure_future(minilm.embed.Embed(pb.EmbedRequest(inputs="")))
+        gone = asyncio.ensure_future(minilm.embed.Embed(pb.EmbedRequest(inputs="gone before its turn"), timeout=0.5))
+        await wait_until(lambda: len(arrived) == 5)
+        assert (await status_of(gone))[0] == grpc.StatusCode.DEADLINE_EXCEEDED  # its client's deadline, waiting
+    code, message = await status_of(bad)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, message
+    assert len((await first).embeddings) == 384
+    for text, call in zip(TEXTS[:2], good, strict=True):
+        [expected] = await minilm.tei("/embed", {"inputs": text})
+        np.testing.assert_allclose((await call).embeddings, expected, atol=1e-5)
+    computed = [text for request in requests for text in request]
+    assert "gone before its turn" not in computed and set(TEXTS[:2]) <= set(computed)
 
 
 # ---- front ends, and the generated code ----

@@ -23,9 +23,9 @@ from app import tracing
 from app.api.tei.grpc import tei_pb2 as pb
 from app.settings import Settings
 from model import TextEncoder
-from tests.app.test_grpc import grpc_serving
+from tests.app.test_grpc import grpc_serving, watch_gathering
 from tests.app.test_processes import supervised
-from tests.helpers import ROOT, serving, write_tiny_model
+from tests.helpers import ROOT, busy, serving, wait_until, write_tiny_model
 from tests.otlp import ReceivedSpan, Receiver, grpc_receiver, http_receiver
 
 SERVER, CLIENT = 2, 3  # opentelemetry.proto.trace.v1.Span.SpanKind
@@ -210,6 +210,47 @@ async def test_grpc_calls_continue_the_trace_of_their_metadata(receiver: Receive
     (bad,) = [span for span in spans if span.trace_id == bad_trace]
     assert bad.attributes["rpc.grpc.status_code"] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert bad.status != ERROR
+
+
+async def test_gathered_grpc_calls_each_get_a_span_linked_to_the_call_their_run_computed_under(
+    receiver: Receiver, tiny_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Embed calls that arrive while another computes go as one request (app/api/tei/grpc/server.py, Gathering):
+    its phases under the first call's span, and a ``gathered`` span under each other call's, linked to that one."""
+    async with grpc_serving(tiny_model) as service:
+        arrived, requests = watch_gathering(service, monkeypatch)
+        heads = [traceparent() for _ in range(3)]
+
+        def call(text: str, head: str) -> asyncio.Future[pb.EmbedResponse]:
+            return asyncio.ensure_future(
+                service.embed.Embed(pb.EmbedRequest(inputs=text), metadata=[("traceparent", head)])
+            )
+
+        async with busy(service.service.model):
+            calls = [call("computing", heads[0][0])]
+            await wait_until(lambda: len(requests) == 1)
+            calls += [call(text, head) for text, (head, _, _) in zip(("one", "two"), heads[1:], strict=True)]
+            await wait_until(lambda: len(arrived) == 3)
+        await asyncio.gather(*calls)
+        assert sorted(map(len, requests)) == [1, 2]
+        lone, *pair = [trace for _, trace, _ in heads]
+        spans = receiver.wait_for(
+            lambda spans: (
+                has_phases("tei.v1.Embed/Embed", lone, {"tokenize", "queue", "inference"})(spans)
+                and len(named([span for span in spans if span.trace_id in pair], "tei.v1.Embed/Embed")) == 2
+            )
+        )
+    (leader,) = [trace for trace in pair if has_phases("tei.v1.Embed/Embed", trace, {"inference"})(spans)]
+    (follower,) = set(pair) - {leader}
+    (leading_call,) = named(receiver.in_trace(leader), "tei.v1.Embed/Embed")
+    (inference,) = children(spans, leading_call)["inference"]
+    assert inference.attributes["encoder.texts"] == 2  # both calls' texts, in its one request
+    (following_call,) = named(receiver.in_trace(follower), "tei.v1.Embed/Embed")
+    under = children(spans, following_call)
+    assert set(under) == {"gathered"}
+    (gathered,) = under["gathered"]
+    assert gathered.links == [(leader, leading_call.span_id)] and gathered.attributes == {"encoder.gathered.calls": 2}
+    assert within(gathered, following_call)
 
 
 def test_the_engine_spans_join_the_front_ends_trace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Generic, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -44,6 +46,9 @@ from app.serving.tokenization import Reading, check_token_ids
 from app.settings import Settings
 from app.web.dependencies import check_api_key, registry_of
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import SpanContext
+
 logger = logging.getLogger(__name__)
 access = logging.getLogger("app.access")
 
@@ -53,6 +58,9 @@ T = TypeVar("T")
 
 STREAM_IN_FLIGHT = 64  # a stream's messages computed at once: enough to fill passes, bounded for the queue's sake
 RUNS_AT_ONCE = 2  # a stream's runs of grouped messages computing at once: while they do, the next run gathers
+GROUPS_AT_ONCE = 1  # groups of one method's unary calls computing at once: while one does, the next gathers
+# errors that are the service's state, not a message's: a group's answer for every call in it, not retried alone
+SHARED_ERRORS = frozenset({"overloaded", "timeout", "not_ready"})
 
 # our error types → gRPC status codes (TEI's own mapping, and the codes its clients expect)
 CODES: dict[str, grpc.StatusCode] = {
@@ -111,6 +119,14 @@ def embed_options(request: pb.EmbedRequest) -> tuple[object, ...]:
     )
 
 
+class WithMetadata(Protocol):
+    """An answer that carries TEI's metadata (pb.Metadata)."""
+
+    @property
+    def metadata(self) -> pb.Metadata: ...
+
+
+Answered = TypeVar("Answered", bound=WithMetadata)
 Unary = Callable[["TeiServicer", Request, ServedModel], Awaitable[Answer]]
 InRuns = Callable[["TeiServicer", list[Request], ServedModel], Awaitable[list[Answer]]]
 
@@ -149,11 +165,16 @@ def alone(answer: Unary[Request, Answer]) -> InRuns[Request, Answer]:
     return run
 
 
-def first(answer: InRuns[Request, Answer]) -> Unary[Request, Answer]:
-    """A method's answer to a run of messages, as the answer to one."""
+def gathered(answer: InRuns[Request, Answered], key: Callable[[Request], object]) -> Unary[Request, Answered]:
+    """A method's answer to a run of messages, as the answer to one call: the calls of equal ``key`` that arrive
+    while a group of them computes are answered as one run (``Gathering``)."""
 
-    async def one(self: TeiServicer, request: Request, served: ServedModel) -> Answer:
-        return (await answer(self, [request], served))[0]
+    async def one(self: TeiServicer, request: Request, served: ServedModel) -> Answered:
+        gathering = self._gatherings.get(answer)
+        if gathering is None:
+            run = lambda requests, served: answer(self, requests, served)  # noqa: E731
+            gathering = self._gatherings[answer] = Gathering(run, key, self.settings.max_batch_texts)
+        return await gathering.join(request, served)
 
     return one
 
@@ -253,6 +274,108 @@ class Runs(Generic[Request, Answer]):
         return out
 
 
+@dataclass(eq=False)
+class Call(Generic[Request, Answered]):
+    """A unary call waiting in a ``Gathering``: its message, its answer to come, and what its group computes under
+    when it is the first."""
+
+    request: Request
+    answer: asyncio.Future[Answered]
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)  # its span, where traced
+    span: SpanContext | None = field(default_factory=tracing.current)  # where traced and sampled
+    arrived: float = field(default_factory=time.perf_counter)
+
+
+class Gathering(Generic[Request, Answered]):
+    """One method's unary calls, gathered: a call that finds fewer than GROUPS_AT_ONCE groups computing goes at once
+    (a lone client waits for no one); the calls that arrive while groups compute wait, and go as one run of messages
+    (``answer``: one request of the service, as the texts of one HTTP request or a stream's run) when a group ends.
+    Calls gather by ``key`` (equal options) and model, at most ``most`` to a run.
+
+    grpcio hands the event loop its calls one at a time, so calls each sent apart made passes of 1-2 texts under
+    load, each paying a pass's fixed cost; HTTP's requests, read several a turn of the loop, make passes of 6 on the
+    same load (docs/benchmarks/host-path.md). A run that fails as one is answered message by message, each its own
+    answer or error, unless its error is the service's state (SHARED_ERRORS: every call's answer). A call's wait
+    counts in its metadata's queue and total time; where traced, the run computes under the first call's span, and
+    each other call's span gets a ``gathered`` span linked to it."""
+
+    def __init__(
+        self,
+        answer: Callable[[list[Request], ServedModel], Awaitable[list[Answered]]],
+        key: Callable[[Request], object],
+        most: int,
+    ) -> None:
+        self.answer, self.key, self.most = answer, key, most
+        self.computing = 0
+        self.waiting: dict[tuple[int, object], tuple[ServedModel, list[Call[Request, Answered]]]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()  # the runs computing (held: the loop keeps weak references)
+
+    async def join(self, request: Request, served: ServedModel) -> Answered:
+        call: Call[Request, Answered] = Call(request, asyncio.get_running_loop().create_future())
+        self.waiting.setdefault((id(served), self.key(request)), (served, []))[1].append(call)
+        self.start()
+        return await call.answer  # cancelled (the client gone): its future is, and its run answers the rest
+
+    def start(self) -> None:
+        """Start the waiting calls' runs, first come first, while fewer than GROUPS_AT_ONCE compute."""
+        while self.computing < GROUPS_AT_ONCE and self.waiting:
+            group = next(iter(self.waiting))
+            served, calls = self.waiting.pop(group)
+            calls = [call for call in calls if not call.answer.done()]  # cancelled while waiting
+            run, rest = calls[: self.most], calls[self.most :]
+            if rest:
+                self.waiting[group] = (served, rest)  # behind the other keys' calls
+            if not run:
+                continue
+            self.computing += 1
+            task = asyncio.get_running_loop().create_task(self.computed(run, served), context=run[0].context)
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def computed(self, run: list[Call[Request, Answered]], served: ServedModel) -> None:
+        started = time.perf_counter()
+        try:
+            outcomes = await self.outcomes(run, served)
+            for call, outcome in zip(run, outcomes, strict=True):
+                if call.answer.done():
+                    continue
+                if isinstance(outcome, Exception):
+                    call.answer.set_exception(outcome)
+                else:
+                    waited = int((started - call.arrived) * 1e9)
+                    outcome.metadata.queue_time_ns += waited
+                    outcome.metadata.total_time_ns += waited
+                    call.answer.set_result(outcome)
+                if call is not run[0] and call.span is not None and run[0].span is not None:
+                    attributes = {"encoder.gathered.calls": len(run)}
+                    start, end = tracing.epoch_ns(call.arrived), time.time_ns()
+                    tracing.record("gathered", call.span, start, end, attributes, [run[0].span])
+        finally:
+            for call in run:  # the run cancelled (the server stopping): its calls with it
+                if not call.answer.done():
+                    call.answer.cancel()
+            self.computing -= 1
+            self.start()
+
+    async def outcomes(self, run: list[Call[Request, Answered]], served: ServedModel) -> list[Answered | Exception]:
+        """Each call's answer, or its error."""
+        try:
+            return list(await self.answer([call.request for call in run], served))
+        except Exception as error:
+            if len(run) == 1 or (isinstance(error, ApiError) and error.type in SHARED_ERRORS):
+                return [error] * len(run)
+        out: list[Answered | Exception] = []
+        for call in run:  # one message spoilt the run: each alone (but those whose clients are gone)
+            if call.answer.done():
+                out.append(ConnectionAbortedError("the call ended"))  # not read: its answer is settled
+                continue
+            try:
+                out += await self.answer([call.request], served)
+            except Exception as error:
+                out.append(error)
+        return out
+
+
 # gRPC's codes that are the server's fault, as OpenTelemetry's conventions for an RPC server have them: an error span
 SERVER_ERRORS = frozenset(
     {
@@ -300,6 +423,7 @@ class TeiServicer:
 
     def __init__(self, state: State) -> None:
         self.state = state
+        self._gatherings: dict[object, Gathering] = {}  # a method's unary calls gathered (``gathered``)
 
     # ---- how every call runs ----
 
@@ -426,7 +550,7 @@ class TeiServicer:
             for request, vector, encoding in zip(requests, embedded.vectors.tolist(), embedded.encodings, strict=True)
         ]
 
-    Embed = unary("Embed/Embed", first(_embed))
+    Embed = unary("Embed/Embed", gathered(_embed, embed_options))
     EmbedStream = streamed("Embed/EmbedStream", _embed, embed_options)
 
     async def _embed_sparse(self, request: pb.EmbedSparseRequest, served: ServedModel) -> pb.EmbedSparseResponse:
