@@ -189,3 +189,24 @@ def test_the_int8_benchmark_compiles_with_the_properties_a_scheme_sets(tiny_mode
     assert weights == {
         str(op.get_output_element_type(0)) for op in converted.get_ops() if op.get_type_name() == "Constant"
     }, "the converted model itself was changed"
+
+
+def test_the_grpc_floor_drives_a_bare_servicer_with_the_services_loads() -> None:
+    """bench.grpc --floor: the bare servicer answers Embed and every message of EmbedStream, as the loads count them."""
+    import asyncio
+
+    from bench.grpc import BareEmbed, grpc_load, start_bare
+    from bench.run import free_port
+
+    port = free_port()
+    bare = start_bare(port)
+    try:
+        for per_request, clients in ((1, 4), (32, 2)):
+            answered, seconds = asyncio.run(
+                grpc_load(f"127.0.0.1:{port}", ["a text", "another"], per_request, clients, 0.3)
+            )
+            assert answered > 0 and answered % per_request == 0 and seconds > 0
+    finally:
+        bare.terminate()
+        bare.wait(30)
+    assert len(BareEmbed.VECTOR) == 32
