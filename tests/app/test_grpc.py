@@ -477,6 +477,25 @@ async def test_a_bad_call_among_gathered_ones_fails_alone_and_a_call_gone_is_not
     assert "gone before its turn" not in computed and set(TEXTS[:2]) <= set(computed)
 
 
+async def test_gathered_calls_that_a_full_queue_refuses_together_go_one_after_the_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = load_model(write_tiny_model(tmp_path / "embedder"), device="cpu", dtype="float32")
+    async with grpc_serving(model, max_queue_texts=2) as running:
+        arrived, requests = watch_gathering(running, monkeypatch)
+        with running.service.admission.admit(1):  # another request's text, in throughout
+            async with busy(running.service.model):
+                first = asyncio.ensure_future(running.embed.Embed(pb.EmbedRequest(inputs="first")))
+                await wait_until(lambda: len(requests) == 1)
+                calls = [asyncio.ensure_future(running.embed.Embed(pb.EmbedRequest(inputs=t))) for t in ("one", "two")]
+                await wait_until(lambda: len(arrived) == 3)
+            answers = await asyncio.gather(first, *calls)  # 1 + 2 texts are more than the queue takes; 1 + 1 are not
+        assert requests == [["first"], ["one"], ["two"]]
+        for text, answer in zip(("first", "one", "two"), answers, strict=True):
+            [expected] = await running.tei("/embed", {"inputs": text})
+            np.testing.assert_allclose(answer.embeddings, expected, atol=1e-5)
+
+
 # ---- front ends, and the generated code ----
 
 

@@ -59,8 +59,9 @@ T = TypeVar("T")
 STREAM_IN_FLIGHT = 64  # a stream's messages computed at once: enough to fill passes, bounded for the queue's sake
 RUNS_AT_ONCE = 2  # a stream's runs of grouped messages computing at once: while they do, the next run gathers
 GROUPS_AT_ONCE = 1  # groups of one method's unary calls computing at once: while one does, the next gathers
-# errors that are the service's state, not a message's: a group's answer for every call in it, not retried alone
-SHARED_ERRORS = frozenset({"overloaded", "timeout", "not_ready"})
+# errors that are the service's state, not a message's: a group's answer for every call in it, not retried alone (a
+# full queue is not among them: it may refuse a group where it would admit the group's calls one after the other)
+SHARED_ERRORS = frozenset({"timeout", "not_ready"})
 
 # our error types → gRPC status codes (TEI's own mapping, and the codes its clients expect)
 CODES: dict[str, grpc.StatusCode] = {
