@@ -79,8 +79,12 @@ class Labelled:
 
     model: str
     labels: list[list[tuple[str, float]]]  # each text's labels (as many as asked: top_k) and scores, best first
-    tokens_used: int
+    tokens: list[int]  # each text's tokens computed (its pair's and the special tokens included)
     explanations: list[Explanation] | None = None  # each text's, of its top label, with explain
+
+    @property
+    def tokens_used(self) -> int:
+        return sum(self.tokens)
 
 
 @dataclass(frozen=True)
@@ -354,7 +358,7 @@ class Tasks:
         if request.explain:  # of each text's top label
             tops = [int(np.argmax(row.logits)) for row in scores]
             explanations = await self.explanations(served, encodings, tops)
-        return Labelled(served.name, labels, tokens_in(encodings), explanations)
+        return Labelled(served.name, labels, [len(encoding.ids) for encoding in encodings], explanations)
 
     def check_explained(self, n_texts: int) -> None:
         if n_texts > self.max_explained_texts:

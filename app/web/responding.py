@@ -126,16 +126,33 @@ class Responder:
                     async with asyncio.timeout(self.request_timeout_s):  # no task of its own, unlike wait_for
                         return await work(timing), timing
                 except (TimeoutError, DeadlinePassed):  # the deadline here, or where the engine runs apart
-                    self.metrics.timeouts.inc()
-                    raise Timeout(
-                        f"the request was not answered within {self.request_timeout_s:g} s and was dropped; the "
-                        "service is overloaded: retry later or send fewer texts",
-                        headers={"Retry-After": str(self.admission.retry_after())},
-                    ) from None
+                    raise self.timed_out() from None
         except EngineError as error:  # admission's refusal, the engine's failure or its stop: the client's words
             raise client_error(error) from None
         finally:
             REQUEST_TIMING.reset(current)
+
+    async def run_admitted(self, work: Callable[[Timing], Awaitable[R]], timing: Timing) -> tuple[R, Timing]:
+        """``work(timing)`` for requests that ``run`` admitted already, each awaiting it within its own deadline
+        (gRPC's gathered calls, computed as one under the first one's ``timing``); the engine's errors worded as
+        ``run`` words them."""
+        current = REQUEST_TIMING.set(timing)
+        try:
+            return await work(timing), timing
+        except DeadlinePassed:
+            raise self.timed_out() from None
+        except EngineError as error:
+            raise client_error(error) from None
+        finally:
+            REQUEST_TIMING.reset(current)
+
+    def timed_out(self) -> Timeout:
+        self.metrics.timeouts.inc()
+        return Timeout(
+            f"the request was not answered within {self.request_timeout_s:g} s and was dropped; the service is "
+            "overloaded: retry later or send fewer texts",
+            headers={"Retry-After": str(self.admission.retry_after())},
+        )
 
     def observe(self, route: str, timing: Timing, serialization_s: float) -> None:
         """A request's time in the latency histogram, by phase."""

@@ -419,9 +419,9 @@ def watch_gathering(running: Grpc, monkeypatch: pytest.MonkeyPatch) -> tuple[lis
     join, embeddings = Gathering.join, running.service.app.state.embeddings
     encode = embeddings.encode
 
-    async def counted(self: Gathering, request: pb.EmbedRequest, served: Any) -> Any:
+    async def counted(self: Gathering, request: pb.EmbedRequest, served: Any, timing: Any) -> Any:
         arrived.append(request.inputs)
-        return await join(self, request, served)
+        return await join(self, request, served, timing)
 
     def recorded(served: Any, native: Any, timing: Any) -> Any:
         requests.append(list(native.texts))
@@ -477,23 +477,68 @@ async def test_a_bad_call_among_gathered_ones_fails_alone_and_a_call_gone_is_not
     assert "gone before its turn" not in computed and set(TEXTS[:2]) <= set(computed)
 
 
-async def test_gathered_calls_that_a_full_queue_refuses_together_go_one_after_the_other(
+async def test_a_call_that_would_be_gathered_is_admitted_as_it_arrives_and_a_full_queue_refuses_it_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = load_model(write_tiny_model(tmp_path / "embedder"), device="cpu", dtype="float32")
-    async with grpc_serving(model, max_queue_texts=2) as running:
+    async with grpc_serving(model, max_queue_texts=2, request_timeout_s=0.5) as running:
         arrived, requests = watch_gathering(running, monkeypatch)
         with running.service.admission.admit(1):  # another request's text, in throughout
             async with busy(running.service.model):
                 first = asyncio.ensure_future(running.embed.Embed(pb.EmbedRequest(inputs="first")))
                 await wait_until(lambda: len(requests) == 1)
-                calls = [asyncio.ensure_future(running.embed.Embed(pb.EmbedRequest(inputs=t))) for t in ("one", "two")]
-                await wait_until(lambda: len(arrived) == 3)
-            answers = await asyncio.gather(first, *calls)  # 1 + 2 texts are more than the queue takes; 1 + 1 are not
-        assert requests == [["first"], ["one"], ["two"]]
-        for text, answer in zip(("first", "one", "two"), answers, strict=True):
-            [expected] = await running.tei("/embed", {"inputs": text})
-            np.testing.assert_allclose(answer.embeddings, expected, atol=1e-5)
+                code, message = await status_of(running.embed.Embed(pb.EmbedRequest(inputs="refused")))
+                assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, message  # while the first still computes
+                code, message = await status_of(first)  # its deadline passes, its run still held
+                assert code == grpc.StatusCode.DEADLINE_EXCEEDED and "0.5 s" in message, message
+                await wait_until(lambda: running.service.admission.admitted == 1)  # the first's text out again
+        answer = await running.embed.Embed(pb.EmbedRequest(inputs="after"))
+        [expected] = await running.tei("/embed", {"inputs": "after"})
+        np.testing.assert_allclose(answer.embeddings, expected, atol=1e-5)
+        assert arrived == ["first", "after"]  # the refused one never reached the gathering
+        metrics = (await running.http.get("/metrics")).text
+        assert "encoder_dropped_texts_total 1.0" in metrics  # the first's run, no one waiting for it, left the queue
+
+
+async def test_predict_calls_are_gathered_as_embed_calls_are_texts_apart_from_pairs(
+    classifier: Grpc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    classified: list[tuple[list[str], list[str] | None]] = []
+    tasks = classifier.service.app.state.tasks
+    classify = tasks.classify
+
+    def recorded(served: Any, native: Any, timing: Any) -> Any:
+        classified.append((list(native.texts), native.text_pair))
+        return classify(served, native, timing)
+
+    monkeypatch.setattr(tasks, "classify", recorded)
+    arrived, _ = watch_gathering(classifier, monkeypatch)
+    pairs = [pb.PredictPairRequest(inputs=[a, b]) for a, b in zip(TEXTS, TEXTS[1:])]
+    async with busy(classifier.service.model):
+        firsts = [  # each method's first call goes at once: Predict's and PredictPair's gather apart
+            asyncio.ensure_future(classifier.predict.Predict(pb.PredictRequest(inputs="the first"))),
+            asyncio.ensure_future(classifier.predict.PredictPair(pairs[0])),
+        ]
+        await wait_until(lambda: len(classified) == 2)
+        singles = [asyncio.ensure_future(classifier.predict.Predict(pb.PredictRequest(inputs=t))) for t in TEXTS]
+        paired_calls = [asyncio.ensure_future(classifier.predict.PredictPair(pair)) for pair in pairs]
+        await wait_until(lambda: len(arrived) == 2 + len(TEXTS) + len(pairs))
+        assert len(classified) == 2
+    answers, paired = await asyncio.gather(*singles), await asyncio.gather(*paired_calls)
+    assert all(len(answer.predictions) == 3 for answer in await asyncio.gather(*firsts))
+    assert sorted(classified[2:], key=lambda run: run[1] is None) == [
+        (TEXTS[:-1], TEXTS[1:]),  # the pairs, one request
+        (TEXTS, None),  # the single texts, another
+    ]
+    expected = await classifier.tei("/predict", {"inputs": [[t] for t in TEXTS]})
+    got = [[p.score for p in answer.predictions] for answer in answers]
+    np.testing.assert_allclose(got, [[p["score"] for p in row] for row in expected], atol=1e-5)
+    expected = await classifier.tei("/predict", {"inputs": [list(pair.inputs) for pair in pairs]})
+    got = [[p.score for p in answer.predictions] for answer in paired]
+    np.testing.assert_allclose(got, [[p["score"] for p in row] for row in expected], atol=1e-5)
+    for text, answer in zip(TEXTS, answers, strict=True):
+        tokens = await classifier.tei("/tokenize", {"inputs": text})
+        assert answer.metadata.compute_tokens == len(tokens[0]) and answer.metadata.compute_chars == len(text)
 
 
 # ---- front ends, and the generated code ----

@@ -8,7 +8,9 @@ past the request timeout, UNAUTHENTICATED without a valid key. Beside them, gRPC
 (``Health``).
 
 A stream's messages are computed as they arrive, up to STREAM_IN_FLIGHT at once, so that they share passes as the
-texts of one request do, and answered in their order; the first that fails ends the stream with its status.
+texts of one request do, and answered in their order; the first that fails ends the stream with its status. Unary
+calls of one text (Embed, Predict, PredictPair) that arrive while another of their method computes are gathered into
+one request (``Gathering``).
 RerankStream's messages are one reranking (raw_scores, return_text, truncate and truncation_direction read from the
 first, as TEI reads the first two).
 
@@ -62,6 +64,8 @@ GROUPS_AT_ONCE = 1  # groups of one method's unary calls computing at once: whil
 # errors that are the service's state, not a message's: a group's answer for every call in it, not retried alone (a
 # full queue is not among them: it may refuse a group where it would admit the group's calls one after the other)
 SHARED_ERRORS = frozenset({"timeout", "not_ready"})
+# set in a gathered run's task: the first call's timing, its calls admitted each (``Gathering``, ``TeiServicer._run``)
+GATHERED: contextvars.ContextVar[Timing | None] = contextvars.ContextVar("gathered", default=None)
 
 # our error types → gRPC status codes (TEI's own mapping, and the codes its clients expect)
 CODES: dict[str, grpc.StatusCode] = {
@@ -120,6 +124,12 @@ def embed_options(request: pb.EmbedRequest) -> tuple[object, ...]:
     )
 
 
+def predict_options(request: pb.PredictRequest | pb.PredictPairRequest) -> tuple[object, ...]:
+    """What a Predict or PredictPair message asks besides its texts (and how many it sends: one, or a pair)."""
+    texts = 1 if isinstance(request, pb.PredictRequest) else len(request.inputs)
+    return texts, request.truncate, request.raw_scores, request.truncation_direction
+
+
 class WithMetadata(Protocol):
     """An answer that carries TEI's metadata (pb.Metadata)."""
 
@@ -175,7 +185,9 @@ def gathered(answer: InRuns[Request, Answered], key: Callable[[Request], object]
         if gathering is None:
             run = lambda requests, served: answer(self, requests, served)  # noqa: E731
             gathering = self._gatherings[answer] = Gathering(run, key, self.settings.max_batch_texts)
-        return await gathering.join(request, served)
+        # each call admitted (a full queue refuses it at once) and awaited within its deadline, as it would be alone
+        joined, _ = await self.state.responder.run(lambda timing: gathering.join(request, served, timing))
+        return joined
 
     return one
 
@@ -282,9 +294,12 @@ class Call(Generic[Request, Answered]):
 
     request: Request
     answer: asyncio.Future[Answered]
+    timing: Timing  # its request's, admitted (``Responder.run``): the one its run computes under when it is the first
     context: contextvars.Context = field(default_factory=contextvars.copy_context)  # its span, where traced
     span: SpanContext | None = field(default_factory=tracing.current)  # where traced and sampled
     arrived: float = field(default_factory=time.perf_counter)
+    run: list[Call[Request, Answered]] = field(default_factory=list)  # the calls computed with it, once started
+    task: asyncio.Task[None] | None = None  # their run, computing
 
 
 class Gathering(Generic[Request, Answered]):
@@ -295,8 +310,10 @@ class Gathering(Generic[Request, Answered]):
 
     grpcio hands the event loop its calls one at a time, so calls each sent apart made passes of 1-2 texts under
     load, each paying a pass's fixed cost; HTTP's requests, read several a turn of the loop, make passes of 6 on the
-    same load (docs/benchmarks/host-path.md). A run that fails as one is answered message by message, each its own
-    answer or error, unless its error is the service's state (SHARED_ERRORS: every call's answer). A call's wait
+    same load (docs/benchmarks/host-path.md). Each call is admitted before it joins (``gathered``: a full queue
+    refuses it at once) and awaits its answer within its own deadline; a run whose callers are all gone is cancelled,
+    its texts leaving the queue. A run that fails as one is answered message by message, each its own answer or error,
+    unless its error is the service's state (SHARED_ERRORS: every call's answer). A call's wait
     counts in its metadata's queue and total time; where traced, the run computes under the first call's span, and
     each other call's span gets a ``gathered`` span linked to it."""
 
@@ -311,11 +328,16 @@ class Gathering(Generic[Request, Answered]):
         self.waiting: dict[tuple[int, object], tuple[ServedModel, list[Call[Request, Answered]]]] = {}
         self.tasks: set[asyncio.Task[None]] = set()  # the runs computing (held: the loop keeps weak references)
 
-    async def join(self, request: Request, served: ServedModel) -> Answered:
-        call: Call[Request, Answered] = Call(request, asyncio.get_running_loop().create_future())
+    async def join(self, request: Request, served: ServedModel, timing: Timing) -> Answered:
+        call: Call[Request, Answered] = Call(request, asyncio.get_running_loop().create_future(), timing)
         self.waiting.setdefault((id(served), self.key(request)), (served, []))[1].append(call)
         self.start()
-        return await call.answer  # cancelled (the client gone): its future is, and its run answers the rest
+        try:
+            return await call.answer  # cancelled (the client gone, its deadline passed): its future is too
+        except asyncio.CancelledError:
+            if call.task is not None and all(other.answer.done() for other in call.run):
+                call.task.cancel()  # no one waits for the run any more: its texts leave the queue
+            raise
 
     def start(self) -> None:
         """Start the waiting calls' runs, first come first, while fewer than GROUPS_AT_ONCE compute."""
@@ -332,9 +354,12 @@ class Gathering(Generic[Request, Answered]):
             task = asyncio.get_running_loop().create_task(self.computed(run, served), context=run[0].context)
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
+            for call in run:
+                call.run, call.task = run, task
 
     async def computed(self, run: list[Call[Request, Answered]], served: ServedModel) -> None:
         started = time.perf_counter()
+        GATHERED.set(run[0].timing)  # in this task's context only: its work is admitted already (``_run``)
         try:
             outcomes = await self.outcomes(run, served)
             for call, outcome in zip(run, outcomes, strict=True):
@@ -352,7 +377,7 @@ class Gathering(Generic[Request, Answered]):
                     start, end = tracing.epoch_ns(call.arrived), time.time_ns()
                     tracing.record("gathered", call.span, start, end, attributes, [run[0].span])
         finally:
-            for call in run:  # the run cancelled (the server stopping): its calls with it
+            for call in run:  # the run cancelled (its callers gone, or the server stopping): its calls with it
                 if not call.answer.done():
                     call.answer.cancel()
             self.computing -= 1
@@ -488,6 +513,11 @@ class TeiServicer:
         access.info("GRPC %s %s %.1f ms", route, code.name, seconds * 1000, extra=extra)
 
     async def _run(self, work: Callable[[Timing], Awaitable[T]], n_texts: int) -> tuple[T, Timing]:
+        """``work`` admitted for ``n_texts`` and within the deadline; a gathered run's, whose calls were each
+        admitted, under its first call's timing."""
+        gathered = GATHERED.get()
+        if gathered is not None:
+            return await self.state.responder.run_admitted(work, gathered)
         return await self.state.responder.run(work, n_texts)
 
     @property
@@ -603,42 +633,48 @@ class TeiServicer:
     # ---- Predict ----
 
     async def _predict(
-        self, inputs: list[str], truncate: bool, raw_scores: bool, direction: int, served: ServedModel
-    ) -> pb.PredictResponse:
+        self, inputs: list[list[str]], truncate: bool, raw_scores: bool, direction: int, served: ServedModel
+    ) -> list[pb.PredictResponse]:
+        """Texts, or pairs of texts (as many in each), labelled as one request of the service."""
         started = time.perf_counter()
         if served.card.head is None:
             raise Backend("Model is not a classifier model")
-        if not 1 <= len(inputs) <= 2:
+        if not 1 <= len(inputs[0]) <= 2 or any(len(texts) != len(inputs[0]) for texts in inputs):
             raise InvalidRequest("inputs", "one string, or a pair of strings")
-        if any(blank(text) for text in inputs):
+        if any(blank(text) for texts in inputs for text in texts):
             raise Empty("Input validation error: `inputs` cannot be empty")
         native = ClassifyRequest(
-            texts=[inputs[0]],
-            text_pair=[inputs[1]] if len(inputs) == 2 else None,
+            texts=[texts[0] for texts in inputs],
+            text_pair=[texts[1] for texts in inputs] if len(inputs[0]) == 2 else None,
             truncate=truncate,
             raw_scores=raw_scores,
         )
         served = served.read_as(reading(direction))
-        labelled, timing = await self._run(lambda t: self.state.tasks.classify(served, native, t), 1)
-        return pb.PredictResponse(
-            predictions=[pb.Prediction(score=score, label=label) for label, score in labelled.labels[0]],
-            metadata=metadata(sum(len(text) for text in inputs), labelled.tokens_used, started, timing),
-        )
+        labelled, timing = await self._run(lambda t: self.state.tasks.classify(served, native, t), len(inputs))
+        return [
+            pb.PredictResponse(
+                predictions=[pb.Prediction(score=score, label=label) for label, score in labels],
+                metadata=metadata(sum(len(text) for text in texts), tokens, started, timing),
+            )
+            for texts, labels, tokens in zip(inputs, labelled.labels, labelled.tokens, strict=True)
+        ]
 
-    async def _predict_one(self, request: pb.PredictRequest, served: ServedModel) -> pb.PredictResponse:
-        return await self._predict(
-            [request.inputs], request.truncate, request.raw_scores, request.truncation_direction, served
-        )
+    async def _predict_texts(self, requests: list[pb.PredictRequest], served: ServedModel) -> list[pb.PredictResponse]:
+        first = requests[0]
+        inputs = [[request.inputs] for request in requests]
+        return await self._predict(inputs, first.truncate, first.raw_scores, first.truncation_direction, served)
 
-    async def _predict_pair(self, request: pb.PredictPairRequest, served: ServedModel) -> pb.PredictResponse:
-        return await self._predict(
-            list(request.inputs), request.truncate, request.raw_scores, request.truncation_direction, served
-        )
+    async def _predict_pairs(
+        self, requests: list[pb.PredictPairRequest], served: ServedModel
+    ) -> list[pb.PredictResponse]:
+        first = requests[0]
+        inputs = [list(request.inputs) for request in requests]
+        return await self._predict(inputs, first.truncate, first.raw_scores, first.truncation_direction, served)
 
-    Predict = unary("Predict/Predict", _predict_one)
-    PredictPair = unary("Predict/PredictPair", _predict_pair)
-    PredictStream = streamed("Predict/PredictStream", alone(_predict_one))
-    PredictPairStream = streamed("Predict/PredictPairStream", alone(_predict_pair))
+    Predict = unary("Predict/Predict", gathered(_predict_texts, predict_options))
+    PredictPair = unary("Predict/PredictPair", gathered(_predict_pairs, predict_options))
+    PredictStream = streamed("Predict/PredictStream", _predict_texts, predict_options)
+    PredictPairStream = streamed("Predict/PredictPairStream", _predict_pairs, predict_options)
 
     # ---- Rerank ----
 
