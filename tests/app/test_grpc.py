@@ -53,6 +53,7 @@ class Grpc:
 
     def __init__(self, service: Service, channel: grpc.aio.Channel) -> None:
         self.service, self.http, self.channel = service, service.client, channel
+        self.deadlines: dict[str, list[Any]] = {}  # written by watch_gathering
         self.info = pb_grpc.InfoStub(channel)
         self.embed = pb_grpc.EmbedStub(channel)
         self.predict = pb_grpc.PredictStub(channel)
@@ -412,19 +413,29 @@ async def test_calls_are_counted_in_the_metrics(minilm: Grpc) -> None:
 # ---- unary calls gathered ----
 
 
+def embedding(running: Grpc, text: str, **options: Any) -> asyncio.Future[pb.EmbedResponse]:
+    """An Embed call sent, its answer to come."""
+    return asyncio.ensure_future(running.embed.Embed(pb.EmbedRequest(inputs=text, **options)))
+
+
 def watch_gathering(running: Grpc, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[list[str]]]:
-    """The texts of the Embed calls that reached the gathering, and of each request made of them to the service."""
+    """The texts of the Embed calls that reached the gathering, and of each request made of them to the service;
+    each call's deadline and each request's, in ``running.deadlines``."""
     arrived: list[str] = []
     requests: list[list[str]] = []
+    running.deadlines = {"calls": [], "requests": []}
     join, embeddings = Gathering.join, running.service.app.state.embeddings
     encode = embeddings.encode
 
     async def counted(self: Gathering, request: pb.EmbedRequest, served: Any, timing: Any) -> Any:
         arrived.append(request.inputs)
+        options = isinstance(request, pb.EmbedRequest) and request.HasField("normalize")
+        running.deadlines["calls"].append((request.inputs, options, timing.deadline))
         return await join(self, request, served, timing)
 
     def recorded(served: Any, native: Any, timing: Any) -> Any:
         requests.append(list(native.texts))
+        running.deadlines["requests"].append(timing.deadline)
         return encode(served, native, timing)
 
     monkeypatch.setattr(Gathering, "join", counted)
@@ -437,15 +448,18 @@ async def test_embed_calls_that_arrive_while_one_computes_are_one_request_each_a
 ) -> None:
     arrived, requests = watch_gathering(minilm, monkeypatch)
     async with busy(minilm.service.model):
-        first = asyncio.ensure_future(minilm.embed.Embed(pb.EmbedRequest(inputs="the first, computing")))
+        first = embedding(minilm, "the first, computing")
         await wait_until(lambda: len(requests) == 1)  # a lone call goes at once
-        calls = [asyncio.ensure_future(minilm.embed.Embed(pb.EmbedRequest(inputs=text))) for text in TEXTS]
-        other = asyncio.ensure_future(minilm.embed.Embed(pb.EmbedRequest(inputs=TEXTS[0], normalize=False)))
+        calls = [embedding(minilm, text) for text in TEXTS]
+        other = embedding(minilm, TEXTS[0], normalize=False)
         await wait_until(lambda: len(arrived) == 2 + len(TEXTS))
         assert len(requests) == 1  # the rest wait for the first's end
     answers, unnormalized = await asyncio.gather(*calls), await other
     assert len((await first).embeddings) == 384
     assert sorted(requests[1:], key=len) == [[TEXTS[0]], sorted(TEXTS, key=TEXTS.index)]  # by options, in one each
+    run = [len(request) for request in requests].index(len(TEXTS))
+    gathered = [deadline for text, options, deadline in minilm.deadlines["calls"] if text in TEXTS and not options]
+    assert minilm.deadlines["requests"][run] == max(gathered)  # the run dropped only when no call waits any more
     for text, answer in zip(TEXTS, answers, strict=True):
         [expected] = await minilm.tei("/embed", {"inputs": text})
         np.testing.assert_allclose(answer.embeddings, expected, atol=1e-5)
@@ -460,10 +474,10 @@ async def test_a_bad_call_among_gathered_ones_fails_alone_and_a_call_gone_is_not
 ) -> None:
     arrived, requests = watch_gathering(minilm, monkeypatch)
     async with busy(minilm.service.model):
-        first = asyncio.ensure_future(minilm.embed.Embed(pb.EmbedRequest(inputs="the first, computing")))
+        first = embedding(minilm, "the first, computing")
         await wait_until(lambda: len(requests) == 1)
-        good = [asyncio.ensure_future(minilm.embed.Embed(pb.EmbedRequest(inputs=text))) for text in TEXTS[:2]]
-        bad = asyncio.ensure_future(minilm.embed.Embed(pb.EmbedRequest(inputs="")))
+        good = [embedding(minilm, text) for text in TEXTS[:2]]
+        bad = embedding(minilm, "")
         gone = asyncio.ensure_future(minilm.embed.Embed(pb.EmbedRequest(inputs="gone before its turn"), timeout=0.5))
         await wait_until(lambda: len(arrived) == 5)
         assert (await status_of(gone))[0] == grpc.StatusCode.DEADLINE_EXCEEDED  # its client's deadline, waiting

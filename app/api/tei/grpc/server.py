@@ -359,7 +359,10 @@ class Gathering(Generic[Request, Answered]):
 
     async def computed(self, run: list[Call[Request, Answered]], served: ServedModel) -> None:
         started = time.perf_counter()
-        GATHERED.set(run[0].timing)  # in this task's context only: its work is admitted already (``_run``)
+        timing = run[0].timing
+        deadlines = [call.timing.deadline for call in run if call.timing.deadline is not None]
+        timing.deadline = max(deadlines, default=None)  # dropped where it computes apart only once every call's passed
+        GATHERED.set(timing)  # in this task's context only: its work is admitted already (``_run``)
         try:
             outcomes = await self.outcomes(run, served)
             for call, outcome in zip(run, outcomes, strict=True):
