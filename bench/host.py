@@ -12,9 +12,11 @@ request for the front ends under the one-text load, with the texts a second the 
 ``--against CHECKOUT`` starts another checkout's service beside this one (``git worktree add ../before <commit>``)
 and drives the two in turn, the order reversed every round: a change measured side by side.
 
-``--queue`` measures instead, in this process, the engine's own path without a pass: 16 concurrent requests of 32
-texts through a model's ``WorkQueue``, its ``Worker`` and three compute lanes, to a model whose pass returns zeros
-(CPU µs a text; ``--against`` runs the same in the other checkout, in a process of its own).
+``--queue`` measures instead, in a process of its own, the engine's own path without a pass: 16 concurrent requests
+of 32 texts (each a ``PackedTokens``, as a front end sends them) through a model's ``WorkQueue``, its ``Worker`` and
+three compute lanes, to a model that answers zeros, then to the near-free model whose pass answers zeros (its own
+Python around the pass counted: padding, tensors, pooling, answers). CPU µs a text; ``--against`` runs the same in
+the other checkout.
 """
 
 from __future__ import annotations
@@ -118,23 +120,36 @@ async def compare(servers: dict[str, tuple[int, int]], rounds: int, seconds: flo
 QUEUE_SCRIPT = """
 import asyncio, sys, time
 import numpy as np
+import torch
 from app.engine.compute import COMPUTE
 from app.engine.messages import Task
 from app.engine.work_queue import WorkQueue
 from app.engine.worker import Worker
-from model import EmbeddingSpec, TextEmbedding, TokenIds
+from model import EmbeddingSpec, PackedTokens, TextEmbedding, TokenIds, load_model
 
 class Zeros:
     def embed_encodings(self, encodings, specs):
         out = np.zeros((len(encodings), 32), np.float32)
         return [TextEmbedding(row) for row in out]
 
-async def main(requests):
+def near_free(path):
+    # the near-free model with its pass answering zeros: what is left is the Python around the pass
+    model = load_model(path, runtime="torch")
+    width = model.card.config.d_model
+    model.last_hidden_state = lambda ids, mask, types: torch.zeros(ids.shape + (width,))
+    return model
+
+async def main(requests, path):
     COMPUTE.configure(3)
-    texts = [TokenIds(list(range(100, 135)), [0] * 35) for _ in range(32)]
     spec = EmbeddingSpec(1, "mean", True)
+    if path == "-":  # texts as a front end sends them
+        model, texts = Zeros(), PackedTokens.of([TokenIds(list(range(100, 135)), [0] * 35) for _ in range(32)])
+    else:
+        model = near_free(path)
+        sentences = [" ".join(["word"] * (8 + i)) + " and the rest of a sentence" for i in range(32)]
+        texts = PackedTokens.of(model.card.tokenizer.encode(sentences))  # as a front end sends them
     queue = WorkQueue(lanes=3)
-    worker = Worker(queue, Zeros(), threads=3)
+    worker = Worker(queue, model, threads=3)
     async def client(n):
         for _ in range(n):
             await queue.run(Task("embed", texts, spec))
@@ -144,29 +159,38 @@ async def main(requests):
     print(1e6 * (time.process_time() - started) / (16 * requests * 32))
     worker.stop()
 
-asyncio.run(main(int(sys.argv[1])))
+asyncio.run(main(int(sys.argv[1]), sys.argv[2]))
 """
 
 
 def queue_path(checkouts: dict[str, Path], rounds: int) -> None:
-    """The engine's queue, worker and lanes alone (``QUEUE_SCRIPT``), each checkout in turn, in a process of its own."""
+    """The engine's queue, worker and lanes alone (``QUEUE_SCRIPT``), each checkout in turn, in a process of its own:
+    to a model whose pass is zeros, and to the near-free model whose pass answers zeros (its own Python around the
+    pass counted: padding, tensors, pooling, results)."""
     import sys
 
-    results: dict[str, list[float]] = {name: [] for name in checkouts}
+    model = write_tiny_bert(Path(tempfile.mkdtemp(prefix="host-")) / "tiny")
+    paths = {"a model answering zeros": "-", "the near-free model, its pass answering zeros": str(model)}
+    results: dict[str, dict[str, list[float]]] = {path: {name: [] for name in checkouts} for path in paths}
     for round_ in range(rounds):
         order = list(checkouts) if round_ % 2 == 0 else list(reversed(checkouts))
-        for name in order:
-            output = subprocess.run(
-                [sys.executable, "-c", QUEUE_SCRIPT, "300"], cwd=checkouts[name], capture_output=True, text=True
-            )
-            if output.returncode:
-                raise RuntimeError(output.stderr)
-            results[name].append(float(output.stdout.split()[-1]))
-    print("\nthe engine's queue, worker and 3 lanes, a pass of zeros, 16 requests × 32 texts at once\n")
-    print("| checkout | CPU µs a text (rounds) | median |")
-    print("|---|---|---:|")
-    for name, values in results.items():
-        print(f"| {name} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} |")
+        for what, path in paths.items():
+            for name in order:
+                output = subprocess.run(
+                    [sys.executable, "-c", QUEUE_SCRIPT, "300", path],
+                    cwd=checkouts[name],
+                    capture_output=True,
+                    text=True,
+                )
+                if output.returncode:
+                    raise RuntimeError(output.stderr)
+                results[what][name].append(float(output.stdout.split()[-1]))
+    for what, by_checkout in results.items():
+        print(f"\nthe engine's queue, worker and 3 lanes, {what}, 16 requests × 32 texts at once\n")
+        print("| checkout | CPU µs a text (rounds) | median |")
+        print("|---|---|---:|")
+        for name, values in by_checkout.items():
+            print(f"| {name} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} |")
 
 
 def main() -> None:

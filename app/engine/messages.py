@@ -149,7 +149,7 @@ class Task:
 # What a pass of a kind runs: the loaded model's method for it, given the pass's texts and options (for a batched
 # kind one option a text, for another kind the task's one option), returning one result a text for a batched
 # kind and a list of the task's one result otherwise. Called on a compute lane (app/engine/worker.py).
-Pass = Callable[["TextEncoder", Sequence[TokenSequence], Any], list[Any]]
+Pass = Callable[["TextEncoder", Sequence[TokenSequence], Any], Sequence[Any]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from app.engine.interface import Models
 from app.engine.messages import ModelFacts, Task, TaskKind, Timing
 from app.engine.wire import FrameReader
 from app.metrics import Metrics
-from model import PackedTokens, Scores, TextEmbedding, TokenIds
+from model import EmbeddedTexts, PackedTokens, ScoredTexts, TokenIds
 
 logger = logging.getLogger(__name__)
 
@@ -107,12 +107,16 @@ def _scored_rows(logits: Any, probabilities: Any) -> ScoredRows:
     return ScoredRows(_restored(logits), _restored(probabilities))
 
 
-def packed(kind: TaskKind, results: list[Any]) -> Any:
+def packed(kind: TaskKind, results: Sequence[Any]) -> Any:
     """A task's results as they cross back: the batched kinds of fixed width in arrays, the rest as they are."""
     if len(results) < PACK_AT:
         return results
+    if kind == "embed" and isinstance(results, EmbeddedTexts) and results.token_vectors is None:
+        return EmbeddedRows(results.sentences)
     if kind == "embed" and all(result.tokens is None for result in results):
         return EmbeddedRows(np.stack([result.sentence for result in results]))
+    if kind == "classify" and isinstance(results, ScoredTexts):
+        return ScoredRows(results.logits, results.probabilities)
     if kind == "classify":
         return ScoredRows(
             np.stack([result.logits for result in results]), np.stack([result.probabilities for result in results])
@@ -120,12 +124,12 @@ def packed(kind: TaskKind, results: list[Any]) -> Any:
     return results
 
 
-def unpacked(results: Any) -> list[Any]:
-    """What ``packed`` sent, as the services take it: one result a text."""
+def unpacked(results: Any) -> Sequence[Any]:
+    """What ``packed`` sent, as the services take it: one result for each text (embeddings as their arrays)."""
     if isinstance(results, EmbeddedRows):
-        return [TextEmbedding(row) for row in results.sentences]
+        return EmbeddedTexts(results.sentences)
     if isinstance(results, ScoredRows):
-        return [Scores(*row) for row in zip(results.logits, results.probabilities, strict=True)]
+        return ScoredTexts(results.logits, results.probabilities)
     return results
 
 
@@ -329,7 +333,7 @@ class EngineQueue:
         self.max_batch_tokens = facts.max_batch_tokens
         self.deadline_s = deadline_s  # a request's whole time, where it brings no deadline of its own
 
-    async def run(self, task: Task, timing: Timing | None = None) -> list[Any]:
+    async def run(self, task: Task, timing: Timing | None = None) -> Sequence[Any]:
         if task.batched and not task.texts:
             return []
         # The engine drops what is still queued once the request's time is up: the time left, not the whole timeout

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from app import tracing
 from app.engine.errors import EngineStopped
 from app.engine.messages import KINDS, Options, Task, TaskKind, Timing
-from model import PackedTokens, TokenSequence
+from model import PackedTokens, TokenSequence, joined_results
 
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
@@ -115,8 +115,9 @@ class Ticket:
         parent: SpanContext | None = None,
     ) -> None:
         self.loop = loop
-        self.future: asyncio.Future[list[Any]] = loop.create_future()
-        self.results: list[Any] = [None] * n_entries
+        self.future: asyncio.Future[Sequence[Any]] = loop.create_future()
+        self.parts: list[tuple[int, Sequence[Any]]] = []  # (first text's index, results) from each pass
+        self.results: Sequence[Any] = ()  # every text's, once all are in: a pass's own answer (arrays) where it was one
         self.remaining = n_entries
         self.timing = timing
         self.submitted = time.perf_counter()
@@ -139,9 +140,10 @@ class Ticket:
     def set(self, index: int, values: Sequence[Any]) -> bool:
         """Record the results of the texts from ``index`` on; True once every text has one (then ``settle`` the
         ticket)."""
-        self.results[index : index + len(values)] = values
+        self.parts.append((index, values))
         self.remaining -= len(values)
-        if self.remaining == 0:
+        if self.remaining == 0:  # its passes' answers as one, in its texts' order (lanes may finish out of order)
+            self.results = joined_results([part for _, part in sorted(self.parts, key=lambda part: part[0])])
             self.ended = time.perf_counter()
             if self.timing is not None and self.started is not None:
                 self.timing.queue_s = self.started - self.submitted
@@ -172,7 +174,7 @@ class Ticket:
 def settle(tickets: Sequence[Ticket]) -> None:
     """On the inference thread: hand finished tickets their results, with one wake-up of each event loop
     for a whole pass rather than one per request."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], list[Any]]]] = {}
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Sequence[Any]]]] = {}
     for ticket in tickets:
         by_loop.setdefault(ticket.loop, []).append((ticket.future, ticket.results))
     for loop, finished in by_loop.items():
@@ -182,7 +184,7 @@ def settle(tickets: Sequence[Ticket]) -> None:
             pass
 
 
-def _resolve_all(finished: list[tuple[asyncio.Future[Any], list[Any]]]) -> None:
+def _resolve_all(finished: list[tuple[asyncio.Future[Any], Sequence[Any]]]) -> None:
     for future, value in finished:
         if not future.done():
             future.set_result(value)
@@ -273,7 +275,7 @@ class WorkQueue:
 
     # ---- the event loop's side ----
 
-    async def run(self, task: Task, timing: Timing | None = None) -> list[Any]:
+    async def run(self, task: Task, timing: Timing | None = None) -> Sequence[Any]:
         """The task's results: one per text, in the request's order, for a batched kind; else its one result."""
         if task.batched and not task.texts:
             return []

@@ -36,7 +36,7 @@ from app.engine.compute import COMPUTE
 from app.engine.errors import ComputeFailed
 from app.engine.messages import KINDS, Task, TaskKind, Timing
 from app.engine.work_queue import Entry, Ticket, WorkQueue, settle, texts_in
-from model import TokenSequence
+from model import PackedTokens, TokenSequence
 
 if TYPE_CHECKING:
     from model import TextEncoder
@@ -49,7 +49,7 @@ IDLE_INTERVAL_S = 2.0  # the idle hook runs at most this often, and only after w
 SETTLE_AFTER_S = 5.0
 
 
-def compute(model: TextEncoder, kind: TaskKind, texts: Sequence[TokenSequence], options: Any) -> list[Any]:
+def compute(model: TextEncoder, kind: TaskKind, texts: Sequence[TokenSequence], options: Any) -> Sequence[Any]:
     """One pass of one kind (on a compute lane): its declared pass (app/engine/messages.py, ``KINDS``)."""
     return KINDS[kind].compute(model, texts, options)
 
@@ -175,10 +175,9 @@ class Worker:
         started = time.perf_counter()
         for ticket in _tickets(entries):
             ticket.start(started)
-        texts: list[TokenSequence] = []
+        texts = PackedTokens.joined([entry.texts for entry in entries])  # the pass pads them array by array
         options: list[Any] = []
         for entry in entries:
-            texts += entry.texts
             options += [entry.options] * entry.n_texts
         try:
             results = COMPUTE.run(
@@ -279,7 +278,7 @@ class Computing:
     def __init__(self, name: str, model: TextEncoder, queue: WorkQueue, worker: Worker) -> None:
         self.name, self.model, self.queue, self.worker = name, model, queue, worker
 
-    async def run(self, task: Task, timing: Timing | None = None) -> list[Any]:
+    async def run(self, task: Task, timing: Timing | None = None) -> Sequence[Any]:
         return await self.queue.run(task, timing)
 
     async def run_in_turn(self, tasks: Sequence[Task], timing: Timing | None = None) -> list[Any]:

@@ -22,6 +22,7 @@ from app.serving.registry import ServedModel
 from app.serving.tokenization import check_token_ids
 from app.settings import Settings
 from model import (
+    EmbeddedTexts,
     EmbeddingSpec,
     MultiVectorOptions,
     MultiVectors,
@@ -30,6 +31,8 @@ from model import (
     TextEmbedding,
     TokenSequence,
     keep_dimensions,
+    sentence_rows,
+    token_rows,
     unit_rows,
 )
 
@@ -165,16 +168,16 @@ class Embeddings:
                 raise InvalidRequest("chunking", "not with return_token_embeddings (a text's tokens span windows)")
             encodings = await served.tokens.encode(texts, param="texts", whole=True)
             sentences, counted = await self.chunked(served, encodings, spec, request.chunking.overlap, timing)
-            results = [TextEmbedding(sentence) for sentence in sentences]
+            results: Sequence[TextEmbedding] = EmbeddedTexts(sentences)
         else:
             encodings = await served.tokens.encode(
                 texts, truncate=request.truncate, param="texts", token_text=request.return_tokens
             )
             results = await served.queue.run(Task("embed", encodings, spec), timing)
-            sentences, counted = np.stack([result.sentence for result in results]), encodings  # (B, D)
+            sentences, counted = sentence_rows(results), encodings  # (B, D)
         if request.dimensions is not None:
             sentences = keep_dimensions(sentences, request.dimensions, normalize_again=request.normalize)
-        tokens = [result.tokens for result in results]
+        tokens = token_rows(results)
         return Embedded(served.name, sentences, encodings, tokens, tokens_in(counted))
 
     async def chunked(
@@ -204,7 +207,7 @@ class Embeddings:
         pooled = await served.queue.run(Task("embed", flat, replace(spec, normalize=False)), timing)
         sentences, start = [], 0
         for text in windows:
-            vectors = np.stack([result.sentence for result in pooled[start : start + len(text)]])  # (k, D)
+            vectors = sentence_rows(pooled[start : start + len(text)])  # (k, D)
             weights = np.array([len(window.ids) for window in text], dtype=np.float32)  # (k,)
             sentences.append(weights @ vectors / weights.sum())
             start += len(text)
@@ -274,7 +277,7 @@ class Embeddings:
             sentences, counted = await self.chunked(served, texts_given, spec, overlap, timing, "input")
         else:
             results = await served.queue.run(Task("embed", encodings, spec), timing)
-            sentences = np.stack([result.sentence for result in results])  # (B, D)
+            sentences = sentence_rows(results)  # (B, D)
         if inputs.dimensions is not None:
             sentences = keep_dimensions(sentences, inputs.dimensions)
         return Embedded(served.name, sentences, encodings, [None] * len(encodings), tokens_in(counted))
@@ -396,7 +399,7 @@ class Embeddings:
             [side.tokens[p] if p < len(side.tokens) else filler for p in result.positions.tolist()]
             for side, result in zip(sides, results, strict=True)
         ]
-        return sides, results, tokens
+        return sides, list(results), tokens
 
     @staticmethod
     async def side_tokens(

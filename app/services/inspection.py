@@ -35,6 +35,7 @@ from model import (
     Word,
     maxsim,
     resolve_indices,
+    sentence_rows,
 )
 
 
@@ -285,7 +286,7 @@ class Inspection:
             skip=skip,
         )
         results = await served.queue.run(Task("embed", [source_encoding, *encodings], spec), timing)
-        sentences = np.stack([result.sentence for result in results])  # (1 + N, D), unit length
+        sentences = sentence_rows(results)  # (1 + N, D), unit length
         scores = sentences[1:] @ sentences[0]  # (N,)
         explanations = None
         if request.explain:

@@ -29,6 +29,8 @@ from model import (
     TokenIds,
     TokenSequence,
     maxsim,
+    score_rows,
+    sentence_rows,
 )
 
 
@@ -155,7 +157,8 @@ class Tasks:
         if request.explain:
             self.check_explained(len(encodings))
         scored = await served.queue.run(Task("classify", encodings), timing)
-        scores = np.array([(row.logits if request.raw_scores else row.probabilities)[0] for row in scored])  # (B,)
+        rows = score_rows(scored)
+        scores = (rows.logits if request.raw_scores else rows.probabilities)[:, 0]  # (B,)
         ranked = self.ranked(served, request, method, scores, encodings)
         if not request.explain:
             return ranked
@@ -200,7 +203,7 @@ class Tasks:
             served.queue.run(Task("embed", [query_encoding], specs[0])),
             served.queue.run(Task("embed", encodings, specs[1]), timing),
         )
-        documents_matrix = np.stack([result.sentence for result in document_vectors])  # (B, D)
+        documents_matrix = sentence_rows(document_vectors)  # (B, D)
         return documents_matrix @ query_vector[0].sentence, [query_encoding, *encodings]
 
     async def maxsim(
@@ -348,15 +351,15 @@ class Tasks:
         )
         if request.explain:
             self.check_explained(len(encodings))
-        scores = await served.queue.run(Task("classify", encodings), timing)
-        probabilities = np.stack([row.logits if request.raw_scores else row.probabilities for row in scores])
+        scores = score_rows(await served.queue.run(Task("classify", encodings), timing))
+        probabilities = scores.logits if request.raw_scores else scores.probabilities  # (B, labels)
         labels = [
             [(head.labels[j], float(row[j])) for j in np.argsort(-row, kind="stable")[: request.top_k]]
             for row in probabilities
         ]
         explanations = None
         if request.explain:  # of each text's top label
-            tops = [int(np.argmax(row.logits)) for row in scores]
+            tops = scores.logits.argmax(axis=1).tolist()
             explanations = await self.explanations(served, encodings, tops)
         return Labelled(served.name, labels, [len(encoding.ids) for encoding in encodings], explanations)
 

@@ -37,15 +37,15 @@ from model.spec.outputs import (
     AttentionSelection,
     Attribution,
     AttributionOptions,
+    EmbeddedTexts,
     EmbeddingSpec,
     HeadSteps,
     MultiVectorOptions,
     MultiVectors,
     PositionQuery,
-    Scores,
+    ScoredTexts,
     SparseOptions,
     SparseVector,
-    TextEmbedding,
 )
 from model.spec.tokenizer import Batch, TokenSequence
 
@@ -233,13 +233,10 @@ class TextEncoder:
             skip=self.card.prompt_skip(before),
         )
         encodings = self.card.tokenizer.encode(self.card.prompted(texts, prompt_name, prompt), truncate=truncate)
-        results = self.embed_encodings(encodings, [spec] * len(encodings))
-        return torch.from_numpy(np.stack([result.sentence for result in results]))  # (B, D')
+        return torch.from_numpy(self.embed_encodings(encodings, [spec] * len(encodings)).sentences)  # (B, D')
 
     @torch.inference_mode()
-    def embed_encodings(
-        self, encodings: Sequence[TokenSequence], specs: Sequence[EmbeddingSpec]
-    ) -> list[TextEmbedding]:
+    def embed_encodings(self, encodings: Sequence[TokenSequence], specs: Sequence[EmbeddingSpec]) -> EmbeddedTexts:
         """One forward pass over tokenised texts, each with its own layer, pooling and normalisation.
 
         Layers above the deepest one asked for are not computed; each distinct (layer, pooling,
@@ -248,8 +245,9 @@ class TextEncoder:
         assert len(encodings) == len(specs) > 0, "one spec per encoding, at least one"
         batch = self.card.tokenizer.pad(encodings)
         input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
-        deepest = max(spec.layer for spec in specs)
-        mixed_layers = any(spec.layer != deepest for spec in specs)
+        distinct = list({id(spec): spec for spec in specs}.values())  # a pass's texts share a few: one a request
+        deepest = max(spec.layer for spec in distinct)
+        mixed_layers = any(spec.layer != deepest for spec in distinct)
         if not mixed_layers and deepest == self.card.config.n_layers:  # what nearly every request asks for
             output = EncoderOutput(self.last_hidden_state(input_ids, attention_mask, token_type_ids))
         else:
@@ -267,28 +265,35 @@ class TextEncoder:
             return as_float[layer]
 
         rows_by_kind: dict[tuple[int, Pooling, bool], list[int]] = {}
-        for row, spec in enumerate(specs):
-            rows_by_kind.setdefault((spec.layer, spec.pooling, spec.normalize), []).append(row)
+        if len(distinct) == 1:
+            rows_by_kind[(deepest, distinct[0].pooling, distinct[0].normalize)] = list(range(len(specs)))
+        else:
+            for row, spec in enumerate(specs):
+                rows_by_kind.setdefault((spec.layer, spec.pooling, spec.normalize), []).append(row)
+        skipping = any(spec.skip for spec in distinct)
         sentences = np.empty((len(specs), self.card.dimension), dtype=np.float32)  # (B, D')
         for (layer, pooling, normalize_rows), rows in rows_by_kind.items():
             states, mask = hidden(layer), attention_mask
             if len(rows) < len(specs):
                 index = torch.tensor(rows, device=states.device)
                 states, mask = states.index_select(0, index), mask.index_select(0, index)  # (b, T, D), (b, T)
-            skips = [specs[row].skip for row in rows]
+            skips = [specs[row].skip for row in rows] if skipping else []
             skip = torch.tensor(skips, device=states.device) if any(skips) else None
             pooled = sentence_embeddings(states, mask, pooling, normalize_rows, self.dense, skip)  # (b, D')
             sentences[rows] = pooled.float().cpu().numpy()
 
-        token_layers = {spec.layer for spec in specs if spec.token_vectors}
+        token_layers = {spec.layer for spec in distinct if spec.token_vectors}
+        if not token_layers:
+            return EmbeddedTexts(sentences)
         token_vectors = {layer: hidden(layer).cpu().numpy() for layer in token_layers}  # layer → (B, T, D)
-        return [
-            TextEmbedding(
-                sentences[row],
-                token_vectors[spec.layer][row, : len(encoding.ids)] if spec.token_vectors else None,
-            )
-            for row, (encoding, spec) in enumerate(zip(encodings, specs))
-        ]
+        lengths = batch.attention_mask.sum(axis=1).tolist()  # (B,) each text's own tokens
+        return EmbeddedTexts(
+            sentences,
+            [
+                token_vectors[spec.layer][row, : lengths[row]] if spec.token_vectors else None
+                for row, spec in enumerate(specs)
+            ],
+        )
 
     @torch.inference_mode()
     def sparse_encodings(
@@ -495,11 +500,11 @@ class TextEncoder:
             at_baseline = lambda points: score(points, baseline_ids)  # noqa: E731
             return integrated_gradients(score, embedded.detach(), baseline.detach(), options.steps, rows, at_baseline)
 
-    def scores(self, encodings: Sequence[TokenSequence]) -> list[Scores]:
+    def scores(self, encodings: Sequence[TokenSequence]) -> ScoredTexts:
         """Each text's logits and probabilities, from one pass (``classify`` and ``probabilities``)."""
         logits = self.classify(encodings)  # (B, labels)
         probabilities = self.probabilities(logits)  # (B, labels)
-        return [Scores(*row) for row in zip(logits.cpu().numpy(), probabilities.cpu().numpy())]
+        return ScoredTexts(logits.cpu().numpy(), probabilities.cpu().numpy())
 
     def probabilities(self, logits: Tensor) -> Tensor:
         """The scores of ``classify``'s logits: the classification head's (softmax, or sigmoids), or the sigmoid of

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -49,6 +49,60 @@ class TextEmbedding:
     tokens: np.ndarray | None = None  # (T, D) float32, the text's own tokens only (no padding)
 
 
+@dataclass(frozen=True, eq=False)
+class EmbeddedTexts(Sequence[TextEmbedding]):
+    """A pass's texts' results as arrays: every sentence vector in one (n, D') array, and each text's token vectors
+    where its spec asked (else None). Read by index, a text is its ``TextEmbedding``; a slice is a view of the
+    same arrays, so that a pass's answer reaches each request without an object a text."""
+
+    sentences: np.ndarray  # (n, D') float32
+    token_vectors: Sequence[np.ndarray | None] | None = None  # n entries; None where no text asked for them
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]  # Sequence's int and slice overloads
+        tokens = self.token_vectors
+        if isinstance(index, slice):
+            return EmbeddedTexts(self.sentences[index], None if tokens is None else tokens[index])
+        return TextEmbedding(self.sentences[index], None if tokens is None else tokens[index])
+
+
+def joined_results(parts: Sequence[Sequence[Any]]) -> Sequence[Any]:
+    """A request's results from several passes, in order, as one: one pass's answer as it is, arrays joined where
+    every part is arrays, else a list."""
+    if len(parts) == 1:
+        return parts[0]
+    if all(isinstance(part, EmbeddedTexts) for part in parts):
+        embedded: list[EmbeddedTexts] = list(parts)  # type: ignore[arg-type]
+        tokens = (
+            None
+            if all(part.token_vectors is None for part in embedded)
+            else [vectors for part in embedded for vectors in (part.token_vectors or [None] * len(part))]
+        )
+        return EmbeddedTexts(np.concatenate([part.sentences for part in embedded]), tokens)
+    if all(isinstance(part, ScoredTexts) for part in parts):
+        scored: list[ScoredTexts] = list(parts)  # type: ignore[arg-type]
+        return ScoredTexts(
+            np.concatenate([part.logits for part in scored]), np.concatenate([part.probabilities for part in scored])
+        )
+    return [result for part in parts for result in part]
+
+
+def sentence_rows(results: Sequence[TextEmbedding]) -> np.ndarray:
+    """Embed results' sentence vectors as one (n, D') array: the array itself where they came as one."""
+    if isinstance(results, EmbeddedTexts):
+        return results.sentences
+    return np.stack([result.sentence for result in results])
+
+
+def token_rows(results: Sequence[TextEmbedding]) -> list[np.ndarray | None]:
+    """Embed results' token vectors, each text's (T, D) or None where it did not ask for them."""
+    if isinstance(results, EmbeddedTexts):
+        return [None] * len(results) if results.token_vectors is None else list(results.token_vectors)
+    return [result.tokens for result in results]
+
+
 @dataclass(frozen=True)
 class SparseVector:
     """One text's sparse vector: vocabulary ids ascending and their weights, the non-zero ones only."""
@@ -86,6 +140,32 @@ class Scores:
 
     logits: np.ndarray  # (labels,) float32
     probabilities: np.ndarray  # (labels,): softmax, or a sigmoid per label (multi-label heads, cross-encoders)
+
+
+@dataclass(frozen=True, eq=False)
+class ScoredTexts(Sequence[Scores]):
+    """A classification pass's texts' scores as arrays, (n, labels) each: read by index, a text is its ``Scores``;
+    a slice is a view of the same arrays."""
+
+    logits: np.ndarray
+    probabilities: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.logits)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]  # Sequence's int and slice overloads
+        if isinstance(index, slice):
+            return ScoredTexts(self.logits[index], self.probabilities[index])
+        return Scores(self.logits[index], self.probabilities[index])
+
+
+def score_rows(results: Sequence[Scores]) -> ScoredTexts:
+    """Classification results as arrays (n, labels): themselves where they came as arrays."""
+    if isinstance(results, ScoredTexts):
+        return results
+    return ScoredTexts(
+        np.stack([result.logits for result in results]), np.stack([result.probabilities for result in results])
+    )
 
 
 ATTRIBUTION_METHODS = ("integrated_gradients", "gradient_x_input")

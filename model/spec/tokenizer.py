@@ -92,9 +92,39 @@ class PackedTokens(Sequence[TokenIds]):
         """Each text's tokens."""
         return np.diff(self.starts).tolist()
 
+    @classmethod
+    def joined(cls, parts: Sequence[Sequence[TokenSequence]]) -> PackedTokens:
+        """Several requests' texts as one pack, in order: packs joined array by array, the texts between them packed
+        together first (one request of one text is a list: packing each alone would cost more than padding it)."""
+        packs: list[PackedTokens] = []
+        loose: list[TokenSequence] = []  # texts given as lists since the last pack
+        for part in parts:
+            if isinstance(part, PackedTokens):
+                if loose:
+                    packs.append(cls.of(loose))
+                    loose = []
+                packs.append(part)
+            else:
+                loose += part
+        if loose or not packs:
+            packs.append(cls.of(loose))
+        if len(packs) == 1:
+            return packs[0]
+        ends = np.cumsum([int(pack.starts[-1]) for pack in packs])  # where each pack's tokens end in the join
+        return cls(
+            np.concatenate([pack.ids for pack in packs]),
+            np.concatenate([pack.type_ids for pack in packs]),
+            np.concatenate([packs[0].starts, *(pack.starts[1:] + end for pack, end in zip(packs[1:], ends))]),
+        )
+
     def __getitem__(self, index):  # type: ignore[no-untyped-def]  # Sequence's int and slice overloads
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+        if isinstance(index, slice):  # a pack of its own, the arrays' views
+            first, last, step = index.indices(len(self))
+            if step != 1:
+                return PackedTokens.of([self[i] for i in range(first, last, step)])
+            last = max(first, last)
+            begin, end = int(self.starts[first]), int(self.starts[last])
+            return PackedTokens(self.ids[begin:end], self.type_ids[begin:end], self.starts[first : last + 1] - begin)
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
@@ -323,7 +353,16 @@ class TextTokenizer:
         return TokenIds(ids, [0] * len(ids))
 
     def pad(self, encodings: Sequence[TokenSequence]) -> Batch:
-        """Stack encodings into (B, T) arrays, padding on the right to the longest."""
+        """Stack encodings into (B, T) arrays, padding on the right to the longest (packed texts by whole arrays,
+        not a text at a time)."""
+        if isinstance(encodings, PackedTokens):
+            lengths = np.diff(encodings.starts)  # (B,)
+            real = np.arange(int(lengths.max())) < lengths[:, None]  # (B, T): row-major, the packed order
+            input_ids = np.full(real.shape, self.pad_token_id, dtype=np.int64)
+            input_ids[real] = encodings.ids
+            token_type_ids = np.zeros(real.shape, dtype=np.int64)
+            token_type_ids[real] = encodings.type_ids
+            return Batch(input_ids, real.astype(np.int64), token_type_ids)
         T = max(len(e.ids) for e in encodings)
         B = len(encodings)
         input_ids = np.full((B, T), self.pad_token_id, dtype=np.int64)

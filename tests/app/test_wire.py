@@ -14,7 +14,7 @@ import pytest
 
 from app.engine.remote import EmbeddedRows, ScoredRows, packed, unpacked
 from app.engine.wire import COUNTS, LARGE_FRAME_BYTES, LENGTH, FrameReader, frame
-from model import Scores, TextEmbedding
+from model import EmbeddedTexts, ScoredTexts, Scores, TextEmbedding, score_rows, sentence_rows, token_rows
 
 
 def messages() -> list[Any]:
@@ -134,11 +134,17 @@ def test_a_batched_kinds_answer_crosses_in_arrays_and_arrives_equal() -> None:
     embedded = [TextEmbedding(row.copy()) for row in sentences]
     scored = [Scores(rng.standard_normal(3).astype(np.float32), rng.random(3).astype(np.float32)) for _ in range(4)]
     with_tokens = [TextEmbedding(sentences[0], rng.standard_normal((4, 8)).astype(np.float32))]
+    logits, probabilities = rng.standard_normal((6, 3)).astype(np.float32), rng.random((6, 3)).astype(np.float32)
+    tokens = rng.standard_normal((3, 8)).astype(np.float32)
     for kind, results, crossing in (
         ("embed", embedded, EmbeddedRows),
         ("classify", scored, ScoredRows),
         ("embed", with_tokens, list),
         ("embed", [], list),
+        # a pass's own answers, as a request gets its slice of them
+        ("embed", EmbeddedTexts(sentences)[1:5], EmbeddedRows),
+        ("classify", ScoredTexts(logits, probabilities)[2:], ScoredRows),
+        ("embed", EmbeddedTexts(sentences, [None, tokens, None, None, None])[:4], EmbeddedTexts),
     ):
         sent = packed(kind, results)  # type: ignore[arg-type]
         assert isinstance(sent, crossing)
@@ -153,3 +159,8 @@ def test_a_batched_kinds_answer_crosses_in_arrays_and_arrives_equal() -> None:
         for a, b in zip(results, back, strict=True):
             assert type(a) is type(b)
             assert all(same(x, y) for x, y in zip(vars(a).values(), vars(b).values(), strict=True))
+        if results and kind == "embed":  # the services read them as arrays
+            assert same(sentence_rows(back), sentence_rows(list(results)))  # type: ignore[arg-type]
+            assert all(same(x, y) for x, y in zip(token_rows(back), token_rows(list(results)), strict=True))  # type: ignore[arg-type]
+        if kind == "classify":
+            assert same(score_rows(back).probabilities, score_rows(list(results)).probabilities)  # type: ignore[arg-type]

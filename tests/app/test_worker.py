@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
@@ -64,7 +64,7 @@ def encode(model: TextEncoder, texts: list[str]) -> list[Encoding]:
     return model.card.tokenizer.encode(texts)
 
 
-def embed(queue: WorkQueue, encodings: list[Encoding]) -> Coroutine[Any, Any, list[Any]]:
+def embed(queue: WorkQueue, encodings: list[Encoding]) -> Coroutine[Any, Any, Sequence[Any]]:
     """A request's texts to embed (SPEC), as the services queue them."""
     return queue.run(Task("embed", encodings, SPEC))
 
@@ -100,7 +100,7 @@ async def test_passes_keep_to_their_size_and_token_limits_and_each_request_gets_
     queue = WorkQueue(max_batch_tokens=max_batch_tokens, max_batch_size=max_batch_size)
     shapes: list[tuple[int, int]] = []  # (texts, longest) of each pass the model is given
 
-    def recorded(encodings: list[Encoding], specs: list[EmbeddingSpec]) -> list[Any]:
+    def recorded(encodings: list[Encoding], specs: list[EmbeddingSpec]) -> Sequence[Any]:
         shapes.append((len(encodings), max(len(e.ids) for e in encodings)))
         return tiny_model.embed_encodings(encodings, specs)
 
@@ -138,7 +138,7 @@ async def test_a_request_cancelled_while_a_slice_of_it_computes_leaves_the_rest_
     computing, release = threading.Event(), threading.Event()
     passes: list[int] = []
 
-    def held(encodings: list[Encoding], specs: list[EmbeddingSpec]) -> list[Any]:
+    def held(encodings: list[Encoding], specs: list[EmbeddingSpec]) -> Sequence[Any]:
         passes.append(len(encodings))
         if len(passes) == 1:
             computing.set()
@@ -650,7 +650,7 @@ class LargeAndSmall:
             self.ended.append(("attention", time.monotonic()))
         return np.zeros(1)
 
-    def embed_encodings(self, encodings: list[Encoding], specs: list[EmbeddingSpec]) -> list[Any]:
+    def embed_encodings(self, encodings: list[Encoding], specs: list[EmbeddingSpec]) -> Sequence[Any]:
         results = self.model.embed_encodings(encodings, specs)
         with self.lock:
             self.ended.append(("embed", time.monotonic()))
@@ -745,3 +745,36 @@ async def test_a_closed_queue_whose_last_entry_waits_at_the_gate_waits_rather_th
         assert [entry.kind for entry in await asyncio.wait_for(waiting, 5) or []] == ["attention"]
     finally:
         request.cancel()
+
+
+def test_a_request_answered_by_several_passes_gets_its_rows_in_order_whichever_pass_ends_first() -> None:
+    """A request cut across passes gets each pass's slice (a view of the pass's arrays); once all are in, they are
+    one answer in its texts' order, arrays joined, even when a later slice's pass ended first."""
+    from app.engine.work_queue import Ticket
+    from model import EmbeddedTexts, ScoredTexts
+
+    loop = asyncio.new_event_loop()
+    try:
+        rng = np.random.default_rng(0)
+        rows, tokens = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32)
+        embedded = Ticket(loop, 5)
+        assert not embedded.set(3, EmbeddedTexts(rows, [None, None, None, tokens, None])[3:])  # a later pass first
+        assert embedded.set(0, EmbeddedTexts(rows)[:3])
+        assert isinstance(embedded.results, EmbeddedTexts)
+        np.testing.assert_array_equal(embedded.results.sentences, rows)
+        assert [vectors is tokens for vectors in embedded.results.token_vectors or []] == [0, 0, 0, 1, 0]
+
+        logits, probabilities = rng.standard_normal((4, 3)), rng.random((4, 3))
+        scored = Ticket(loop, 4)
+        assert not scored.set(1, ScoredTexts(logits, probabilities)[1:])
+        assert scored.set(0, ScoredTexts(logits, probabilities)[:1])
+        assert isinstance(scored.results, ScoredTexts)
+        np.testing.assert_array_equal(scored.results.probabilities, probabilities)
+
+        alone = Ticket(loop, 2)  # one pass's whole answer is the request's as it is
+        answer = EmbeddedTexts(rows[:2])
+        assert alone.set(0, answer) and alone.results is answer
+        listed = Ticket(loop, 3)  # results that are not arrays are joined as a list
+        assert not listed.set(2, ["c"]) and listed.set(0, ["a", "b"]) and listed.results == ["a", "b", "c"]
+    finally:
+        loop.close()

@@ -86,9 +86,31 @@ def test_packed_tokens_give_back_each_text_as_it_was(bundled_model: TextEncoder)
     assert packed.starts.tolist() == [0, *np.cumsum([len(e.ids) for e in encodings]).tolist()]
     expected = [TokenIds(e.ids, e.type_ids) for e in encodings]
     assert list(packed) == expected
-    assert [packed[i] for i in range(3)] == expected and packed[-1] == expected[-1] and packed[1:] == expected[1:]
+    assert [packed[i] for i in range(3)] == expected and packed[-1] == expected[-1]
+    tail = packed[1:]  # a slice is a pack of its own, over the same arrays
+    assert isinstance(tail, PackedTokens) and list(tail) == expected[1:] and tail.starts[0] == 0
+    assert np.shares_memory(tail.ids, packed.ids) and list(packed[2:1]) == [] and list(packed[::2]) == expected[::2]
     with pytest.raises(IndexError):
         packed[3]
     assert PackedTokens.of(list(packed)).ids.tolist() == packed.ids.tolist()
     empty = PackedTokens.of([])
     assert len(empty) == 0 and list(empty) == []
+
+
+def test_packs_joined_pad_as_transformers_pads_the_same_texts(bundled_model: TextEncoder, hf_tokenizer) -> None:
+    """The pass's batch of several requests' texts, joined array by array (packs, a pack's slice, a list of
+    encodings) and padded from the arrays, equals transformers' padded batch of the same texts."""
+    texts = [*TEXTS, "A longer text, of a dozen words or so, to pad the others to.", "y z"]
+    pairs = [None, "a pair", None, None, "its own pair"]
+    tokenizer = bundled_model.card.tokenizer
+    encodings = tokenizer.encode(texts, pairs)
+    parts = [PackedTokens.of(encodings[:2]), PackedTokens.of(encodings[1:4])[1:], encodings[4:]]
+    joined = PackedTokens.joined(parts)
+    assert list(joined) == [TokenIds(e.ids, e.type_ids) for e in encodings]
+    reference = hf_tokenizer.pad([hf_tokenizer(t, p) for t, p in zip(texts, pairs, strict=True)], return_tensors="np")
+    for batch in (tokenizer.pad(joined), tokenizer.pad(encodings)):
+        np.testing.assert_array_equal(batch.input_ids, reference["input_ids"])
+        np.testing.assert_array_equal(batch.attention_mask, reference["attention_mask"])
+        np.testing.assert_array_equal(batch.token_type_ids, reference["token_type_ids"])
+        assert batch.input_ids.dtype == batch.attention_mask.dtype == batch.token_type_ids.dtype == np.int64
+    assert PackedTokens.joined([encodings]).ids.tolist() == joined.ids.tolist()
