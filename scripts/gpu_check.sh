@@ -9,7 +9,9 @@
 #      transformers' SDPA, the bundled model and a BERT-base shape, then each pass's operations at the largest
 #      batch under torch's profiler
 #   4. a Qwen3-0.6B-shaped decoder in bfloat16 and float16 on the GPU, ours against transformers
-#   5. make bench's (a), (b) and (e) against sentence-transformers in float16, for ENCODER_WORKERS = 1, 4, 8
+#   5. the service over HTTP from several client processes (bench.http_load), for ENCODER_WORKERS = 1, 4, 8:
+#      all-MiniLM-L6-v2 at 32 clients × 32 texts, 4 × 32 and 32 × 1, a BERT-base shape's 512-token texts in tokens/s,
+#      and sentence-transformers (float16) and our own pass in process for reference
 #   6. the CPU with the GPU hidden: make bench's (a), (b) and idle with the service's defaults (and, where OpenVINO
 #      is installed, bench.runtimes)
 #
@@ -72,7 +74,11 @@ if [ "$DEVICE" = cuda ]; then
 else
     step decoder 60 "$PY" -m bench.decoders --dtypes float32 --rounds 1 --layers "$DECODER_LAYERS" --memory-dtypes none
 fi
-step workers 150 "$PY" -m bench.run --quick --no-write --cases a,b,e --workers "${WORKERS[@]}"
+if [ "$QUICK" = 1 ]; then
+    step http 200 "$PY" -m bench.http_load --quick --workers "${WORKERS[@]}"
+else
+    step http 200 "$PY" -m bench.http_load --seconds 4 --workers "${WORKERS[@]}"
+fi
 step cpu 90 env CUDA_VISIBLE_DEVICES= bash -c "$PY -m bench.run --quick --no-write --cases a,b,idle && \
     if $PY -c 'import openvino' 2>/dev/null; then $PY -m bench.runtimes --no-write; fi"
 
@@ -85,8 +91,8 @@ for log in throughput throughput-bert-base; do
 done
 echo "== tests"
 tail -n 5 "$OUT/tests.log" 2>/dev/null
-echo "== workers"
-grep -E '^## |^\| \(|^\| idle' "$OUT/workers.log" 2>/dev/null
+echo "== http"
+grep -E '^## |^\| [0-9]|in process|over HTTP' "$OUT/http.log" 2>/dev/null
 echo "== decoder"
 grep -E '^\||on cuda|on cpu' "$OUT/decoder.log" 2>/dev/null | tail -n 12
 echo "== cpu"

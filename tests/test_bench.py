@@ -210,3 +210,34 @@ def test_the_grpc_floor_drives_a_bare_servicer_with_the_services_loads() -> None
         bare.terminate()
         bare.wait(30)
     assert len(BareEmbed.VECTOR) == 32
+
+
+def test_the_http_load_sums_what_its_client_processes_sent_and_got() -> None:
+    """bench.http_load: the clients are dealt out to the processes, every request's texts counted once, and a body
+    the server refuses counted as an error, not as texts."""
+    import multiprocessing
+
+    import orjson
+
+    from bench.frontend import start_route
+    from bench.http_load import Load, bodies_of, drive_processes
+    from bench.run import free_port
+
+    port = free_port()
+    route = start_route(port)
+    texts = [f"text {i}" for i in range(64)]
+    try:
+        with multiprocessing.get_context("spawn").Pool(2) as pool:
+            figures = drive_processes(pool, port, bodies_of(texts, 4, 20), Load("3 × 4", 3, 4), 2, 0.5)
+            assert figures.requests > 0 and figures.texts == 4 * figures.requests and figures.errors == 0
+            assert len(figures.latencies) == figures.requests and figures.seconds > 0
+            refused = [orjson.dumps({"texts": 7})] * 50  # not texts: 422 from the route
+            bad = drive_processes(pool, port, refused, Load("1 × 1", 1, 1), 2, 0.3)
+            assert bad.texts == 0 and bad.errors == bad.requests > 0
+    finally:
+        route.terminate()
+        route.wait(30)
+    assert [orjson.loads(body)["texts"] for body in bodies_of(["a", "b", "c", "d", "e"], 2, 2)] == [
+        ["a", "b"],
+        ["c", "d"],
+    ] * 2

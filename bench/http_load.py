@@ -1,0 +1,252 @@
+"""The service's rate over HTTP from a load of several client processes: what a GPU host needs, where one
+asyncio client process tops out near 10,000 requests a second, below what the service is asked to answer.
+
+    .venv/bin/python -m bench.http_load [--workers 1 4 8] [--seconds 10] [--processes 8] [--quick]
+
+In one run: the bundled all-MiniLM-L6-v2 served as ``python -m app.serve`` with each ``ENCODER_WORKERS`` in turn,
+driven on /encode with texts of 8–40 words (``make_sentences``) at 32 clients × 32 texts, 4 × 32 and 32 × 1
+(texts/s, requests/s, median and 99th-percentile latency); then a random checkpoint of BERT-base's shape
+(``bench.throughput``'s) at the largest ``ENCODER_WORKERS``, 32 clients × 8 texts of 512 tokens (tokens/s).
+For reference, in this process and on the same device: sentence-transformers on the same MiniLM texts in batches
+of 32 and 256 (float16 on a GPU, as the service computes there), and our own pass of BERT-base's shape on the same
+512-token texts in batches of 8 (the rate the service's HTTP path is held to).
+
+The clients: ``--processes`` processes (default: half the cores, at least one) share the connections, each
+running ``bench.run.drive`` over its own share for ``--seconds``; their texts and requests are summed and divided by
+the longest process's time. Nothing is written: the figures go to standard output (``scripts/gpu_check.sh`` keeps
+them as a log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import multiprocessing.pool
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from bench.run import drive, free_port, make_sentences, start_service, stop_all
+
+HOST = "127.0.0.1"
+
+
+@dataclass
+class Load:
+    name: str
+    clients: int
+    per_request: int
+
+
+MINILM_LOADS = (Load("32 clients × 32 texts", 32, 32), Load("4 × 32", 4, 32), Load("32 × 1 text", 32, 1))
+QUICK_MINILM_LOADS = (Load("4 clients × 8 texts", 4, 8), Load("4 × 1 text", 4, 1))  # a smoke run on a CPU
+LONG_LOAD = Load("32 clients × 8 texts of 512 tokens", 32, 8)
+QUICK_LONG_LOAD = Load("2 clients × 2 texts of 512 tokens", 2, 2)  # a smoke run on a CPU
+
+
+@dataclass
+class Figures:
+    texts: int
+    requests: int
+    seconds: float
+    latencies: list[float]
+    errors: int
+
+    @property
+    def texts_per_s(self) -> float:
+        return self.texts / self.seconds if self.seconds else 0.0
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+    def percentile_ms(self, p: float) -> float:
+        ordered = sorted(self.latencies)
+        if not ordered:
+            return 0.0
+        return 1000 * ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def _client(args: tuple[int, str, list[bytes], int, int, float, float]) -> tuple[int, int, float, list[float], int]:
+    """One client process: ``clients`` connections over its bodies from ``start`` (a shared wall-clock time) for
+    ``seconds``."""
+    port, path, bodies, per_request, clients, start, seconds = args
+    time.sleep(max(0.0, start - time.time()))
+    run = asyncio.run(drive("load", HOST, port, path, bodies, per_request, clients, seconds))
+    return run.sentences, len(run.latencies), run.seconds, run.latencies, run.errors
+
+
+def drive_processes(
+    pool: multiprocessing.pool.Pool,
+    port: int,
+    bodies: list[bytes],
+    load: Load,
+    processes: int,
+    seconds: float,
+    path: str = "/encode",
+) -> Figures:
+    """``load`` on ``port`` from ``processes`` client processes at once (no more than its clients), the bodies dealt
+    round-robin so that each process has enough for the whole time."""
+    n = max(1, min(processes, load.clients))
+    shares = [load.clients // n + (1 if i < load.clients % n else 0) for i in range(n)]
+    start = time.time() + 0.5  # every process starts together, once the pool has handed out its work
+    jobs = [(port, path, bodies[i::n], load.per_request, clients, start, seconds) for i, clients in enumerate(shares)]
+    parts = pool.map(_client, jobs)
+    return Figures(
+        sum(part[0] for part in parts),
+        sum(part[1] for part in parts),
+        max(part[2] for part in parts),
+        [latency for part in parts for latency in part[3]],
+        sum(part[4] for part in parts),
+    )
+
+
+def bodies_of(texts: Sequence[str], per_request: int, copies: int) -> list[bytes]:
+    """/encode bodies of ``per_request`` texts each, the texts taken in turn, ``copies`` times over."""
+    return [
+        orjson.dumps({"texts": list(texts[i : i + per_request])})
+        for i in range(0, len(texts) - per_request + 1, per_request)
+    ] * copies
+
+
+def long_texts(n: int, tokens: int = 512) -> list[str]:
+    """``n`` texts of at least ``tokens`` tokens (the service cuts them to the model's 512)."""
+    sentences = make_sentences(40 * n, seed=3)
+    return [" ".join(sentences[i * 40 : (i + 1) * 40]) for i in range(n)]
+
+
+def device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def reference_minilm(texts: list[str], seconds: float) -> dict[int, float]:
+    """sentence-transformers' texts/s on the bundled model in this process, at batch sizes 32 and 256: float16
+    on a GPU (what the service computes there), float32 on a CPU."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from model import default_model_path
+
+    where = device()
+    model = SentenceTransformer(str(default_model_path()), device=where)
+    if where == "cuda":
+        model = model.half()
+    rates = {}
+    for batch in (32, 256):
+        model.encode(texts[:batch], batch_size=batch)  # warm-up
+        done, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            chunk = texts[(done % len(texts)) : (done % len(texts)) + batch]
+            model.encode(chunk, batch_size=batch)
+            done += len(chunk)
+        if where == "cuda":
+            torch.cuda.synchronize()
+        rates[batch] = done / (time.perf_counter() - started)
+    del model
+    return rates
+
+
+def reference_long(path: Path, texts: list[str], per_pass: int, seconds: float) -> tuple[float, float]:
+    """Our own pass in this process on the same 512-token texts, ``per_pass`` a pass, as the service loads it:
+    tokens/s, and the tokens of a text as the service cuts it."""
+    import torch
+
+    from model import EmbeddingSpec, load_model
+
+    model = load_model(path, device="auto")
+    tokenizer = model.card.tokenizer
+    encodings = tokenizer.encode(texts)
+    spec = EmbeddingSpec(model.card.config.n_layers, model.card.pooling.mode, True)
+    model.embed_encodings(encodings[:per_pass], [spec] * per_pass)  # warm-up
+    tokens, at, started = 0, 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        batch = encodings[at : at + per_pass] or encodings[:per_pass]
+        at = (at + per_pass) % len(encodings)
+        model.embed_encodings(batch, [spec] * len(batch))
+        tokens += sum(len(e.ids) for e in batch)
+    if model.device.type == "cuda":
+        torch.cuda.synchronize()
+    return tokens / (time.perf_counter() - started), sum(len(e.ids) for e in encodings) / len(encodings)
+
+
+def serve(env: dict[str, str]) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    return start_service(port, env, quiet=True, supervised=True), port
+
+
+def row(name: str, figures: Figures) -> str:
+    return (
+        f"| {name} | {figures.texts_per_s:,.0f} | {figures.requests_per_s:,.0f} | {figures.percentile_ms(50):.1f} | "
+        f"{figures.percentile_ms(99):.1f} | {figures.errors} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 4, 8], help="ENCODER_WORKERS to serve with")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each load")
+    parser.add_argument("--processes", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="client processes")
+    parser.add_argument("--quick", action="store_true", help="small loads of 2 s, references of 1 s: a smoke run")
+    parser.add_argument("--no-long", action="store_true", help="leave out BERT-base's shape")
+    args = parser.parse_args()
+    seconds = 2.0 if args.quick else args.seconds
+    where = device()
+    print(f"device {where}, {args.processes} client processes, {seconds:g} s a load, Python {sys.version.split()[0]}")
+
+    sentences = make_sentences(4000)
+    print("\n## all-MiniLM-L6-v2 over HTTP (/encode), the service's defaults\n")
+    rates = reference_minilm(sentences, 1.0 if args.quick else 5.0)
+    print(f"sentence-transformers in process: batch 32 {rates[32]:,.0f} texts/s, batch 256 {rates[256]:,.0f}\n")
+    print("| ENCODER_WORKERS, load | texts/s | requests/s | p50 ms | p99 ms | errors |")
+    print("|---|---:|---:|---:|---:|---:|")
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(args.processes) as pool:
+        for workers in args.workers:
+            process, port = serve({"ENCODER_WORKERS": str(workers)})
+            try:
+                for load in QUICK_MINILM_LOADS if args.quick else MINILM_LOADS:
+                    bodies = bodies_of(sentences, load.per_request, 400 if load.per_request == 1 else 40)
+                    drive_processes(pool, port, bodies, load, args.processes, min(seconds, 2.0))  # warm-up
+                    figures = drive_processes(pool, port, bodies, load, args.processes, seconds)
+                    print(row(f"{workers}, {load.name}", figures))
+            finally:
+                stop_all([process])
+
+        if args.no_long:
+            return
+        from bench.throughput import write_bert_base
+
+        path = write_bert_base(Path(tempfile.mkdtemp(prefix="bert-base-")))
+        texts = long_texts(64)
+        long_load = QUICK_LONG_LOAD if args.quick else LONG_LOAD
+        in_process, per_text = reference_long(path, texts, long_load.per_request, 1.0 if args.quick else 5.0)
+        workers = max(args.workers)
+        print(f"\n## BERT-base's shape (random weights), {long_load.name}, ENCODER_WORKERS={workers}\n")
+        process, port = serve({"ENCODER_WORKERS": str(workers), "ENCODER_MODEL_DIR": str(path)})
+        try:
+            bodies = bodies_of(texts, long_load.per_request, 200)
+            drive_processes(pool, port, bodies, long_load, args.processes, min(seconds, 2.0))
+            figures = drive_processes(pool, port, bodies, long_load, args.processes, seconds)
+        finally:
+            stop_all([process])
+        tokens = figures.texts * per_text / figures.seconds if figures.seconds else 0.0
+        print(
+            f"over HTTP {tokens:,.0f} tokens/s ({figures.texts_per_s:,.0f} texts/s, "
+            f"p50 {figures.percentile_ms(50):.0f} ms, errors {figures.errors}); "
+            f"the same pass in process {in_process:,.0f} tokens/s: "
+            f"{tokens / in_process:.2f}×"
+        )
+
+
+if __name__ == "__main__":
+    main()
