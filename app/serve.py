@@ -9,6 +9,10 @@ share the socket, each an event loop with the whole HTTP API (validation, tokeni
 weights; they send the models' work to the engine. One socket shared, not one each with SO_REUSEPORT: the
 connections waiting in a socket's queue are lost when its process dies, and a shared queue outlives any one front
 end (measured: a front end killed under load cost connections with SO_REUSEPORT, none with the shared socket).
+The front ends share the connections by a rule, not by who wakes first (``Sharing``): each accepts only
+while it holds no more connections than any other (their counts in shared memory). Left to the kernel and the
+event loops, a pool of keep-alive connections opened at once went to one or two front ends (32 connections over
+4 of them: 32, 0, 0, 0, then 15, 12, 5, 0), the others idle whatever the load.
 With N = 1 it serves as ``uvicorn --factory app.main:create_app`` does, in one process.
 
 Faults: a front end that dies is replaced, the others serve meanwhile. When the engine dies, the requests waiting
@@ -21,13 +25,16 @@ accepting and answer what they hold, then the engine finishes what is queued; al
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ctypes
 import errno
+import functools
 import logging
 import math
 import multiprocessing
 import os
+import select
 import shutil
 import signal
 import socket
@@ -35,10 +42,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from multiprocessing.synchronize import Event
 from pathlib import Path
+from typing import Any
 
 from app.allocator import bound_allocator
 from app.logs import configure_logging
@@ -50,6 +58,7 @@ EXIT_ENGINE_FAILED = 1
 EXIT_CANNOT_LISTEN = 3  # the address is in use, or not this host's: said in one line, before any model loads
 EXIT_CANNOT_FETCH = 4  # a model named by Hub id could not be had: said in one line, naming it
 STOP_TIMEOUT_S = 30.0
+START_GRACE_S = 10.0  # at start, how long front ends that serve wait for the others before they accept
 CGROUPS = Path("/sys/fs/cgroup")
 NVIDIA_CONTROL = Path("/dev/nvidiactl")
 
@@ -144,8 +153,6 @@ def name_process(name: str) -> None:
 
 def engine_main(path: str, ready: Connection, parent: int) -> None:
     """The engine process: load every model, then serve the front ends on the Unix socket ``path``."""
-    import asyncio
-
     exit_with_parent(parent)
     name_process("encoder-engine")
     from app.engine.admission import Admission
@@ -187,10 +194,9 @@ def engine_main(path: str, ready: Connection, parent: int) -> None:
     logger.info("engine stopped")
 
 
-def front_end_main(
-    listener: socket.socket, path: str, parent: int, keep_alive_s: int = 5, ready: Event | None = None
-) -> None:
-    """A front-end process: the HTTP API on the shared socket, the models' work sent to the engine."""
+def front_end_main(listener: socket.socket, path: str, parent: int, keep_alive_s: int, held: Any, index: int) -> None:
+    """Front end ``index``: the HTTP API on the shared socket (its connections shared with the others by
+    ``Sharing``, counted in ``held``), the models' work sent to the engine."""
     exit_with_parent(parent)
     name_process("encoder-front")
     import uvicorn
@@ -199,10 +205,142 @@ def front_end_main(
 
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)
-    on_ready = None if ready is None else (lambda registry: ready.set())  # the supervisor then says "ready"
-    app = create_app(settings, on_load_failure=exit_process, engine=path, on_ready=on_ready)
+    app = create_app(settings, on_load_failure=exit_process, engine=path)  # once it serves, its count is in held
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=keep_alive_s)
-    uvicorn.Server(config).run(sockets=[listener])
+    sharing_server(config, listener, held, index).run(sockets=[])
+
+
+NOT_SERVING = -1  # a front end's count in ``held`` while it starts, after it stopped, once it is gone
+LOOK_AGAIN_S = 0.001  # a front end that left a waiting connection to the others looks again after this
+PATIENCE_S = 0.02  # and takes it itself once it has waited this long (the others busy, or not given a core)
+
+
+def counted(protocol: type) -> type:
+    """uvicorn's HTTP protocol, counted out of its server's connections (``sharing.count``) once the connection is
+    lost (``server`` is taken: uvicorn's protocol holds the server's address there)."""
+
+    class Counted(protocol):
+        sharing: Any = None
+        connected = False
+
+        def connection_made(self, transport: Any) -> None:
+            self.connected = True
+            super().connection_made(transport)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.sharing.count(-1)
+            super().connection_lost(exc)
+
+    return Counted
+
+
+class Sharing:
+    """How a front end accepts on the shared ``listener``, by the front ends' rule: a connection waiting to be
+    accepted is taken by a front end that holds no more connections than any other serving one (``held``: each
+    front end's count, in shared memory); one that holds more leaves it to them and looks again after
+    ``LOOK_AGAIN_S``, taking it itself after ``PATIENCE_S``. At start none accepts until every front end serves
+    (or ``START_GRACE_S`` has passed): a pool opened as the service becomes ready is shared by all. Each accepted
+    connection is served by ``serve`` (uvicorn's protocol, counted out of ``live`` once lost)."""
+
+    def __init__(self, listener: socket.socket, held: Any, index: int, serve: Callable[[], Any]) -> None:
+        self.listener, self.held, self.index, self.serve = listener, held, index, serve
+        self.loop = asyncio.get_running_loop()
+        self.live = 0  # connections accepted and not yet closed
+        self.serving_since = time.monotonic()
+        self.opened = False  # every front end served once (or START_GRACE_S passed)
+        self.waiting_since: float | None = None  # since when this one leaves a waiting connection to others
+        self.closing = False
+        listener.setblocking(False)
+        held[index] = 0
+        self.loop.add_reader(listener.fileno(), self.take)
+
+    def count(self, change: int) -> None:
+        self.live += change
+        if not self.closing:
+            self.held[self.index] = self.live
+
+    def its_turn(self) -> bool:
+        """Whether this front end takes the connection waiting: it holds no more than any other serving one, or
+        has left it to them for PATIENCE_S."""
+        if all(self.live <= n for i, n in enumerate(self.held) if i != self.index and n != NOT_SERVING):
+            return True
+        now = time.monotonic()
+        self.waiting_since = self.waiting_since or now
+        return now - self.waiting_since >= PATIENCE_S
+
+    def take(self) -> None:
+        if not self.opened:
+            self.opened = NOT_SERVING not in self.held[:] or time.monotonic() - self.serving_since > START_GRACE_S
+        again = LOOK_AGAIN_S if self.opened else 0.05
+        while self.opened and self.its_turn():
+            try:
+                connection, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):  # another front end took it
+                return
+            except ConnectionAbortedError:  # reset as it waited: the next one
+                continue
+            except OSError as error:  # out of descriptors, say: not again at once
+                logger.warning("accepting a connection failed: %s; trying again in a second", error)
+                again = 1.0
+                break
+            self.waiting_since = None
+            self.count(+1)
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            made: list[Any] = []
+            opening = asyncio.ensure_future(self.loop.connect_accepted_socket(self.protocol(made), connection))
+            opening.add_done_callback(functools.partial(self.opened_one, made))
+        self.loop.remove_reader(self.listener.fileno())  # left to the others: a look again soon
+        self.loop.call_later(again, self.look_again)
+
+    def protocol(self, made: list[Any]) -> Callable[[], Any]:
+        """The protocol for one connection, put in ``made`` as it is made."""
+
+        def make() -> Any:
+            made.append(self.serve())
+            made[0].sharing = self
+            return made[0]
+
+        return make
+
+    def opened_one(self, made: list[Any], opening: asyncio.Future[Any]) -> None:
+        if opening.cancelled() or opening.exception() is None:
+            return
+        if not (made and made[0].connected):
+            self.count(-1)  # reset before it was served: never connected, so never lost either
+
+    def look_again(self) -> None:
+        if self.closing:
+            return
+        if self.waiting_since is not None and not select.select([self.listener], [], [], 0)[0]:
+            self.waiting_since = None  # the connection it left went to another front end
+        self.loop.add_reader(self.listener.fileno(), self.take)
+
+    def close(self) -> None:
+        """Accept no more (SIGTERM): the others no longer leave connections to this one."""
+        self.closing = True
+        self.loop.remove_reader(self.listener.fileno())
+        self.held[self.index] = NOT_SERVING
+
+
+def sharing_server(config: Any, listener: socket.socket, held: Any, index: int) -> Any:
+    """uvicorn's server that accepts on the shared ``listener`` as ``Sharing`` says, serving each connection as
+    uvicorn serves its own (its protocol, the server's state: a SIGTERM drains it)."""
+    import uvicorn
+
+    class SharingServer(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=[])  # uvicorn accepts on no socket: Sharing does
+            protocol = counted(config.http_protocol_class)
+            serve = functools.partial(
+                protocol, config=config, server_state=self.server_state, app_state=self.lifespan.state
+            )
+            self.sharing = Sharing(listener, held, index, serve)
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            self.sharing.close()
+            await super().shutdown(sockets)
+
+    return SharingServer(config)
 
 
 class Supervisor:
@@ -215,7 +353,8 @@ class Supervisor:
         self.path = str(Path(tempfile.mkdtemp(prefix="encoder-engine-")) / "engine.sock")
         self.made = [Path(self.path).parent]  # temporary directories, removed when the service stops
         self.front_ends: dict[int, BaseProcess] = {}
-        self.serving = self.context.Event()  # set by the first front end that accepts requests
+        # each front end's count of connections, NOT_SERVING while it starts and once it is gone (Sharing)
+        self.held = self.context.Array("i", [NOT_SERVING] * workers, lock=False)
         self.stopping = False
 
     def start_engine(self) -> BaseProcess | None:
@@ -239,7 +378,7 @@ class Supervisor:
     def start_front_end(self, index: int) -> None:
         process = self.context.Process(
             target=front_end_main,
-            args=(self.listener, self.path, os.getpid(), self.keep_alive_s, self.serving),
+            args=(self.listener, self.path, os.getpid(), self.keep_alive_s, self.held, index),
             name=f"front-end-{index}",
         )
         process.start()
@@ -283,14 +422,17 @@ class Supervisor:
         for index in range(self.workers):
             self.start_front_end(index)
         logger.info("one engine (pid %d) computes the models; %d front ends starting", engine.pid, self.workers)
-        announced = False
+        announced, first_served = False, math.inf
         status = 0
         while not self.stopping:
-            if not announced and self.serving.is_set():
-                announced = True
-                logger.info("%s (%d front ends)", ready_line(self.listener, self.settings), len(self.front_ends))
+            if not announced:  # as the front ends open: once every one serves, or the first has for START_GRACE_S
+                serving = sum(count != NOT_SERVING for count in self.held)
+                first_served = min(first_served, time.monotonic() if serving else math.inf)
+                if serving == self.workers or time.monotonic() - first_served > START_GRACE_S:
+                    announced = True
+                    logger.info("%s (%d front ends)", ready_line(self.listener, self.settings), serving)
             sentinels = [engine.sentinel, *(process.sentinel for process in self.front_ends.values())]
-            wait(sentinels, timeout=0.5)
+            wait(sentinels, timeout=0.5 if announced else 0.05)
             if self.stopping:
                 break
             if not engine.is_alive():
@@ -302,6 +444,7 @@ class Supervisor:
             for index, process in list(self.front_ends.items()):
                 if not process.is_alive():
                     logger.error("front end %d exited (status %s): starting another", index, process.exitcode)
+                    self.held[index] = NOT_SERVING  # the others no longer leave connections to it
                     process.join()
                     self.start_front_end(index)
         self.stop_front_ends()

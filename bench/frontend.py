@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import subprocess
@@ -59,6 +60,24 @@ def write_tiny_bert(directory: Path) -> Path:
     config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
     torch.manual_seed(0)
     return with_bundled_tokenizer(directory, BertModel(config))
+
+
+def connections_held(pid: int, port: int) -> int:
+    """How many established TCP connections to ``port`` process ``pid`` holds (its descriptors' socket inodes,
+    found in /proc/net/tcp and tcp6)."""
+    inodes = set()
+    for descriptor in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(descriptor)
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    held = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            local_port, state, inode = int(fields[1].rsplit(":", 1)[1], 16), fields[3], fields[9]
+            held += local_port == port and state == "01" and inode in inodes  # 01: ESTABLISHED
+    return held
 
 
 def start_route(port: int) -> subprocess.Popen:

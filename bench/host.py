@@ -1,13 +1,18 @@
 """What the path between HTTP and the pass costs each process, a text: the engine's and the front ends' CPU.
 
-    .venv/bin/python -m bench.host [--seconds 8] [--rounds 3] [--workers 2] [--against ../before]
+    .venv/bin/python -m bench.host [--seconds 8] [--rounds 3] [--workers 2] [--against ../before] [--queue | --spread]
 
 The service as ``python -m app.serve`` with ``ENCODER_WORKERS`` front ends around an engine, on the random BERT of
-one layer, 32 wide, of ``bench.frontend`` (a pass costs next to nothing: what is measured is everything else). Two
-loads on /encode, each for ``seconds`` a round: 16 clients × 32 texts and 32 clients × 1 text. Over each phase the
+one layer, 32 wide, of ``bench.frontend`` (a pass costs next to nothing: what is measured is everything else). Three
+loads on /encode, each for ``seconds`` a round: 16 clients × 32 texts and 32 clients × 1 text over keep-alive
+connections, and 16 clients × 1 text opening a connection for each request. Over each phase the
 CPU time (user + system, every thread) of the engine process (``encoder-engine``) and of the rest of the service's
 processes (the front ends and their supervisor) is read from /proc: microseconds of CPU a text for each, and a
 request for the front ends under the one-text load, with the texts a second the whole service reached.
+
+``--spread`` measures instead how a service's front ends share the connections: the service started afresh (each
+checkout in turn), three pools of ``--connections`` keep-alive connections opened at once, one request on each,
+and the connections each front end holds.
 
 ``--against CHECKOUT`` starts another checkout's service beside this one (``git worktree add ../before <commit>``)
 and drives the two in turn, the order reversed every round: a change measured side by side.
@@ -26,13 +31,14 @@ import asyncio
 import statistics
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
-from bench.frontend import HOST, process_tree, write_tiny_bert
-from bench.run import ROOT, cpu_seconds, drive, free_port, make_sentences, start_service, stop_all
+from bench.frontend import HOST, connections_held, process_tree, write_tiny_bert
+from bench.run import ROOT, Connection, Run, cpu_seconds, drive, free_port, make_sentences, start_service, stop_all
 
 
 @dataclass
@@ -61,9 +67,39 @@ def split_cpu(pid: int) -> tuple[float, float]:
     return engine, other
 
 
-async def phase(pid: int, port: int, bodies: list[bytes], per_request: int, clients: int, seconds: float) -> Figures:
+async def drive_fresh(port: int, bodies: list[bytes], per_request: int, clients: int, seconds: float) -> Run:
+    """``drive``'s load with a new connection for every request (``Connection: close``), as a client without a
+    pool of connections makes it."""
+    queue, run = list(reversed(bodies)), Run("phase")
+    deadline = time.perf_counter() + seconds
+
+    async def client() -> None:
+        while queue and time.perf_counter() < deadline:
+            body = queue.pop()
+            started = time.perf_counter()
+            connection = await Connection.open(HOST, port)
+            status, payload = await connection.request("POST", "/encode", body, "Connection: close\r\n")
+            connection.close()
+            run.latencies.append(time.perf_counter() - started)
+            if status != 200 or len(orjson.loads(payload)["data"]) != per_request:
+                run.errors += 1
+            else:
+                run.sentences += per_request
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+async def phase(
+    pid: int, port: int, bodies: list[bytes], per_request: int, clients: int, seconds: float, fresh: bool = False
+) -> Figures:
     engine_before, other_before = split_cpu(pid)
-    run = await drive("phase", HOST, port, "/encode", bodies, per_request, clients, seconds)
+    if fresh:
+        run = await drive_fresh(port, bodies, per_request, clients, seconds)
+    else:
+        run = await drive("phase", HOST, port, "/encode", bodies, per_request, clients, seconds)
     engine_after, other_after = split_cpu(pid)
     if run.errors:
         raise RuntimeError(f"{run.errors} failed requests on port {port}")
@@ -77,7 +113,12 @@ async def phase(pid: int, port: int, bodies: list[bytes], per_request: int, clie
     )
 
 
-LOADS = {"16 clients × 32 texts": (32, 16), "32 clients × 1 text": (1, 32)}
+# texts a request, clients, whether each request opens a connection of its own
+LOADS = {
+    "16 clients × 32 texts": (32, 16, False),
+    "32 clients × 1 text": (1, 32, False),
+    "16 clients × 1 text, a new connection each": (1, 16, True),
+}
 
 
 def table(results: dict[str, dict[str, list[Figures]]]) -> None:
@@ -102,18 +143,18 @@ async def compare(servers: dict[str, tuple[int, int]], rounds: int, seconds: flo
     sentences = make_sentences(4000)
     bodies = {
         load: [orjson.dumps({"texts": sentences[i : i + n]}) for i in range(0, len(sentences) - n + 1, n)] * 400
-        for load, (n, _) in LOADS.items()
+        for load, (n, _, _) in LOADS.items()
     }
     for _, port in servers.values():  # warm up
-        for load, (n, clients) in LOADS.items():
+        for load, (n, clients, _) in LOADS.items():
             await drive("warm-up", HOST, port, "/encode", bodies[load][:300], n, clients, 3)
     results: dict[str, dict[str, list[Figures]]] = {load: {name: [] for name in servers} for load in LOADS}
     for round_ in range(rounds):
         order = list(servers) if round_ % 2 == 0 else list(reversed(servers))
-        for load, (n, clients) in LOADS.items():
+        for load, (n, clients, fresh) in LOADS.items():
             for name in order:
                 pid, port = servers[name]
-                results[load][name].append(await phase(pid, port, bodies[load], n, clients, seconds))
+                results[load][name].append(await phase(pid, port, bodies[load], n, clients, seconds, fresh))
     table(results)
 
 
@@ -193,6 +234,39 @@ def queue_path(checkouts: dict[str, Path], rounds: int) -> None:
             print(f"| {name} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} |")
 
 
+async def pools(port: int, front_ends: list[int], connections: int, times: int = 3) -> list[list[int]]:
+    """``times`` pools of ``connections`` keep-alive connections opened at once, one request on each: the
+    connections each front end holds, most first."""
+    held = []
+    for _ in range(times):
+        opened = await asyncio.gather(*(Connection.open(HOST, port) for _ in range(connections)))
+        await asyncio.gather(*(connection.request("GET", "/health") for connection in opened))
+        held.append(sorted((connections_held(pid, port) for pid in front_ends), reverse=True))
+        for connection in opened:
+            connection.close()
+        await asyncio.sleep(0.5)
+    return held
+
+
+def spread(checkouts: dict[str, Path], workers: int, connections: int) -> None:
+    """How each checkout's front ends share pools of connections opened at once (``pools``), each service started
+    afresh: the first pool is opened as soon as the service answers."""
+    model = write_tiny_bert(Path(tempfile.mkdtemp(prefix="host-")) / "tiny")
+    env = {"ENCODER_MODEL_DIR": str(model), "ENCODER_WORKERS": str(workers)}
+    print(f"\n{connections} connections opened at once, ENCODER_WORKERS={workers}: connections each front end holds\n")
+    print("| checkout | first pool | second | third |")
+    print("|---|---|---|---|")
+    for name, checkout in checkouts.items():
+        port = free_port()
+        process = start_service(port, env, checkout=checkout, quiet=True, supervised=True)
+        try:
+            front_ends = [pid for pid in process_tree(process.pid) if comm(pid) == "encoder-front"]
+            held = asyncio.run(pools(port, front_ends, connections))
+        finally:
+            stop_all([process])
+        print(f"| {name} | " + " | ".join(", ".join(str(n) for n in counts) for counts in held) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each phase")
@@ -201,7 +275,13 @@ def main() -> None:
     parser.add_argument("--env", nargs="*", default=[], help="NAME=value settings for the services")
     parser.add_argument("--against", type=Path, help="a checkout of the service to drive beside this one")
     parser.add_argument("--queue", action="store_true", help="the engine's queue path alone, in process")
+    parser.add_argument("--spread", action="store_true", help="how the front ends share the connections")
+    parser.add_argument("--connections", type=int, default=32, help="with --spread: connections a pool")
     args = parser.parse_args()
+    if args.spread:
+        checkouts = {"this checkout": ROOT, **({"before": args.against} if args.against is not None else {})}
+        spread(checkouts, args.workers, args.connections)
+        return
     if args.queue:
         checkouts = {"this checkout": ROOT, **({"before": args.against} if args.against is not None else {})}
         queue_path(checkouts, args.rounds)

@@ -32,6 +32,7 @@ from app.engine.worker import Worker
 from app.main import create_app
 from app.metrics import Metrics
 from app.settings import Settings
+from bench.frontend import connections_held
 from model import EmbeddingSpec, TextEncoder
 from tests.helpers import (
     ROOT,
@@ -208,6 +209,45 @@ def test_a_front_end_that_dies_is_replaced_while_the_others_serve(service: tuple
     assert "front end 0 exited (status -9): starting another" in server_log(process) or "front end 1 exited" in (
         server_log(process)
     )
+
+
+async def test_connections_opened_at_once_are_shared_evenly_by_the_front_ends(
+    service: tuple[subprocess.Popen, str],
+) -> None:
+    """A pool of keep-alive connections opened together, as a client's pool is: each front end gets its share, not
+    whichever front end woke first (left to that, 32 connections over 4 front ends went 32, 0, 0, 0, and 16 over 2
+    went 16, 0). Again once the first pool is closed."""
+    process, url = service
+    port = int(url.rsplit(":", 1)[1])
+    for _ in range(2):
+        clients = [httpx.AsyncClient(base_url=url, timeout=30) for _ in range(8)]
+        try:
+            responses = await asyncio.gather(*(client.get("/health") for client in clients))
+            assert all(response.status_code == 200 for response in responses)
+            assert sorted(connections_held(pid, port) for pid in front_ends(process)) == [4, 4]
+        finally:
+            for client in clients:
+                await client.aclose()
+
+
+async def test_a_front_end_that_holds_fewer_connections_but_does_not_run_does_not_hold_up_new_ones(
+    service: tuple[subprocess.Popen, str],
+) -> None:
+    """The rule leaves a waiting connection to the front end that holds fewer; when that one does not take it (here
+    stopped by SIGSTOP, as a front end busy for long would be), the other takes it after a short wait."""
+    process, url = service
+    stopped = front_ends(process)[0]
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as kept:
+            # taken by the front end that runs (both held none): it now holds one more than the stopped one
+            assert (await kept.get("/health")).status_code == 200
+            for _ in range(5):  # each on a connection of its own
+                async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+                    response = await client.post("/encode", json={"texts": ["a text"], "model": "tiny"})
+                assert response.status_code == 200
+    finally:
+        os.kill(stopped, signal.SIGCONT)
 
 
 async def test_when_the_engine_dies_waiting_requests_get_503_and_the_service_exits_non_zero(
