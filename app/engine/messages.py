@@ -123,8 +123,9 @@ Options = (
 class Task:
     """What to compute (``kind`` and its ``options``) on which texts.
 
-    ``embed``: an EmbeddingSpec, one result (TextEmbedding) a text. ``classify``: no options, one Scores a text.
-    ``sparse``: SparseOptions, one SparseVector a text. ``multi_vector``: MultiVectorOptions, one MultiVectors a text.
+    ``embed``: an EmbeddingSpec, one result (TextEmbedding) per text. ``classify``: no options, one Scores per
+    text. ``sparse``: SparseOptions, one SparseVector per text. ``multi_vector``: MultiVectorOptions, one
+    MultiVectors per text.
     ``attention``: an AttentionSelection on one text, its maps. ``neuron``: a HeadChoice on one text, its
     HeadSteps. ``head_statistics``: KeyMarks of the texts, (S, B, L, H) statistics. ``explain``: ExplainInputs,
     no texts, each text's contributions and method. ``attribute``: AttributionOptions on one text (or pair), its
@@ -147,7 +148,7 @@ class Task:
 
 
 # What a pass of a kind runs: the loaded model's method for it, given the pass's texts and options (for a batched
-# kind one option a text, for another kind the task's one option), returning one result a text for a batched
+# kind one option per text, for another kind the task's one option), returning one result per text for a batched
 # kind and a list of the task's one result otherwise. Called on a compute lane (app/engine/worker.py).
 Pass = Callable[["TextEncoder", Sequence[TokenSequence], Any], Sequence[Any]]
 

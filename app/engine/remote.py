@@ -80,7 +80,7 @@ def _restored(value: Any) -> np.ndarray:
 @dataclass(frozen=True, slots=True)
 class EmbeddedRows:
     """An embed task's answer as it crosses back, where no text asked for its token vectors: the sentence vectors
-    in one array (n, D'), where a list of TextEmbedding costs a pickled object and an array a text."""
+    in one array (n, D'), where a list of TextEmbedding costs a pickled object and an array per text."""
 
     sentences: np.ndarray
 

@@ -5,7 +5,7 @@ them on transformers' models.
 Integrated gradients (Sundararajan, Taly and Yan, 2017) follow the straight path from a baseline's embeddings e₀ to
 the input's e and integrate the score's gradient along it: a(e) = (e − e₀) ⊙ ∫₀¹ ∇f(e₀ + α (e − e₀)) dα, the integral
 by Gauss–Legendre quadrature over ``steps`` points, several points a pass (each point is one row of a batch). Summed
-over the hidden size that is one number a token, and the numbers sum to f(e) − f(e₀) up to the quadrature's error,
+over the hidden size that is one number per token, and the numbers sum to f(e) − f(e₀) up to the quadrature's error,
 which is reported as the convergence delta. Gradient × input is e ⊙ ∇f(e), summed likewise.
 """
 

@@ -245,7 +245,7 @@ class TextEncoder:
         assert len(encodings) == len(specs) > 0, "one spec per encoding, at least one"
         batch = self.card.tokenizer.pad(encodings)
         input_ids, attention_mask, token_type_ids = self.to_tensors(batch)
-        distinct = list({id(spec): spec for spec in specs}.values())  # a pass's texts share a few: one a request
+        distinct = list({id(spec): spec for spec in specs}.values())  # a pass's texts share a few: one per request
         deepest = max(spec.layer for spec in distinct)
         mixed_layers = any(spec.layer != deepest for spec in distinct)
         if not mixed_layers and deepest == self.card.config.n_layers:  # what nearly every request asks for

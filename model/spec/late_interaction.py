@@ -1,4 +1,4 @@
-"""Late interaction (ColBERT): one vector a token, scored by MaxSim between a query's vectors and a document's.
+"""Late interaction (ColBERT): one vector per token, scored by MaxSim between a query's vectors and a document's.
 
 A ColBERT checkpoint is a directory that sentence-transformers' ``MultiVectorEncoder`` loads: its own saves (the
 modules Transformer, Dense on each token vector, MultiVectorMask, Normalize; the lengths and the query expansion in

@@ -11,10 +11,13 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.api.tei.translate import (
-    Backend,
     Empty,
+    can_embed,
+    can_embed_all,
     kind,
+    need_classifier,
     need_embedding,
+    need_sparse,
     reading,
     simple_tokens,
     splade,
@@ -68,11 +71,7 @@ router = APIRouter(tags=[TAG], responses=TEI_RESPONSES, route_class=errors_in(te
 async def embed(
     body: EmbedRequest, request: Request, served: Model, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
-    need_embedding(served)
-    if splade(served) and body.normalize:
-        raise Backend("`normalize` is not available for SPLADE models")
-    if body.dimensions is not None and body.dimensions < 1:
-        raise InvalidRequest("dimensions", "`dimensions` should be positive")
+    can_embed(served, body.normalize, body.dimensions)
     inputs = body.inputs
     ids = not isinstance(inputs, str) and any(not isinstance(item, str) for item in inputs)
     if ids:  # token ids, pooled and normalised as they are, texts beside them as TEI mixes them
@@ -139,9 +138,7 @@ async def embed_default(
 async def embed_all(
     body: EmbedAllRequest, request: Request, served: Model, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
-    need_embedding(served)
-    if splade(served):
-        raise Backend("`embed_all` is not available for SPLADE models")
+    can_embed_all(served)
     texts, ids = strings(body.inputs, served)
     if ids and body.prompt_name is not None:
         raise InvalidRequest("prompt_name", "not with token ids")
@@ -167,8 +164,7 @@ async def embed_all(
 async def embed_sparse(
     body: EmbedAllRequest, request: Request, served: Model, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
-    if served.card.sparse is None:
-        raise Backend("Model is not an embedding model with SPLADE pooling")
+    need_sparse(served)
     texts, ids = strings(body.inputs, served)
     if body.prompt_name is not None:  # the prompt's text before each, as TEI puts it
         if ids:
@@ -196,8 +192,7 @@ async def embed_sparse(
 async def predict(
     body: PredictRequest, request: Request, served: Model, tasks: TasksDep, responder: ResponderDep
 ) -> Response:
-    if served.card.head is None:
-        raise Backend("Model is not a classifier model")
+    need_classifier(served)
     inputs = body.inputs
     if isinstance(inputs, str) or all(isinstance(item, str) for item in inputs):
         single = [inputs] if isinstance(inputs, str) else list(inputs)

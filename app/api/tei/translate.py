@@ -65,9 +65,43 @@ def splade(served: ServedModel) -> bool:
     return served.card.sparse is not None and served.card.sparse.kind == "splade"
 
 
+# TEI's refusals of a model that is not of the kind a route needs (its 424 Backend, in its words), each written once
+# for the HTTP routes and the gRPC methods. They are TEI's rules, not the services': the native routes embed with a
+# classifier's encoder, say, which TEI refuses.
+
+
 def need_embedding(served: ServedModel) -> None:
+    """/embed_all's, /similarity's and /tokenize's rule (and /embed's, ``can_embed``): an embedding model."""
     if kind(served) != "embedding":
         raise Backend("Model is not an embedding model")
+
+
+def can_embed(served: ServedModel, normalize: bool, dimensions: int | None) -> None:
+    """/embed's rule (Embed's): an embedding model, not normalised where it is SPLADE, its ``dimensions`` positive."""
+    need_embedding(served)
+    if splade(served) and normalize:
+        raise Backend("`normalize` is not available for SPLADE models")
+    if dimensions is not None and dimensions < 1:
+        raise InvalidRequest("dimensions", "`dimensions` should be positive")
+
+
+def can_embed_all(served: ServedModel) -> None:
+    """/embed_all's rule (EmbedAll's): an embedding model that is not SPLADE."""
+    need_embedding(served)
+    if splade(served):
+        raise Backend("`embed_all` is not available for SPLADE models")
+
+
+def need_sparse(served: ServedModel) -> None:
+    """/embed_sparse's rule (EmbedSparse's): a model with sparse output."""
+    if served.card.sparse is None:
+        raise Backend("Model is not an embedding model with SPLADE pooling")
+
+
+def need_classifier(served: ServedModel) -> None:
+    """/predict's rule (Predict's): a model with a classification head."""
+    if served.card.head is None:
+        raise Backend("Model is not a classifier model")
 
 
 def truncates(body: Truncating) -> bool:

@@ -38,7 +38,17 @@ from starlette.datastructures import State
 from app import __version__, tracing
 from app.api.tei.grpc import tei_pb2 as pb
 from app.api.tei.grpc import tei_pb2_grpc as pb_grpc
-from app.api.tei.translate import Backend, Empty, kind, need_embedding, simple_tokens, splade, strings, tei_info
+from app.api.tei.translate import (
+    Empty,
+    can_embed,
+    can_embed_all,
+    kind,
+    need_classifier,
+    need_sparse,
+    simple_tokens,
+    strings,
+    tei_info,
+)
 from app.engine.messages import Timing
 from app.errors import ApiError, InvalidRequest, ModelLacks
 from app.schemas import ClassifyRequest, EncodeRequest, RerankRequest, SparseEncodeRequest, blank
@@ -560,12 +570,8 @@ class TeiServicer:
         """Messages of equal options (``embed_options``) as one request of the service."""
         started = time.perf_counter()
         first = requests[0]
-        need_embedding(served)
         normalize = first.normalize if first.HasField("normalize") else True  # TEI's default: true
-        if splade(served) and normalize:
-            raise Backend("`normalize` is not available for SPLADE models")
-        if first.HasField("dimensions") and first.dimensions < 1:
-            raise InvalidRequest("dimensions", "`dimensions` should be positive")
+        can_embed(served, normalize, first.dimensions if first.HasField("dimensions") else None)
         texts = [strings(request.inputs)[0][0] for request in requests]
         native = EncodeRequest(
             texts=texts,
@@ -589,8 +595,7 @@ class TeiServicer:
 
     async def _embed_sparse(self, request: pb.EmbedSparseRequest, served: ServedModel) -> pb.EmbedSparseResponse:
         started = time.perf_counter()
-        if served.card.sparse is None:
-            raise Backend("Model is not an embedding model with SPLADE pooling")
+        need_sparse(served)
         texts, _ = strings(request.inputs)
         if request.HasField("prompt_name"):  # the prompt's text before it, as TEI puts it
             texts, _ = Embeddings.prompted(served, texts, request.prompt_name)
@@ -610,9 +615,7 @@ class TeiServicer:
 
     async def _embed_all(self, request: pb.EmbedAllRequest, served: ServedModel) -> pb.EmbedAllResponse:
         started = time.perf_counter()
-        need_embedding(served)
-        if splade(served):
-            raise Backend("`embed_all` is not available for SPLADE models")
+        can_embed_all(served)
         texts, _ = strings(request.inputs)
         native = EncodeRequest(
             texts=texts,
@@ -640,8 +643,7 @@ class TeiServicer:
     ) -> list[pb.PredictResponse]:
         """Texts, or pairs of texts (as many in each), labelled as one request of the service."""
         started = time.perf_counter()
-        if served.card.head is None:
-            raise Backend("Model is not a classifier model")
+        need_classifier(served)
         if not 1 <= len(inputs[0]) <= 2 or any(len(texts) != len(inputs[0]) for texts in inputs):
             raise InvalidRequest("inputs", "one string, or a pair of strings")
         if any(blank(text) for texts in inputs for text in texts):
