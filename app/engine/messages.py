@@ -128,8 +128,8 @@ class Task:
     MultiVectors per text.
     ``attention``: an AttentionSelection on one text, its maps. ``neuron``: a HeadChoice on one text, its
     HeadSteps. ``head_statistics``: KeyMarks of the texts, (S, B, L, H) statistics. ``explain``: ExplainInputs,
-    no texts, each text's contributions and method. ``attribute``: AttributionOptions on one text (or pair), its
-    Attribution. ``positions``: a PositionQuery, no texts, the table.
+    no texts, each text's contributions and method. ``attribute``: AttributionOptions on a few texts (or pairs),
+    each text's Attribution. ``positions``: a PositionQuery, no texts, the table.
     """
 
     kind: TaskKind
@@ -187,7 +187,7 @@ KINDS: dict[TaskKind, Kind] = {
     ),
     # with gradients, through every layer and back, several steps a pass: it holds as much as an attention pass
     "attribute": Kind(
-        False, AttributionOptions, lambda model, texts, options: [model.attribute(texts[0], options)], large=True
+        False, AttributionOptions, lambda model, texts, options: [model.attribute(texts, options)], large=True
     ),
     "positions": Kind(False, PositionQuery, lambda model, _, query: [model.position_encoding(query)]),
 }

@@ -118,6 +118,29 @@ def baseline_of(encoding: TokenSequence, tokenizer: TextTokenizer) -> tuple[int,
     return tuple(i if mark or i in special else tokenizer.pad_token_id for i, mark in zip(encoding.ids, added))
 
 
+EXPLAIN_STEPS = 50  # integrated gradients' steps where a request asks only for its explanations (/explain's default)
+
+
+def explained_together(lengths: Sequence[int], steps: int, tokens: int) -> list[list[int]]:
+    """Texts (their lengths) in the order given, in groups whose points (``steps`` a text, each as long as the text)
+    fit one pass of ``tokens``, one text at least a group: each group one task, its points computed together.
+
+    Why: an explanation's points are rows of a few passes through the encoder and back; texts explained one task each
+    paid a pass (and its fixed cost) apiece however short they were: on a GPU, where a pass of a few thousand tokens
+    costs little more than its launches, 16 documents' explanations were 16 such passes. A group is still at most
+    about a pass, so that a request that leaves has little of its work left to run, and other requests go between
+    the groups."""
+    groups: list[list[int]] = []
+    held = tokens  # the points of the group being filled
+    for index, length in enumerate(lengths):
+        if not groups or held + steps * length > tokens:
+            groups.append([])
+            held = 0
+        groups[-1].append(index)
+        held += steps * length
+    return groups
+
+
 class Tasks:
     def __init__(self, embeddings: Embeddings, max_explain_steps: int = 256, max_explained_texts: int = 16) -> None:
         self.embeddings = embeddings  # for its limits
@@ -309,8 +332,8 @@ class Tasks:
         baseline = baseline_of(encoding, tokenizer)
         steps = request.steps if request.method == "integrated_gradients" else None
         index = 0 if target is None else target[0]
-        options = AttributionOptions(index, request.method, steps or 1, baseline, served.facts.max_batch_tokens)
-        (attribution,) = await served.queue.run(Task("attribute", [encoding], options), timing)
+        options = AttributionOptions((index,), request.method, steps or 1, (baseline,), served.facts.max_batch_tokens)
+        ((attribution,),) = await served.queue.run(Task("attribute", [encoding], options), timing)
         tokens = tokenizer.vocabulary_entries(encoding.ids)
         return Explained(served.name, target, request.method, steps, tokens, attribution, len(encoding.ids))
 
@@ -376,16 +399,20 @@ class Tasks:
         served: ServedModel, encodings: Sequence[TokenSequence], targets: Sequence[int]
     ) -> list[Explanation]:
         """Each text's explanation with /explain's defaults (integrated gradients, 50 steps) of its ``targets``
-        output: one task each, queued together."""
-        tokenizer = served.card.tokenizer
+        output: the texts in tasks of as many as a pass holds (``explained_together``), queued together."""
+        tokenizer, budget = served.card.tokenizer, served.facts.max_batch_tokens
         tasks = []
-        for encoding, target in zip(encodings, targets, strict=True):
+        for group in explained_together([len(encoding.ids) for encoding in encodings], EXPLAIN_STEPS, budget):
             options = AttributionOptions(
-                target, "integrated_gradients", 50, baseline_of(encoding, tokenizer), served.facts.max_batch_tokens
+                tuple(targets[i] for i in group),
+                "integrated_gradients",
+                EXPLAIN_STEPS,
+                tuple(baseline_of(encodings[i], tokenizer) for i in group),
+                budget,
             )
-            tasks.append(served.queue.run(Task("attribute", [encoding], options)))
-        attributions = await asyncio.gather(*tasks)
+            tasks.append(served.queue.run(Task("attribute", [encodings[i] for i in group], options)))
+        attributions = [attribution for (group,) in await asyncio.gather(*tasks) for attribution in group]
         return [
             Explanation(tokenizer.vocabulary_entries(encoding.ids), attribution)
-            for encoding, (attribution,) in zip(encodings, attributions, strict=True)
+            for encoding, attribution in zip(encodings, attributions, strict=True)
         ]

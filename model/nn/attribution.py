@@ -4,9 +4,10 @@ them on transformers' models.
 
 Integrated gradients (Sundararajan, Taly and Yan, 2017) follow the straight path from a baseline's embeddings e₀ to
 the input's e and integrate the score's gradient along it: a(e) = (e − e₀) ⊙ ∫₀¹ ∇f(e₀ + α (e − e₀)) dα, the integral
-by Gauss–Legendre quadrature over ``steps`` points, several points a pass (each point is one row of a batch). Summed
-over the hidden size that is one number per token, and the numbers sum to f(e) − f(e₀) up to the quadrature's error,
-which is reported as the convergence delta. Gradient × input is e ⊙ ∇f(e), summed likewise.
+by Gauss–Legendre quadrature over ``steps`` points, several points a pass (each point is one row of a batch), the
+points of several texts in the same passes. Summed over the hidden size that is one number per token, and the numbers
+sum to f(e) − f(e₀) up to the quadrature's error, which is reported as the convergence delta. Gradient × input is
+e ⊙ ∇f(e), summed likewise.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from torch import Tensor
 
 from model.spec.outputs import Attribution
 
-Score = Callable[[Tensor], Tensor]  # the embedding block's output for S rows (S, T, D) → each row's score (S,)
+# The embedding block's output of N points (N, L, E) and the text each point is of (N,) → each point's score (N,):
+# the points may be cut to their texts' longest length L (the rest is padding)
+Score = Callable[[Tensor, Tensor], Tensor]
 
 
 def gauss_legendre(steps: int) -> tuple[np.ndarray, np.ndarray]:
@@ -28,34 +31,71 @@ def gauss_legendre(steps: int) -> tuple[np.ndarray, np.ndarray]:
     return 0.5 * (nodes + 1), 0.5 * weights
 
 
+def passes(lengths: list[int], steps: int, tokens: int) -> list[list[tuple[int, int]]]:
+    """Every text's points, (text, step), text by text, cut into passes: as many points a pass as keep it within
+    ``tokens`` (points × the longest of their texts), one at least."""
+    cut: list[list[tuple[int, int]]] = [[]]
+    longest = 0
+    for text, length in enumerate(lengths):
+        for step in range(steps):
+            if cut[-1] and (len(cut[-1]) + 1) * max(longest, length) > tokens:
+                cut.append([])
+                longest = 0
+            cut[-1].append((text, step))
+            longest = max(longest, length)
+    return cut
+
+
 def integrated_gradients(
-    score: Score, embedded: Tensor, baseline: Tensor, steps: int, rows: int, at_baseline: Score | None = None
-) -> Attribution:
-    """Integrated gradients of ``score`` from ``baseline`` to ``embedded`` (both (T, D)), at most ``rows`` points a
-    pass (forward and backward). ``at_baseline`` scores the baseline itself where that differs from ``score`` (a
-    head that finds its token by the ids: the baseline's own)."""
+    score: Score,
+    embedded: Tensor,
+    baseline: Tensor,
+    lengths: list[int],
+    steps: int,
+    tokens: int,
+    at_baseline: Score | None = None,
+) -> list[Attribution]:
+    """Integrated gradients of ``score`` from ``baseline`` to ``embedded`` (both (R, T, E): R texts, padded to T;
+    ``lengths`` their real tokens), the points of every text computed together, ``tokens`` a pass at most (forward and
+    backward; ``passes``). ``at_baseline`` scores the baselines themselves where that differs from ``score`` (a head
+    that finds its token by the ids: the baseline's own)."""
     alphas, weights = gauss_legendre(steps)
-    difference = embedded - baseline  # (T, D)
-    gradients = torch.zeros_like(embedded)  # Σ weight · ∇f over the points
-    for start in range(0, steps, rows):
+    difference = embedded - baseline  # (R, T, E)
+    gradients = torch.zeros_like(embedded)  # Σ weight · ∇f over each text's points
+    for points_of in passes(lengths, steps, tokens):
+        texts = torch.tensor([text for text, _ in points_of], device=embedded.device)
         alpha, weight = (
-            torch.tensor(values[start : start + rows], dtype=embedded.dtype, device=embedded.device)[:, None, None]
+            torch.tensor([values[step] for _, step in points_of], dtype=embedded.dtype, device=embedded.device)
             for values in (alphas, weights)
         )
-        points = (baseline + alpha * difference).requires_grad_(True)  # (S, T, D)
-        (gradient,) = torch.autograd.grad(score(points).sum(), points)
-        gradients += (gradient * weight).sum(0)
-    with torch.no_grad():
-        at_input, at_start = score(embedded[None])[0], (at_baseline or score)(baseline[None])[0]  # f at both ends
-    attributions = (difference * gradients).sum(-1)  # (T,)
-    delta = attributions.sum() - (at_input - at_start)
-    return Attribution(attributions.detach().cpu().numpy(), float(at_input), float(at_start), float(delta))
+        length = max(lengths[text] for text, _ in points_of)
+        start, way = baseline[texts, :length], difference[texts, :length]  # (S, L, E) each
+        points = (start + alpha[:, None, None] * way).requires_grad_(True)
+        (gradient,) = torch.autograd.grad(score(points, texts).sum(), points)
+        gradients[:, :length].index_add_(0, texts, gradient * weight[:, None, None])
+    everyone = torch.arange(len(lengths), device=embedded.device)
+    with torch.no_grad():  # f at both ends
+        at_input, at_start = score(embedded, everyone), (at_baseline or score)(baseline, everyone)
+    attributions = (difference * gradients).sum(-1)  # (R, T)
+    return [
+        Attribution(
+            row[:length].detach().cpu().numpy(),
+            float(at_input[text]),
+            float(at_start[text]),
+            float(row[:length].sum() - (at_input[text] - at_start[text])),
+        )
+        for text, (row, length) in enumerate(zip(attributions, lengths, strict=True))
+    ]
 
 
-def gradient_x_input(score: Score, embedded: Tensor) -> Attribution:
-    """The embedding block's output times the score's gradient there, summed over the hidden size. (T, D) → (T,)"""
-    point = embedded.detach()[None].requires_grad_(True)  # (1, T, D)
-    value = score(point)
+def gradient_x_input(score: Score, embedded: Tensor, lengths: list[int]) -> list[Attribution]:
+    """The embedding block's output times the score's gradient there, summed over the hidden size, for each of R
+    texts at once. (R, T, E) → (T,) a text, cut to its ``lengths``."""
+    point = embedded.detach().requires_grad_(True)  # (R, T, E)
+    value = score(point, torch.arange(len(lengths), device=embedded.device))
     (gradient,) = torch.autograd.grad(value.sum(), point)
-    attributions = (point * gradient).sum(-1)[0]  # (T,)
-    return Attribution(attributions.detach().cpu().numpy(), float(value.detach()[0]), None, None)
+    attributions, scores = (point * gradient).sum(-1), value.detach()  # (R, T), (R,)
+    return [
+        Attribution(row[:length].detach().cpu().numpy(), float(scores[text]), None, None)
+        for text, (row, length) in enumerate(zip(attributions, lengths, strict=True))
+    ]

@@ -461,16 +461,21 @@ class TextEncoder:
             answers = self.reranker(hidden[torch.arange(hidden.size(0), device=hidden.device), last]).float()  # (B, 2)
             return (answers[:, 0] - answers[:, 1]).unsqueeze(1)  # (B, 1): yes − no
 
-    def attribute(self, encoding: TokenSequence, options: AttributionOptions) -> Attribution:
-        """Which tokens of one text (or pair) made its score, float32 on the model's device, the explicit path's
-        weights: the classification head's logit ``options.target``, or a yes/no reranker's yes − no at the last
-        token, attributed at the embedding block's output (model/nn/attribution.py). Integrated gradients compute
-        as many of their points a pass as keep it within ``options.tokens`` tokens. Gradients are taken here alone:
-        every other pass runs without them."""
+    def attribute(self, encodings: Sequence[TokenSequence], options: AttributionOptions) -> list[Attribution]:
+        """Which tokens of each text (or pair) made its score, float32 on the model's device, the explicit path's
+        weights: the classification head's logit ``options.targets[i]``, or a yes/no reranker's yes − no at the last
+        token, attributed at the embedding block's output (model/nn/attribution.py). The texts are padded into one
+        batch, and integrated gradients compute the points of all of them in passes of at most ``options.tokens``
+        tokens. Gradients are taken here alone: every other pass runs without them."""
         if self.classifier is None and self.reranker is None:
             raise ValueError(f"model {self.card.name!r} has no score to attribute")
-        input_ids, attention_mask, token_type_ids = self.to_tensors(self.card.tokenizer.pad([encoding]))  # (1, T) each
-        baseline_ids = torch.tensor([options.baseline], dtype=input_ids.dtype, device=self.device)
+        batch = self.card.tokenizer.pad(encodings)
+        input_ids, attention_mask, token_type_ids = self.to_tensors(batch)  # (R, T) each
+        lengths = [len(encoding.ids) for encoding in encodings]
+        baseline_ids = input_ids.clone()  # each text's baseline, padded as the text is
+        for row, (baseline, length) in enumerate(zip(options.baselines, lengths, strict=True)):
+            baseline_ids[row, :length] = torch.tensor(baseline, dtype=input_ids.dtype)
+        targets = torch.tensor(options.targets, device=self.device)
         encoder, f32 = self.encoder, torch.float32
         # the heads in float32 once a request (a copy where they are kept in half precision), not once a pass
         classifier = in_dtype(self.classifier, f32) if self.classifier is not None else None
@@ -478,27 +483,29 @@ class TextEncoder:
         with torch.inference_mode(False), torch.enable_grad():
             embeddings = encoder.embeddings
             embedded, baseline = (
-                embeddings(ids, token_type_ids, attention_mask, f32, projected=False)[0]
+                embeddings(ids, token_type_ids, attention_mask, f32, projected=False)
                 for ids in (input_ids, baseline_ids)
-            )  # (T, E) each: ELECTRA's before their projection up to D, as transformers' embedding block gives them
+            )  # (R, T, E) each: ELECTRA's before their projection up to D, as transformers' embedding block gives them
 
-            def score(points: Tensor, given: Tensor = input_ids) -> Tensor:  # (S, T, E) → (S,)
-                rows = points.size(0)
-                ids, mask, types = (t.expand(rows, -1) for t in (given, attention_mask, token_type_ids))
+            def score(points: Tensor, texts: Tensor, given: Tensor = input_ids) -> Tensor:  # (N, L, E), (N,) → (N,)
+                length = points.size(1)
+                ids, mask, types = (t[texts, :length] for t in (given, attention_mask, token_type_ids))
                 hidden = encoder(ids, mask, types, dtype=f32, embedded=embeddings.up(points)).last_hidden_state
+                rows = torch.arange(points.size(0), device=points.device)
                 if classifier is not None:
-                    return classifier(hidden, mask, ids)[:, options.target]
+                    return classifier(hidden, mask, ids)[rows, targets[texts]]
                 assert reranker is not None
-                answers = reranker(hidden[:, last_token(mask)[0]])  # (S, 2)
+                answers = reranker(hidden[rows, last_token(mask)])  # (N, 2)
                 return answers[:, 0] - answers[:, 1]  # yes − no
 
             if options.method == "gradient_x_input":
-                return gradient_x_input(score, embedded.detach())
-            rows = max(1, options.tokens // input_ids.size(1))
+                return gradient_x_input(score, embedded.detach(), lengths)
             # a head that finds its token by the ids (a decoder's last one that is not padding) scores the baseline
             # by the baseline's ids, as transformers' model given them does
-            at_baseline = lambda points: score(points, baseline_ids)  # noqa: E731
-            return integrated_gradients(score, embedded.detach(), baseline.detach(), options.steps, rows, at_baseline)
+            at_baseline = lambda points, texts: score(points, texts, baseline_ids)  # noqa: E731
+            return integrated_gradients(
+                score, embedded.detach(), baseline.detach(), lengths, options.steps, options.tokens, at_baseline
+            )
 
     def scores(self, encodings: Sequence[TokenSequence]) -> ScoredTexts:
         """Each text's logits and probabilities, from one pass (``classify`` and ``probabilities``)."""

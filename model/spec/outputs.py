@@ -173,15 +173,15 @@ ATTRIBUTION_METHODS = ("integrated_gradients", "gradient_x_input")
 
 @dataclass(frozen=True)
 class AttributionOptions:
-    """What to attribute and how: the output explained (a label's index; 0 for a model with one output or a yes/no
-    reranker), the method (``ATTRIBUTION_METHODS``), integrated gradients' steps, the baseline's token ids (the
-    text's, with every token but the special ones made the pad token), and the tokens a pass may hold (steps × the
-    text's tokens, split into passes within it)."""
+    """What to attribute and how, for each of a task's texts: the output explained of each (a label's index; 0 for a
+    model with one output or a yes/no reranker), the method (``ATTRIBUTION_METHODS``), integrated gradients' steps,
+    each text's baseline token ids (the text's, with every token but the special ones made the pad token), and the
+    tokens a pass may hold (the texts' points, steps × a text's tokens each, split into passes within it)."""
 
-    target: int
+    targets: tuple[int, ...]
     method: str
     steps: int
-    baseline: tuple[int, ...]
+    baselines: tuple[tuple[int, ...], ...]
     tokens: int = 4096
 
 

@@ -280,8 +280,8 @@ def test_every_classifier_family_attributes_as_captum_does(
     (encoding,) = model.card.tokenizer.encode([TEXT], [PAIR])
     ours = {
         method: model.attribute(
-            encoding, AttributionOptions(1, method, 20, baseline_of(encoding, model.card.tokenizer))
-        )
+            [encoding], AttributionOptions((1,), method, 20, (baseline_of(encoding, model.card.tokenizer),))
+        )[0]
         for method in ("integrated_gradients", "gradient_x_input")
     }
     reference = AutoModelForSequenceClassification.from_pretrained(directory, attn_implementation="eager").eval()
@@ -342,3 +342,47 @@ def test_every_classifier_family_attributes_as_captum_does(
         {"attributions": got.attributions.tolist(), "score": got.score},
         {"attributions": by_gradient.detach().numpy(), "score": expected["score"]},
     )
+
+
+@pytest.mark.parametrize("family", CLASSIFIER_FAMILIES)
+def test_texts_of_unlike_length_attributed_together_as_each_alone(
+    family_classifiers: dict[str, tuple[Path, TextEncoder]], family: str
+) -> None:
+    """Several texts of one task (a request's explanations, app/services/tasks.py ``explained_together``): padded into
+    one batch, their points in shared passes, some of them cut between two texts; each text's answer that of the text
+    alone (itself checked against Captum above), for each method."""
+    from app.services.tasks import baseline_of
+    from model import AttributionOptions
+
+    _, model = family_classifiers[family]
+    tokenizer = model.card.tokenizer
+    encodings = tokenizer.encode([TEXT, "a dog", PAIR, "the cat sat"], [PAIR, None, TEXT, None])
+    baselines = tuple(baseline_of(encoding, tokenizer) for encoding in encodings)
+    targets = (1, 0, 2, 1)
+    longest = max(len(encoding.ids) for encoding in encodings)
+    for method in ("integrated_gradients", "gradient_x_input"):
+        together = model.attribute(encodings, AttributionOptions(targets, method, 7, baselines, 5 * longest))
+        for encoding, target, baseline, got in zip(encodings, targets, baselines, together, strict=True):
+            (alone,) = model.attribute([encoding], AttributionOptions((target,), method, 7, (baseline,)))
+            assert got.attributions.shape == (len(encoding.ids),)
+            largest = np.abs(alone.attributions).max()
+            # within the bounds held against Captum: float32's sums in another order (padded rows, packed tokens)
+            assert np.abs(got.attributions - alone.attributions).max() <= 1e-4 * largest, (method, got, alone)
+            assert got.score == pytest.approx(alone.score, rel=1e-5, abs=1e-5)
+            if method == "integrated_gradients":
+                assert got.baseline_score == pytest.approx(alone.baseline_score, rel=1e-5, abs=1e-5)
+                # a sum of the attributions: within theirs, summed
+                bound = 1e-4 * max(1.0, float(np.abs(alone.attributions).sum()))
+                assert got.convergence_delta == pytest.approx(alone.convergence_delta, abs=bound)
+            else:
+                assert got.baseline_score is None and got.convergence_delta is None
+
+
+def test_explanations_go_in_tasks_of_about_a_pass() -> None:
+    """A request's texts in order, in groups whose points (steps × tokens a text) fit one pass; a text larger than a
+    pass alone in its group."""
+    from app.services.tasks import explained_together
+
+    assert explained_together([10, 10, 30, 5], 50, 2000) == [[0, 1], [2, 3]]
+    assert explained_together([10, 100, 10], 50, 2000) == [[0], [1], [2]]
+    assert explained_together([8] * 5, 50, 16384) == [[0, 1, 2, 3, 4]]

@@ -163,6 +163,8 @@ REQUESTS = [
     ("/similarity", {"source": "a cat", "texts": ["a dog", "the mat"], "model": "tiny", "explain": True}),
     ("/rerank", {"query": "a cat", "documents": ["a dog", "the mat"], "model": "ce"}),
     ("/classify", {"texts": ["a cat"], "model": "ce"}),
+    ("/explain", {"text": "a cat", "text_pair": "a dog on the mat", "model": "ce", "steps": 8}),
+    ("/rerank", {"query": "a cat", "documents": ["a dog", "the mat", "a cat sat"], "model": "ce", "explain": True}),
     ("/tokenize", {"texts": ["a cat"], "model": "tiny"}),
     ("/encode", {"texts": [""], "model": "tiny"}),  # 422
     ("/rerank", {"query": "a cat", "documents": ["a dog"], "model": "tiny"}),  # 422: no head
