@@ -2,12 +2,15 @@
 384 wide), 50 steps of integrated gradients, against Captum's ``LayerIntegratedGradients`` on transformers' model of
 the same checkpoint in process, which batches all its steps in one pass.
 
-    .venv/bin/python -m bench.explain [--rounds 5]
+    .venv/bin/python -m bench.explain [--rounds 5] [--documents 16] [--words 6] [--env ENCODER_MAX_BATCH_TOKENS=16384]
 
 The service runs in its own process (``python -m app.serve``, as the image runs it) and is asked over keep-alive
-HTTP; Captum runs in this process while the service idles, the two taking turns round by round. Prints the median
-seconds a request of each and their ratio (the goal: the service at most half Captum's time), and the attributions'
-largest difference (Captum's model and ours computing the same numbers).
+HTTP; Captum runs in this process while the service idles, on the device the service computes on (CUDA where there
+is one), the two taking turns round by round. Prints the median seconds a request of each and their ratio (the goal:
+the service at most half Captum's time), and the attributions' largest difference (Captum's model and ours computing
+the same numbers). Where Captum cannot be imported (it needs matplotlib), the service's time alone. Then /rerank of
+``--documents`` generated documents with ``"explain": true`` against the same /rerank without it, taking turns: the
+median seconds of each and their ratio (the goal: at most 20).
 
 With ``--beside``, what an explanation does to other requests in flight: 32 clients send /encode of one text each,
 one at a time, for ``--seconds`` alone and then with a client asking /explain of 256 steps over and over beside them;
@@ -57,19 +60,33 @@ def write_cross_encoder(directory: Path) -> Path:
     return directory
 
 
+def captum_available() -> str | None:
+    """None where Captum's integrated gradients can be imported here, else why not."""
+    try:
+        from captum.attr import LayerIntegratedGradients  # noqa: F401
+    except ImportError as error:
+        return str(error)
+    return None
+
+
 def captum_seconds(directory: Path, ids: list[int], types: list[int], steps: int) -> tuple[float, np.ndarray]:
+    """Captum's integrated gradients of the pair on transformers' model, on the GPU where there is one (as the
+    service computes there): the seconds they take and the attributions."""
     from captum.attr import LayerIntegratedGradients
     from transformers import BertForSequenceClassification
 
-    model = BertForSequenceClassification.from_pretrained(directory, attn_implementation="eager").eval()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = BertForSequenceClassification.from_pretrained(directory, attn_implementation="eager").eval().to(device)
     special = {ids[0], ids[-1]}  # [CLS] and [SEP]
-    input_ids, token_types = torch.tensor([ids]), torch.tensor([types])
-    baseline = torch.tensor([[i if i in special else 0 for i in ids]])
+    input_ids, token_types = torch.tensor([ids], device=device), torch.tensor([types], device=device)
+    baseline = torch.tensor([[i if i in special else 0 for i in ids]], device=device)
 
     def f(i: torch.Tensor, t: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         return model(input_ids=i, token_type_ids=t, attention_mask=a).logits[:, 0]
 
     explainer = LayerIntegratedGradients(f, model.bert.embeddings)
+    if device == "cuda":
+        torch.cuda.synchronize()
     began = time.perf_counter()
     attributions = explainer.attribute(
         input_ids,
@@ -78,13 +95,14 @@ def captum_seconds(directory: Path, ids: list[int], types: list[int], steps: int
         n_steps=steps,
         method="gausslegendre",
     )
-    return time.perf_counter() - began, attributions.sum(-1)[0].detach().numpy()
+    summed = attributions.sum(-1)[0].detach().cpu().numpy()  # waits for the GPU, as the service's answer does
+    return time.perf_counter() - began, summed
 
 
-async def served_seconds(port: int, body: bytes) -> tuple[float, dict]:
+async def served_seconds(port: int, body: bytes, path: str = "/explain") -> tuple[float, dict]:
     connection = await Connection.open("127.0.0.1", port)
     began = time.perf_counter()
-    status, payload = await connection.request("POST", "/explain", body)
+    status, payload = await connection.request("POST", path, body)
     seconds = time.perf_counter() - began
     connection.close()
     assert status == 200, payload
@@ -142,49 +160,90 @@ def beside(directory: Path, body: bytes, seconds: float) -> None:
     )
 
 
+def versus_captum(port: int, directory: Path, text: str, pair: str, steps: int, rounds: int) -> None:
+    """/explain of the pair over HTTP against Captum in process, taking turns: the medians, their ratio and the
+    attributions' largest difference."""
+    body = orjson.dumps({"text": text, "text_pair": pair, "steps": steps})
+    _, answer = asyncio.run(served_seconds(port, body))  # warm-up
+    missing = captum_available()
+    from model import TextTokenizer
+
+    tokenizer = TextTokenizer.from_file(directory / "tokenizer.json", 512)
+    (encoding,) = tokenizer.encode([text], [pair])
+    ids, types = list(encoding.ids), list(encoding.type_ids)
+    if missing is None:
+        captum_seconds(directory, ids, types, steps)  # warm-up
+    ours, theirs, reference = [], [], None
+    for _ in range(rounds):
+        seconds, answer = asyncio.run(served_seconds(port, body))
+        ours.append(seconds)
+        if missing is None:
+            seconds, reference = captum_seconds(directory, ids, types, steps)
+            theirs.append(seconds)
+    print(f"/explain, {len(ids)} tokens, {steps} steps, {rounds} rounds; seconds a request, median")
+    print(f"  the service over HTTP: {statistics.median(ours):.3f} (rounds {', '.join(f'{s:.3f}' for s in ours)})")
+    if reference is None:
+        print(f"  Captum: not measured, it cannot be imported here ({missing})")
+        return
+    difference = np.abs(np.asarray(answer["attributions"]) - reference).max() / np.abs(reference).max()
+    print(f"  Captum in process:     {statistics.median(theirs):.3f} (rounds {', '.join(f'{s:.3f}' for s in theirs)})")
+    print(
+        f"  ratio {statistics.median(ours) / statistics.median(theirs):.2f} (goal <= 0.5); attributions differ by at "
+        f"most {difference:.1e} of the largest"
+    )
+
+
+def rerank_with_explanations(port: int, documents: int, rounds: int, words: int | None = None) -> None:
+    """/rerank of ``documents`` generated documents (cut to their first ``words``) with ``"explain": true`` against
+    the same /rerank without it, taking turns: the medians and their ratio."""
+    query, *texts = make_sentences(documents + 1, seed=7)
+    if words is not None:
+        texts = [" ".join(text.split()[:words]) for text in texts]
+    plain = orjson.dumps({"query": query, "documents": texts})
+    explained = orjson.dumps({"query": query, "documents": texts, "explain": True})
+    for body in (plain, explained):  # warm-up
+        asyncio.run(served_seconds(port, body, "/rerank"))
+    seconds: dict[bytes, list[float]] = {plain: [], explained: []}
+    for _ in range(rounds):
+        for body in (plain, explained):
+            seconds[body].append(asyncio.run(served_seconds(port, body, "/rerank"))[0])
+    alone, with_explanations = statistics.median(seconds[plain]), statistics.median(seconds[explained])
+    lengths = "" if words is None else f" of {words} words"
+    print(f"/rerank of {documents} documents{lengths}, {rounds} rounds; seconds a request, median")
+    print(f"  plain: {alone:.3f} (rounds {', '.join(f'{s:.3f}' for s in seconds[plain])})")
+    print(f"  with explain: {with_explanations:.3f} (rounds {', '.join(f'{s:.3f}' for s in seconds[explained])})")
+    print(f"  ratio {with_explanations / alone:.1f} (goal <= 20)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--documents", type=int, default=16, help="documents of the /rerank with explanations")
+    parser.add_argument("--words", type=int, help="those documents cut to their first WORDS words (else 8 to 40)")
     parser.add_argument("--beside", action="store_true", help="/encode's latency with an explanation beside it")
     parser.add_argument("--seconds", type=float, default=20.0, help="with --beside: how long each way")
+    parser.add_argument("--env", nargs="*", default=[], help="NAME=value settings for the service")
     args = parser.parse_args()
+    settings = dict(item.split("=", 1) for item in args.env)
     scratch = Path(tempfile.mkdtemp(prefix="explain-"))
     directory = write_cross_encoder(scratch / "cross-encoder")
     words = "the quick brown fox jumps over the lazy dog while".split()
     text, pair = " ".join(words * 3), " ".join(reversed(words * 3))  # 64 tokens as a pair
-    body = orjson.dumps({"text": text, "text_pair": pair, "steps": args.steps})
     if args.beside:
         beside(directory, orjson.dumps({"text": text, "text_pair": pair, "steps": 256}), args.seconds)
         return
     port = free_port()
-    service = start_service(port, {"ENCODER_MODEL_DIR": str(directory)}, quiet=True, supervised=True)
+    service = start_service(port, {"ENCODER_MODEL_DIR": str(directory), **settings}, quiet=True, supervised=True)
     try:
-        _, answer = asyncio.run(served_seconds(port, body))  # warm-up
-        from model import TextTokenizer
-
-        tokenizer = TextTokenizer.from_file(directory / "tokenizer.json", 512)
-        (encoding,) = tokenizer.encode([text], [pair])
-        ids, types = list(encoding.ids), list(encoding.type_ids)
-        captum_seconds(directory, ids, types, args.steps)  # warm-up
-        ours, theirs = [], []
-        for _ in range(args.rounds):
-            seconds, answer = asyncio.run(served_seconds(port, body))
-            ours.append(seconds)
-            seconds, reference = captum_seconds(directory, ids, types, args.steps)
-            theirs.append(seconds)
+        print(machine())
+        if settings:
+            print("settings:", " ".join(args.env))
+        versus_captum(port, directory, text, pair, args.steps, args.rounds)
+        rerank_with_explanations(port, args.documents, args.rounds, args.words)
     finally:
         service.terminate()
         service.wait(60)
-    difference = np.abs(np.asarray(answer["attributions"]) - reference).max() / np.abs(reference).max()
-    print(machine())
-    print(f"/explain, {len(ids)} tokens, {args.steps} steps, {args.rounds} rounds; seconds a request, median")
-    print(f"  the service over HTTP: {statistics.median(ours):.3f} (rounds {', '.join(f'{s:.3f}' for s in ours)})")
-    print(f"  Captum in process:     {statistics.median(theirs):.3f} (rounds {', '.join(f'{s:.3f}' for s in theirs)})")
-    print(
-        f"  ratio {statistics.median(ours) / statistics.median(theirs):.2f}; attributions differ by at most "
-        f"{difference:.1e} of the largest"
-    )
 
 
 if __name__ == "__main__":

@@ -12,11 +12,14 @@
 #   5. the service over HTTP from several client processes (bench.http_load), for ENCODER_WORKERS = 1, 4, 8:
 #      all-MiniLM-L6-v2 at 32 clients × 32 texts, 4 × 32 and 32 × 1, a BERT-base shape's 512-token texts in tokens/s,
 #      and sentence-transformers (float16) and our own pass in process for reference
-#   6. the CPU with the GPU hidden: make bench's (a), (b) and idle with the service's defaults (and, where OpenVINO
+#   6. /explain on the GPU (bench.explain): a MiniLM-shaped cross-encoder's 64-token pair, 50 steps, against Captum's
+#      LayerIntegratedGradients on transformers' model on the same GPU (where Captum imports: it needs matplotlib;
+#      carry both wheels), and /rerank of 16 documents with explanations against the same /rerank without
+#   7. the CPU with the GPU hidden: make bench's (a), (b) and idle with the service's defaults (and, where OpenVINO
 #      is installed, bench.runtimes)
 #
 # Each step has a time limit, so the run ends whatever a step does; each writes its log to $OUT (default
-# build/gpu-check) and a line to the summary printed at the end: seven logs (a lent machine hands back no more
+# build/gpu-check) and a line to the summary printed at the end: eight logs (a lent machine hands back no more
 # than eight files). Where the service's packages are missing and ./.whl holds wheels (what the host lacks), they
 # are installed into a folder on PYTHONPATH first. On a machine without a GPU the same steps run on the CPU:
 # GPU_CHECK_QUICK=1 makes them small, to try the script end to end. GPU_CHECK_STEPS="tests throughput" runs only
@@ -79,6 +82,11 @@ if [ "$QUICK" = 1 ]; then
 else
     step http 200 "$PY" -m bench.http_load --seconds 4 --workers "${WORKERS[@]}"
 fi
+if [ "$QUICK" = 1 ]; then
+    step explain 90 "$PY" -m bench.explain --rounds 1 --steps 8 --documents 4
+else
+    step explain 90 "$PY" -m bench.explain --rounds 3
+fi
 step cpu 90 env CUDA_VISIBLE_DEVICES= bash -c "$PY -m bench.run --quick --no-write --cases a,b,idle && \
     if $PY -c 'import openvino' 2>/dev/null; then $PY -m bench.runtimes --no-write; fi"
 
@@ -95,5 +103,7 @@ echo "== http"
 grep -E '^## |^\| [0-9]|in process|over HTTP' "$OUT/http.log" 2>/dev/null
 echo "== decoder"
 grep -E '^\||on cuda|on cpu' "$OUT/decoder.log" 2>/dev/null | tail -n 12
+echo "== explain"
+grep -E '^/|^  ' "$OUT/explain.log" 2>/dev/null
 echo "== cpu"
 grep -E '^## |^\| \(|^\| idle|The service ran|^\| (torch|OpenVINO)' "$OUT/cpu.log" 2>/dev/null
