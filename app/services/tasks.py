@@ -131,7 +131,7 @@ def explained_together(lengths: Sequence[int], steps: int, tokens: int) -> list[
     about a pass, so that a request that leaves has little of its work left to run, and other requests go between
     the groups."""
     groups: list[list[int]] = []
-    held = tokens  # the points of the group being filled
+    held = 0  # the points of the group being filled
     for index, length in enumerate(lengths):
         if not groups or held + steps * length > tokens:
             groups.append([])

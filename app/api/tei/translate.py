@@ -71,7 +71,8 @@ def splade(served: ServedModel) -> bool:
 
 
 def need_embedding(served: ServedModel) -> None:
-    """/embed_all's, /similarity's and /tokenize's rule (and /embed's, ``can_embed``): an embedding model."""
+    """/similarity's rule (and, within ``can_embed`` and ``can_embed_all``, /embed's and /embed_all's): an embedding
+    model."""
     if kind(served) != "embedding":
         raise Backend("Model is not an embedding model")
 
