@@ -120,7 +120,8 @@ def second_segments(texts: Sequence[str], text_pair: str | Sequence[str | None] 
     if text_pair is None or isinstance(text_pair, str):
         return None if text_pair is None else [text_pair] * len(texts)
     if len(text_pair) != len(texts):
-        raise InvalidRequest("text_pair", f"has {len(text_pair)} entries for {len(texts)} texts")
+        entries, n = ("entry" if len(text_pair) == 1 else "entries"), len(texts)
+        raise InvalidRequest("text_pair", f"has {len(text_pair)} {entries} for {n} text{'' if n == 1 else 's'}")
     return list(text_pair)
 
 

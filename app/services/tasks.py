@@ -354,7 +354,8 @@ class Tasks:
             if not 0 <= asked < len(labels):
                 raise InvalidRequest(
                     "target",
-                    f"{asked} is out of range: model {served.name!r} has {len(labels)} labels, {', '.join(labels)}",
+                    f"{asked} is out of range: model {served.name!r} has {len(labels)} "
+                    f"label{'' if len(labels) == 1 else 's'}, {', '.join(labels)}",
                 )
             return asked, labels[asked]
         if len(labels) == 1:

@@ -98,7 +98,9 @@ async def test_positional_encoding_rejects_bad_query_parameters(
 
 async def test_tokenize_rejects_mismatched_pairs(limited: httpx.AsyncClient) -> None:
     response = await limited.post("/tokenize", json={"texts": ["a", "b"], "text_pair": ["c"]})
-    assert_error(response, 422, "validation_error", "text_pair", "1 entries for 2 texts")
+    assert_error(response, 422, "validation_error", "text_pair", "has 1 entry for 2 texts")
+    response = await limited.post("/tokenize", json={"texts": ["a"], "text_pair": ["c", "d"]})
+    assert_error(response, 422, "validation_error", "text_pair", "has 2 entries for 1 text")
 
 
 @pytest.mark.parametrize(

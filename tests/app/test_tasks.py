@@ -146,7 +146,7 @@ async def test_classify_equals_transformers(tasks: Service, name: str) -> None:
         ("/rerank", {"query": "q", "documents": ["ok", ""], "model": "bert-ce"}, 422, "documents[1]", "empty"),
         ("/rerank", {"query": "", "documents": ["d"], "model": "bert-ce"}, 422, "query", "empty"),
         ("/rerank", {"query": "q", "documents": ["d"], "model": "nope"}, 404, "model", "no model named"),
-        ("/classify", {"texts": ["a", "b"], "text_pair": ["c"], "model": "bert-cls"}, 422, "text_pair", "1 entries"),
+        ("/classify", {"texts": ["a", "b"], "text_pair": ["c"], "model": "bert-cls"}, 422, "text_pair", "1 entry for"),
         ("/classify", {"texts": "x", "model": "bert-cls", "top_k": 0}, 422, "top_k", ""),
         (
             "/rerank",
