@@ -221,6 +221,25 @@ def param_path(loc: Sequence[str | int], located: bool = True) -> str | None:
     return path or None
 
 
+def telling(errors: Sequence[Any], located: bool = True) -> dict[str, Any]:
+    """The error to report of a failed validation: of those of the first field at fault, the one that got furthest
+    into the client's value. A union (TEI's ``inputs``: a string, token ids, or a list of both) fails once for each
+    of its members, and the first is rarely the one the client meant: ``[[false]]`` fails as a string at ``inputs``
+    and as a token id at ``inputs[0][0]``, which is the one to name."""
+
+    def field(error: dict[str, Any]) -> str:
+        return re.split(r"[[.]", param_path(error.get("loc", ()), located) or "", maxsplit=1)[0]
+
+    def reached(error: dict[str, Any]) -> tuple[int, tuple[int, ...]]:
+        """How deep into the value the error is, then how far along its lists."""
+        path = param_path(error.get("loc", ()), located) or ""
+        indices = tuple(int(index) for index in re.findall(r"\[(\d+)\]", path))
+        return path.count("[") + path.count("."), indices
+
+    first = field(errors[0])
+    return max((error for error in errors if field(error) == first), key=reached)
+
+
 def validation_message(error: dict[str, Any], located: bool = True) -> tuple[str, str | None]:
     """A pydantic/FastAPI error as (message, param), worded for a client (``located``: as ``param_path``)."""
     if error.get("type") == "json_invalid":
@@ -240,6 +259,15 @@ def validation_message(error: dict[str, Any], located: bool = True) -> tuple[str
     return (f"{param}: {problem}" if param else problem), param
 
 
+def refusal(error: ValidationError) -> InvalidRequest:
+    """A model built from a request's values (another API's request translated into ours, TEI's dispatched body)
+    refused them: the 422 of its telling error, worded as a route's own validation error."""
+    message, param = validation_message(telling(error.errors(), located=False), located=False)
+    refused = InvalidRequest(None, message)  # the message names the field already
+    refused.param = param
+    return refused
+
+
 def is_json(content_type: str | None) -> bool:
     """Whether a Content-Type header declares JSON (application/json, or any type ending in +json)."""
     if not content_type:
@@ -257,7 +285,7 @@ def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def request_validation_error(request: Request, exc: RequestValidationError) -> Response:
-        error = exc.errors()[0]
+        error = telling(exc.errors())
         message, param = validation_message(error)
         if tuple(error.get("loc", ())) == ("body",) and error.get("type") != "missing":  # the body as a whole
             param = "body"
@@ -274,10 +302,7 @@ def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
     async def translated_request_error(request: Request, exc: ValidationError) -> Response:
         """A request in another API's shape (TEI's) whose translation into the native one was refused: the client's
         values, so a 422 as the native route gives."""
-        message, param = validation_message(exc.errors()[0], located=False)  # type: ignore[arg-type]
-        refused = InvalidRequest(None, message)  # the message names the field already
-        refused.param = param
-        return api_error_response(refused, shapes.of(request.scope))
+        return api_error_response(refusal(exc), shapes.of(request.scope))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

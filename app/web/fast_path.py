@@ -26,12 +26,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.errors import (
     ApiError,
     ErrorShape,
-    InvalidRequest,
     api_error_response,
     internal_error_response,
     is_json,
     native_errors,
-    validation_message,
+    refusal,
 )
 from app.web.dependencies import get_registry, require_api_key
 from app.web.middleware import RequestLog, replay
@@ -110,10 +109,7 @@ class FastPath:
         except ApiError as error:
             response = api_error_response(error, hot.error_shape)
         except ValidationError as error:  # the body translated into a native request that refused it (TEI's, Cohere's)
-            message, param = validation_message(error.errors()[0], located=False)  # type: ignore[arg-type]
-            refused = InvalidRequest(None, message)  # the message names the field already, as the handler's does
-            refused.param = param
-            response = api_error_response(refused, hot.error_shape)
+            response = api_error_response(refusal(error), hot.error_shape)
         except Exception:  # as the framework answers one: the 500 envelope, the traceback logged
             response = internal_error_response(scope["method"], scope["path"])
         await response(scope, receive, send)

@@ -116,7 +116,17 @@ def test_jina_rerank_equals_the_native_rerank(server: str) -> None:
         }
         for r in ranked["results"][:2]
     ]
-    for body, param in (({"top_n": 0}, "top_n"), ({"documents": []}, "documents"), ({"query": 3}, "query")):
+    wrong_types = (
+        ({"top_n": "2"}, "top_n"),
+        ({"top_n": True}, "top_n"),
+        ({"return_documents": "no"}, "return_documents"),
+    )
+    for body, param in (
+        ({"top_n": 0}, "top_n"),
+        ({"documents": []}, "documents"),
+        ({"query": 3}, "query"),
+        *wrong_types,
+    ):
         refused = httpx.post(f"{server}/v1/rerank", json={"model": "ce", "query": "q", "documents": TEXTS, **body})
         assert refused.status_code == 422 and refused.json()["error"]["param"] == param, refused.text
 
@@ -135,6 +145,16 @@ def test_errors_take_cohere_shape_and_name_the_problem(server: str, client: Any)
         with pytest.raises(cohere.UnprocessableEntityError) as refused:
             client.embed(model="e5", input_type="search_query", **{"texts": ["x"], **options})
         assert words in refused.value.body["message"]
+    for body, says in (  # a value of the wrong type is refused, not converted
+        ({"output_dimension": "8"}, "output_dimension: input should be a valid integer"),
+        ({"texts": ["x", 5]}, "texts[1]: input should be a valid string"),
+    ):
+        wrong = httpx.post(
+            f"{server}/v2/embed", json={"model": "e5", "input_type": "search_query", "texts": ["x"], **body}
+        )
+        assert (wrong.status_code, wrong.json()) == (422, {"message": says}), wrong.text
+    reranked = httpx.post(f"{server}/v2/rerank", json={"model": "ce", "query": "q", "documents": ["a"], "top_n": 1.0})
+    assert (reranked.status_code, reranked.json()) == (422, {"message": "top_n: input should be a valid integer"})
     bare = httpx.post(f"{server}/v2/embed", json={"model": "e5", "texts": ["x"]})  # no input_type
     assert bare.status_code == 422 and set(bare.json()) == {"message"} and "input_type" in bare.json()["message"]
     assert client.embed(model="e5", input_type="search_query", texts=["still serving"]).embeddings.float_

@@ -190,6 +190,30 @@ def test_errors_take_teis_body_and_statuses(server: str) -> None:
     assert httpx.post(f"{server}/tei/embed", json={"inputs": "still serving"}).status_code == 200
 
 
+def test_values_of_the_wrong_type_are_refused_as_teis_own_parser_refuses_them(server: str) -> None:
+    """TEI reads its bodies with serde: unknown fields ignored, but a bool is no token id, 0 no boolean, "3" no
+    number. Of a union's failures the one named is where the value went wrong (``inputs[0][0]``), not the first
+    member tried (``inputs`` as a string)."""
+    for path, body, says in (
+        ("/tei/embed", {"inputs": [[False]]}, "inputs[0][0]: input should be a valid integer"),
+        ("/tei/embed", {"inputs": [101, 2.0]}, "inputs[1]: input should be a valid integer"),
+        ("/tei/embed", {"inputs": ["a", [101, "x"]]}, "inputs[1][1]: input should be a valid integer"),
+        ("/tei/embed", {"inputs": "a", "normalize": 1}, "normalize: input should be a valid boolean"),
+        ("/tei/embed", {"inputs": "a", "dimensions": "8"}, "dimensions: input should be a valid integer"),
+        ("/tei/decode", {"ids": [[True]]}, "ids[0][0]: input should be a valid integer"),
+        ("/tei/decode", {"ids": [101, 102], "skip_special_tokens": 0}, "skip_special_tokens: input should be"),
+        ("/tei/rerank", {"query": "q", "texts": ["a"], "raw_scores": "no"}, "raw_scores: input should be"),
+        ("/models/clf/tei/predict", {"inputs": [1]}, "inputs[0]: input should be a valid string"),
+        ("/tei", {}, "inputs: field required"),  # POST /, dispatched by the model's kind, worded alike
+        ("/tei", {"inputs": [[True]]}, "inputs[0][0]: input should be a valid integer"),
+    ):
+        response = httpx.post(f"{server}{path}", json=body)
+        tei_error(response, 422, "Validation")
+        assert response.json()["error"] == says or response.json()["error"].startswith(says), (path, response.text)
+    ignored = httpx.post(f"{server}/tei/embed", json={"inputs": "a", "unknown": [True]})
+    assert ignored.status_code == 200 and len(ignored.json()[0]) == 384
+
+
 async def test_a_bad_text_through_tei_embed_fails_alone_among_concurrent_ones(server: str) -> None:
     good = [f"good request number {i}" for i in range(12)]
     expected = httpx.post(f"{server}/tei/embed", json={"inputs": good}).json()

@@ -18,7 +18,8 @@ def floats() -> list[EmbeddingType]:
 
 
 class CohereRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # unknown fields ignored, a value of the wrong type refused rather than converted
+    model_config = ConfigDict(strict=True, extra="ignore")
 
 
 class CohereEmbedRequest(CohereRequest):

@@ -6,7 +6,8 @@ from pydantic import BaseModel, ConfigDict
 
 
 class JinaRerankRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # unknown fields ignored, a value of the wrong type refused rather than converted
+    model_config = ConfigDict(strict=True, extra="ignore")
 
     model: str | None = None
     query: str

@@ -43,7 +43,7 @@ from app.api.tei.types import (
     TeiTokenizeRequest,
 )
 from app.engine.messages import Timing
-from app.errors import InvalidRequest, errors_in
+from app.errors import InvalidRequest, errors_in, refusal
 from app.schemas import ClassifyRequest, EncodeRequest, RerankRequest, SimilarityRequest, SparseEncodeRequest, blank
 from app.serialization import json_response
 from app.services.embeddings import Embeddings, Pooled
@@ -336,10 +336,8 @@ async def dispatch(
             sparse = EmbedAllRequest.model_validate(payload)
             return await embed_sparse(sparse, request, served, embeddings, responder)
         return await embed(EmbedRequest.model_validate(payload), request, served, embeddings, responder)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first.get("loc", ())) or "body"
-        raise InvalidRequest(where, str(first.get("msg", "invalid"))) from None
+    except ValidationError as error:  # worded as every other route's refusal
+        raise refusal(error) from None
 
 
 health_router = APIRouter(

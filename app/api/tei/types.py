@@ -1,4 +1,4 @@
-"""Text-embeddings-inference's request and answer shapes (lenient, as TEI's: unknown fields are ignored)."""
+"""Text-embeddings-inference's request and answer shapes (as TEI's: unknown fields are ignored, wrong types refused)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ Input = InputType | list[InputType]
 
 
 class TeiRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # as TEI's own (serde): unknown fields ignored, a value of the wrong type refused (a bool is not a token id,
+    # 0 is not false, "3" is not 3)
+    model_config = ConfigDict(strict=True, extra="ignore")
 
 
 class Truncating(TeiRequest):
