@@ -14,7 +14,7 @@ from fastapi.routing import APIRoute, APIRouter
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
-from starlette.routing import compile_path
+from starlette.routing import Match, compile_path
 from starlette.types import Scope
 
 from app.serialization import json_response
@@ -276,6 +276,21 @@ def is_json(content_type: str | None) -> bool:
     return subtype == "json" or subtype.endswith("+json")
 
 
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> str:
+    """A 405's ``Allow``: every method some route answers on the request's path (the framework names those of the
+    first route that has the path, and /health's GET and HEAD are two routes); empty where no route of the app's
+    own has the path (a static file's, whose 405 is its own)."""
+    routes = request.app.router.routes
+    return ", ".join(
+        method
+        for method in HTTP_METHODS
+        if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)
+    )
+
+
 def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
     """Every error as an envelope in the shape of the API the request went to (``shapes``)."""
 
@@ -321,7 +336,10 @@ def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
             message = f"method {request.method} is not allowed on {request.url.path}"
         else:
             message = str(exc.detail)
-        return shapes.of(request.scope)(Failure(exc.status_code, type_, message, None, getattr(exc, "headers", None)))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405 and (allowed := allowed_methods(request)):
+            headers = {**(headers or {}), "Allow": allowed}
+        return shapes.of(request.scope)(Failure(exc.status_code, type_, message, None, headers))
 
     @app.exception_handler(Exception)
     async def unexpected_error(request: Request, exc: Exception) -> Response:

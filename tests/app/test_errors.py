@@ -149,6 +149,13 @@ async def test_unknown_route_is_404_and_wrong_method_is_405(limited: httpx.Async
     assert_error(response, 405, "method_not_allowed", None, "GET")
     assert "POST" in response.headers["allow"]
     assert_error(await limited.delete("/attention"), 405, "method_not_allowed")
+    # every method the path takes, where two routes share it (/health's GET and HEAD)
+    for path, allowed in (("/health", "GET, HEAD"), ("/ready", "GET, HEAD"), ("/info", "GET")):
+        response = await limited.put(path)
+        assert_error(response, 405, "method_not_allowed", None, "PUT")
+        assert response.headers["allow"] == allowed, (path, response.headers)
+    tei = await limited.put("/tei/health")  # in TEI's shape, as its routes answer
+    assert (tei.status_code, tei.headers["allow"]) == (405, "GET, HEAD"), tei.headers
 
 
 async def test_an_error_takes_the_shape_of_the_api_its_route_or_its_prefix_belongs_to(
