@@ -71,10 +71,13 @@ class InvalidRequest(ApiError):
 
 class ModelLacks(InvalidRequest):
     """The model a request names has not what the request needs (a head, an output): a 422 on ``model`` that names
-    the model, what it lacks, and where a model has it."""
+    the model, what it lacks, and where a model has it. ``task`` is what the model cannot do (``classify``,
+    ``sparse``, …): the services refuse it once, and an API whose contract words the refusal its own way (TEI's 424)
+    writes it from that."""
 
-    def __init__(self, name: str, lacks: str) -> None:
+    def __init__(self, name: str, lacks: str, task: str) -> None:
         super().__init__("model", f"model {name!r} has no {lacks}")
+        self.task = task
 
 
 class Unauthorized(ApiError):
@@ -126,7 +129,8 @@ def error_response(
 
 @dataclass(frozen=True)
 class Failure:
-    """An error to write: its status, our error type, the message, the request field at fault, headers, a code."""
+    """An error to write: its status, our error type, the message, the request field at fault, headers, a code, and
+    where the model lacks what the request needs, the task it cannot do (ModelLacks)."""
 
     status: int
     type: str
@@ -134,6 +138,7 @@ class Failure:
     param: str | None = None
     headers: dict | None = None
     code: str | None = None
+    refused_task: str | None = None
 
 
 ErrorShape = Callable[[Failure], Response]  # how an API writes its errors
@@ -184,7 +189,10 @@ class ErrorShapes:
 def api_error_response(error: ApiError, shape: ErrorShape = native_errors) -> Response:
     """An ApiError's envelope in ``shape``, logged (its status, type and message; never the body)."""
     logger.info("%d %s: %s", error.status_code, error.type, error.message)
-    return shape(Failure(error.status_code, error.type, error.message, error.param, error.headers, error.code))
+    refused_task = error.task if isinstance(error, ModelLacks) else None
+    return shape(
+        Failure(error.status_code, error.type, error.message, error.param, error.headers, error.code, refused_task)
+    )
 
 
 def internal_error_response(method: str, path: str) -> Response:

@@ -361,7 +361,9 @@ class Embeddings:
         """A multi-vector model's vectors (a ColBERT checkpoint's, BGE-M3's), with the token each is of."""
         model = served.card
         if model.multi_vector is None:
-            raise ModelLacks(served.name, "multi-vector output (a ColBERT checkpoint, or BGE-M3's colbert_linear.pt)")
+            raise ModelLacks(
+                served.name, "multi-vector output (a ColBERT checkpoint, or BGE-M3's colbert_linear.pt)", "multi_vector"
+            )
         self.check_batch(len(request.texts))
         sides, results, tokens = await self.late_vectors(
             served, request.texts, query=request.is_query, truncate=request.truncate, timing=timing
@@ -442,6 +444,7 @@ class Embeddings:
             raise ModelLacks(
                 served.name,
                 "sparse output (a SPLADE model's, a masked LM with SpladePooling, or BGE-M3's lexical weights)",
+                "sparse",
             )
         self.check_batch(len(request.texts))
         encodings = await served.tokens.encode(

@@ -38,7 +38,7 @@ def head_of(served: ServedModel, task: str, labels: int | None = None) -> HeadCo
     """The model's classification head, or a 422 naming the model when it cannot do the task."""
     head = served.card.head
     if head is None:
-        raise ModelLacks(served.name, f"classification head, so it cannot {task}")
+        raise ModelLacks(served.name, f"classification head, so it cannot {task}", task)
     if labels is not None and len(head.labels) != labels:
         raise InvalidRequest(
             "model", f"model {served.name!r} has {len(head.labels)} outputs; to {task} it needs {labels}"

@@ -273,5 +273,5 @@ def test_api_errors_name_what_they_concern() -> None:
         "model",
         "model: no model named 'nobody' is served (served: minilm, tiny)",
     )
-    lacks = errors.ModelLacks("minilm", "sparse output")
+    lacks = errors.ModelLacks("minilm", "sparse output", "sparse")
     assert (lacks.param, lacks.message) == ("model", "model: model 'minilm' has no sparse output")

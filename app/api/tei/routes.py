@@ -15,9 +15,7 @@ from app.api.tei.translate import (
     can_embed,
     can_embed_all,
     kind,
-    need_classifier,
     need_embedding,
-    need_sparse,
     reading,
     simple_tokens,
     splade,
@@ -164,7 +162,6 @@ async def embed_all(
 async def embed_sparse(
     body: EmbedAllRequest, request: Request, served: Model, embeddings: EmbeddingsDep, responder: ResponderDep
 ) -> Response:
-    need_sparse(served)
     texts, ids = strings(body.inputs, served)
     if body.prompt_name is not None:  # the prompt's text before each, as TEI puts it
         if ids:
@@ -192,7 +189,6 @@ async def embed_sparse(
 async def predict(
     body: PredictRequest, request: Request, served: Model, tasks: TasksDep, responder: ResponderDep
 ) -> Response:
-    need_classifier(served)
     inputs = body.inputs
     if isinstance(inputs, str) or all(isinstance(item, str) for item in inputs):
         single = [inputs] if isinstance(inputs, str) else list(inputs)

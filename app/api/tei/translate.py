@@ -29,9 +29,20 @@ TEI_ERRORS: dict[str, tuple[str, int]] = {
 }
 
 
+# The tasks whose refusal by the services (ModelLacks: the model lacks a head, an output) TEI words its own way, as
+# its 424 Backend: a route's check of the model's kind made once, by the services, and written here.
+TEI_REFUSALS: dict[str, str] = {
+    "classify": "Model is not a classifier model",  # /predict, Predict
+    "sparse": "Model is not an embedding model with SPLADE pooling",  # /embed_sparse, EmbedSparse
+}
+
+
 def tei_errors(failure: Failure) -> Response:
     """text-embeddings-inference's ``{"error", "error_type"}``: its error_type and status where TEI has one for the
     error, else ours with Validation."""
+    refusal = TEI_REFUSALS.get(failure.refused_task or "")
+    if refusal is not None:
+        return json_response({"error": refusal, "error_type": "Backend"}, status_code=424, headers=failure.headers)
     error_type, status = TEI_ERRORS.get(failure.type, ("Validation", failure.status))
     return json_response(
         {"error": failure.message, "error_type": error_type}, status_code=status, headers=failure.headers
@@ -65,9 +76,10 @@ def splade(served: ServedModel) -> bool:
     return served.card.sparse is not None and served.card.sparse.kind == "splade"
 
 
-# TEI's refusals of a model that is not of the kind a route needs (its 424 Backend, in its words), each written once
-# for the HTTP routes and the gRPC methods. They are TEI's rules, not the services': the native routes embed with a
-# classifier's encoder, say, which TEI refuses.
+# TEI's refusals of a model that is not of the kind a route needs (its 424 Backend, in its words) where the services
+# would serve it, each written once for the HTTP routes and the gRPC methods. They are TEI's rules, not the services':
+# the native routes embed with a classifier's encoder, say, which TEI refuses. Where the services refuse the model
+# too (a classifier for /predict, sparse output for /embed_sparse) their refusal is TEI's (TEI_REFUSALS).
 
 
 def need_embedding(served: ServedModel) -> None:
@@ -91,18 +103,6 @@ def can_embed_all(served: ServedModel) -> None:
     need_embedding(served)
     if splade(served):
         raise Backend("`embed_all` is not available for SPLADE models")
-
-
-def need_sparse(served: ServedModel) -> None:
-    """/embed_sparse's rule (EmbedSparse's): a model with sparse output."""
-    if served.card.sparse is None:
-        raise Backend("Model is not an embedding model with SPLADE pooling")
-
-
-def need_classifier(served: ServedModel) -> None:
-    """/predict's rule (Predict's): a model with a classification head."""
-    if served.card.head is None:
-        raise Backend("Model is not a classifier model")
 
 
 def truncates(body: Truncating) -> bool:

@@ -39,12 +39,11 @@ from app import __version__, tracing
 from app.api.tei.grpc import tei_pb2 as pb
 from app.api.tei.grpc import tei_pb2_grpc as pb_grpc
 from app.api.tei.translate import (
+    TEI_REFUSALS,
     Empty,
     can_embed,
     can_embed_all,
     kind,
-    need_classifier,
-    need_sparse,
     simple_tokens,
     strings,
     tei_info,
@@ -96,7 +95,7 @@ CODES: dict[str, grpc.StatusCode] = {
 def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """The gRPC status and message an error is answered with."""
     if isinstance(error, ModelLacks):  # the services' refusal of a task the model has not: TEI's Backend
-        return grpc.StatusCode.FAILED_PRECONDITION, error.message
+        return grpc.StatusCode.FAILED_PRECONDITION, TEI_REFUSALS.get(error.task, error.message)
     if isinstance(error, ApiError):
         return CODES.get(error.type, grpc.StatusCode.INVALID_ARGUMENT), error.message
     if isinstance(error, ValidationError):  # a native request the message translated to, refused
@@ -595,7 +594,6 @@ class TeiServicer:
 
     async def _embed_sparse(self, request: pb.EmbedSparseRequest, served: ServedModel) -> pb.EmbedSparseResponse:
         started = time.perf_counter()
-        need_sparse(served)
         texts, _ = strings(request.inputs)
         if request.HasField("prompt_name"):  # the prompt's text before it, as TEI puts it
             texts, _ = Embeddings.prompted(served, texts, request.prompt_name)
@@ -643,7 +641,6 @@ class TeiServicer:
     ) -> list[pb.PredictResponse]:
         """Texts, or pairs of texts (as many in each), labelled as one request of the service."""
         started = time.perf_counter()
-        need_classifier(served)
         if not 1 <= len(inputs[0]) <= 2 or any(len(texts) != len(inputs[0]) for texts in inputs):
             raise InvalidRequest("inputs", "one string, or a pair of strings")
         if any(blank(text) for texts in inputs for text in texts):
