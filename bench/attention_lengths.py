@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.run import cpu_flags, machine, make_sentences
-from model import EmbeddingSpec, load_model
+from model import EmbeddingSpec, load_model, tasks
 from model.runtime.backends import AlignedLength, aligned_length
 from model.runtime.loader import cpu_bfloat16
 
@@ -73,7 +73,7 @@ def pass_line(dtype: str, texts: list[str]) -> str:
             for way in order:
                 model.backends = ways[way]
                 started = time.perf_counter()
-                model.embed_encodings(batch, [spec] * len(batch))
+                tasks.embed_texts(model, batch, [spec] * len(batch))
                 spans[way].append(time.perf_counter() - started)
         if index:  # the first batch warms both up
             for way in ways:

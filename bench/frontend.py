@@ -172,7 +172,7 @@ def floor(model_dir: Path, repeats: int = 2000) -> None:
 
     import torch
 
-    from model import EmbeddingSpec, load_model
+    from model import EmbeddingSpec, load_model, tasks
 
     torch.set_num_threads(1)
     model = load_model(model_dir)
@@ -189,11 +189,11 @@ def floor(model_dir: Path, repeats: int = 2000) -> None:
     for size in (8, 32):
         encodings = tokenizer.encode(texts[:size])
         for _ in range(20):
-            model.embed_encodings(encodings, [spec] * size)
+            tasks.embed_texts(model, encodings, [spec] * size)
         rounds = max(1, repeats // size)
         started = time.process_time()
         for _ in range(rounds):
-            model.embed_encodings(encodings, [spec] * size)
+            tasks.embed_texts(model, encodings, [spec] * size)
         print(
             f"; a text's share of a pass of {size}: {(time.process_time() - started) / rounds / size * 1e6:.0f} µs",
             end="",

@@ -161,18 +161,18 @@ def reference_long(path: Path, texts: list[str], per_pass: int, seconds: float) 
     tokens/s, and the tokens of a text as the service cuts it."""
     import torch
 
-    from model import EmbeddingSpec, load_model
+    from model import EmbeddingSpec, load_model, tasks
 
     model = load_model(path, device="auto")
     tokenizer = model.card.tokenizer
     encodings = tokenizer.encode(texts)
     spec = EmbeddingSpec(model.card.config.n_layers, model.card.pooling.mode, True)
-    model.embed_encodings(encodings[:per_pass], [spec] * per_pass)  # warm-up
+    tasks.embed_texts(model, encodings[:per_pass], [spec] * per_pass)  # warm-up
     tokens, at, started = 0, 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         batch = encodings[at : at + per_pass] or encodings[:per_pass]
         at = (at + per_pass) % len(encodings)
-        model.embed_encodings(batch, [spec] * len(batch))
+        tasks.embed_texts(model, batch, [spec] * len(batch))
         tokens += sum(len(e.ids) for e in batch)
     if model.device.type == "cuda":
         torch.cuda.synchronize()

@@ -9,7 +9,7 @@ contraction, the whole feed-forward, the attention output, the first and last la
 weights alone (int8, asymmetric, per output channel), with OpenVINO's dynamic quantization of the activations that
 meet them at its default (groups of 32 values) and otherwise (off; groups of 128 and 384) — and compiled with
 float32 and with bfloat16 around the int8 parts (bfloat16 where the CPU has it). Each embeds the same sentences as
-bench.runtimes, through TextEncoder.embed_encodings: texts/s in passes of 32 (median of the rounds, the schemes
+bench.runtimes, through tasks.embed_texts: texts/s in passes of 32 (median of the rounds, the schemes
 taking turns), and against float32 OpenVINO the least and mean cosine and the top-10 neighbour agreement (100
 queries among the rest). What the service runs for ENCODER_DTYPE=int8 was chosen from this table
 (model/runtime/openvino_pass.py).

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from app.engine.compute import TORCH_THREADS, ComputeLanes
 from bench.run import make_sentences
-from model import TextEncoder, load_model
+from model import TextEncoder, load_model, tasks
 from model.spec.outputs import EmbeddingSpec
 from model.spec.tokenizer import TokenSequence
 
@@ -52,7 +52,7 @@ def rate(
     passes = [encodings[i : i + pass_texts] for i in range(0, len(encodings), pass_texts)]
     started = time.perf_counter()
     with ThreadPoolExecutor(submitters) as threads:
-        list(threads.map(lambda p: compute.run(model.embed_encodings, p, [spec] * len(p), spread=False), passes))
+        list(threads.map(lambda p: compute.run(tasks.embed_texts, model, p, [spec] * len(p), spread=False), passes))
     return len(encodings) / (time.perf_counter() - started)
 
 

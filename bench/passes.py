@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from bench.run import make_sentences, write_cross_encoder
-from model import load_model
+from model import load_model, tasks
 from model.runtime.loader import trace
 from model.spec.outputs import EmbeddingSpec
 from model.spec.tokenizer import TokenSequence
@@ -69,13 +69,13 @@ def run(report: list[str]) -> None:
     trace(embedder)
     spec = EmbeddingSpec(embedder.card.config.n_layers, embedder.card.pooling.mode, True)
     texts = embedder.card.tokenizer.encode(sentences[:1280])
-    cases = {"embeddings (bundled model)": measure(lambda b: embedder.embed_encodings(b, [spec] * len(b)), texts)}
+    cases = {"embeddings (bundled model)": measure(lambda b: tasks.embed_texts(embedder, b, [spec] * len(b)), texts)}
     with tempfile.TemporaryDirectory() as directory:
         cross_encoder = load_model(write_cross_encoder(Path(directory)))
     trace(cross_encoder)
     pairs = [(sentences[i], document) for i in range(0, 2000 - 33, 33) for document in sentences[i + 1 : i + 33]]
     encoded = cross_encoder.card.tokenizer.encode([q for q, _ in pairs[:1280]], [d for _, d in pairs[:1280]])
-    cases["cross-encoder pairs"] = measure(cross_encoder.classify, encoded)
+    cases["cross-encoder pairs"] = measure(lambda b: tasks.logits(cross_encoder, b), encoded)
     for name, results in cases.items():
         report.append(name)
         for budget, rows in results.items():

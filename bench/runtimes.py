@@ -6,7 +6,7 @@ For the bundled all-MiniLM-L6-v2 (the only real weights here: random weights say
 variant — torch float32 (the traced pass), OpenVINO float32 (its precision hint f32), where the CPU has
 AVX512-BF16 or AMX torch bfloat16 (autocast products) and OpenVINO bfloat16, and where NNCF is installed
 ENCODER_DTYPE=int8 (OpenVINO, int8 weights) — embeds the same generated sentences
-(make_sentences) through ``TextEncoder.embed_encodings``, the service's own call:
+(make_sentences) through ``tasks.embed_texts``, the service's own call:
 
 - speed: texts/s in passes of 32 texts and of one text, ``--rounds`` rounds, the variants taking turns in an order
   rotated each round; the median is reported, and each round's ratio to torch float32;
@@ -55,7 +55,7 @@ from bench.run import (
     publish,
     start_service,
 )
-from model import EmbeddingSpec, TextEncoder, load_model
+from model import EmbeddingSpec, TextEncoder, load_model, tasks
 from model.runtime.loader import cpu_bfloat16
 from model.runtime.openvino_pass import quantizer_available
 
@@ -85,7 +85,7 @@ def embed(model: TextEncoder, texts: list[str], size: int) -> np.ndarray:
     out = []
     for start in range(0, len(texts), size):
         encodings = model.card.tokenizer.encode(texts[start : start + size])
-        out += [result.sentence for result in model.embed_encodings(encodings, [spec] * len(encodings))]
+        out += [result.sentence for result in tasks.embed_texts(model, encodings, [spec] * len(encodings))]
     return np.stack(out)
 
 
@@ -242,7 +242,7 @@ def main() -> None:
         f"Command: `python -m bench.runtimes --sentences {args.sentences} --rounds {args.rounds}"
         f"{' --peers ' + str(args.peers) if args.peers else ''}{' --http' if args.http else ''}"
         f"{' --before ' + str(args.before) if args.before else ''}`. "
-        "all-MiniLM-L6-v2 in process through TextEncoder.embed_encodings; speed on "
+        "all-MiniLM-L6-v2 in process through tasks.embed_texts; speed on "
         f"{len(speed_texts)} generated sentences (and {len(singles)} one at a time), median of {args.rounds} "
         f"rounds taking turns; accuracy on {len(sentences)} others against torch float32 (top-10: 100 "
         f"queries among {len(sentences) - 100}). "

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from model.nn.heads import SequenceClassificationHead
     from model.nn.inspection import attention_rollout, select_attention
     from model.nn.pooling import normalize, pool, sentence_embeddings
+    from model.runtime import tasks
     from model.runtime.loader import load_model, resolve_device
     from model.runtime.text_encoder import TextEncoder
     from model.runtime.weights import load_weights
@@ -134,6 +135,7 @@ WHERE = {
     "scaled_dot_product_attention": "model.nn.encoder",
     "select_attention": "model.nn.inspection",
     "sentence_embeddings": "model.nn.pooling",
+    "tasks": "model.runtime",  # what each kind of task computes with a loaded model, one function per kind
     "score_rows": "model.spec.outputs",
     "sentence_rows": "model.spec.outputs",
     "token_rows": "model.spec.outputs",
@@ -147,6 +149,9 @@ def __getattr__(name: str) -> Any:
     """A name of the package face, imported from its module the first time it is asked for."""
     if name not in WHERE:
         raise AttributeError(f"module 'model' has no attribute {name!r}")
-    value = getattr(importlib.import_module(WHERE[name]), name)
+    module = importlib.import_module(WHERE[name])
+    if not hasattr(module, name):  # a module of the package (``tasks``): its parent's attribute once imported
+        importlib.import_module(f"{WHERE[name]}.{name}")
+    value = getattr(module, name)
     globals()[name] = value
     return value

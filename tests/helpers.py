@@ -32,7 +32,7 @@ from app.engine.worker import Computing, Worker
 from app.main import create_app
 from app.serving.registry import ServedModel
 from app.settings import Settings
-from model import PositionQuery, TextEncoder
+from model import PositionQuery, TextEncoder, tasks
 from model.runtime.loader import cpu_bfloat16
 
 # bfloat16 on a CPU needs AVX512-BF16 or AMX: elsewhere the service refuses it at start (tests/model/test_openvino.py
@@ -360,19 +360,20 @@ def local_queue(served: ServedModel) -> WorkQueue:
 async def busy(served: ServedModel) -> AsyncIterator[None]:
     """Every inference thread of a model computed in this process busy with another task until the block ends, as
     behind long passes under load: what is sent meanwhile waits in the queue, then is computed as it would be. The
-    other tasks are position tables (no texts, no pass in the metrics), one an inference thread, held inside the
-    model's method until the block ends."""
-    model, queue = local_model(served), local_queue(served)
+    other tasks are position tables (no texts, no pass in the metrics), one an inference thread, held inside their
+    pass (model/runtime/tasks.py) until the block ends."""
+    queue = local_queue(served)
     release = threading.Event()
     started: list[None] = []
 
-    def held(query: object) -> None:
+    def held(loaded: object, query: object) -> None:
         started.append(None)
         release.wait(60)
 
-    tasks = [Task("positions", [], PositionQuery("sinusoidal", 1, 2)) for _ in range(queue.lanes)]
-    model.position_encoding = held  # type: ignore[method-assign,assignment]
-    others = [asyncio.ensure_future(queue.run(task)) for task in tasks]
+    tables = [Task("positions", [], PositionQuery("sinusoidal", 1, 2)) for _ in range(queue.lanes)]
+    computed = tasks.position_encoding
+    tasks.position_encoding = held  # type: ignore[assignment]
+    others = [asyncio.ensure_future(queue.run(table)) for table in tables]
     try:
         # each inference thread took one and cannot take anything else until it is done (held here, or waiting for
         # a compute lane that one holds)
@@ -381,9 +382,18 @@ async def busy(served: ServedModel) -> AsyncIterator[None]:
     finally:
         release.set()
         try:
-            await asyncio.gather(*others)  # one may still be waiting for a lane: it too runs the held method
+            await asyncio.gather(*others)  # one may still be waiting for a lane: it too runs the held pass
         finally:
-            del model.position_encoding
+            tasks.position_encoding = computed
+
+
+def standing_in(stand_in: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pass of model/runtime/tasks.py that ``stand_in`` has a method of the same name for computed by that method
+    (given the loaded model and the pass's arguments) until the test ends: passes that fail, wait or record, for the
+    engine's tests."""
+    for name, value in vars(type(stand_in)).items():
+        if callable(value) and not name.startswith("_") and callable(getattr(tasks, name, None)):
+            monkeypatch.setattr(tasks, name, getattr(stand_in, name))
 
 
 def local_worker(served: ServedModel) -> Worker:

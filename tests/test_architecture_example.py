@@ -18,7 +18,7 @@ from fastapi import APIRouter
 from app.engine.messages import KINDS
 from app.services.embeddings import Embeddings
 from app.settings import Settings
-from model import TextEncoder, default_model_path
+from model import TextEncoder, default_model_path, tasks
 from tests.helpers import serving
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
@@ -43,7 +43,7 @@ def example_blocks(
 def test_the_example_names_four_places_and_a_file_for_each_block() -> None:
     blocks = example_blocks()
     assert [module for module, _ in blocks] == [
-        "model.runtime.text_encoder",
+        "model.runtime.tasks",
         "app.engine.messages",
         "app.services.embeddings",
         "app.schemas",
@@ -67,7 +67,7 @@ async def test_adding_a_task_as_the_architecture_shows_serves_it(
         new = {name: value for name, value in namespace.items() if before.get(name, namespace) is not value}
         defined.append(new)
         earlier.update(new)
-    monkeypatch.setattr(TextEncoder, "token_norms", defined[0]["token_norms"], raising=False)
+    monkeypatch.setattr(tasks, "token_norms", defined[0]["token_norms"], raising=False)
     monkeypatch.setattr(Embeddings, "token_norms", defined[2]["token_norms"], raising=False)
 
     async with serving(Settings(), bundled_model) as service:

@@ -3,8 +3,9 @@
 A task is one kind of computation (embed, classify, an inspection) on tokenised texts, with that kind's options;
 what comes back is arrays and small records. Every kind is this one type, and it holds token ids, numbers and
 arrays only (no closure, no model object): the queue that carries it knows nothing of the model, the engine runs a
-pass of one kind through the model's method for that kind, and the same message can cross to another process as
-it is. Each kind is declared once, in ``KINDS``: whether it is batched, its options, its pass. Beside the task goes
+pass of one kind through that kind's function of the loaded model (model/runtime/tasks.py), and the same message can
+cross to another process as it is. Each kind is declared once, in ``KINDS``: whether it is batched, its options, its
+pass. Beside the task goes
 its ``Timing``: the time left to it, and where its time went (queue, pass), which the answer's headers report.
 """
 
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+import model
 from model import (
     AttentionSelection,
     AttributionOptions,
@@ -147,7 +149,8 @@ class Task:
         return KINDS[self.kind].batched
 
 
-# What a pass of a kind runs: the loaded model's method for it, given the pass's texts and options (for a batched
+# What a pass of a kind runs: its function of the loaded model (model/runtime/tasks.py, through the package face, which
+# imports it and torch on the first pass: a front end never does), given the pass's texts and options (for a batched
 # kind one option per text, for another kind the task's one option), returning one result per text for a batched
 # kind and a list of the task's one result otherwise. Called on a compute lane (app/engine/worker.py).
 Pass = Callable[["TextEncoder", Sequence[TokenSequence], Any], Sequence[Any]]
@@ -168,26 +171,40 @@ class Kind:
 
 
 KINDS: dict[TaskKind, Kind] = {
-    "embed": Kind(True, EmbeddingSpec, lambda model, texts, specs: model.embed_encodings(texts, specs)),
-    "classify": Kind(True, None, lambda model, texts, _: model.scores(texts)),
-    "sparse": Kind(True, SparseOptions, lambda model, texts, options: model.sparse_encodings(texts, options)),
-    "multi_vector": Kind(True, MultiVectorOptions, lambda model, texts, options: model.multi_vectors(texts, options)),
-    "attention": Kind(
-        False, AttentionSelection, lambda model, texts, selection: [model.attention(texts[0], selection)], large=True
+    "embed": Kind(True, EmbeddingSpec, lambda loaded, texts, specs: model.tasks.embed_texts(loaded, texts, specs)),
+    "classify": Kind(True, None, lambda loaded, texts, _: model.tasks.scores(loaded, texts)),
+    "sparse": Kind(
+        True, SparseOptions, lambda loaded, texts, options: model.tasks.sparse_vectors(loaded, texts, options)
     ),
-    "neuron": Kind(False, HeadChoice, lambda model, texts, choice: [model.neuron(texts[0], choice.layer, choice.head)]),
+    "multi_vector": Kind(
+        True, MultiVectorOptions, lambda loaded, texts, options: model.tasks.multi_vectors(loaded, texts, options)
+    ),
+    "attention": Kind(
+        False,
+        AttentionSelection,
+        lambda loaded, texts, selection: [model.tasks.attention_maps(loaded, texts[0], selection)],
+        large=True,
+    ),
+    "neuron": Kind(
+        False, HeadChoice, lambda loaded, texts, at: [model.tasks.neuron_view(loaded, texts[0], at.layer, at.head)]
+    ),
     "head_statistics": Kind(
         False,
         KeyMarks,
-        lambda model, texts, marks: [model.head_statistics(texts, marks.separators, marks.punctuation)],
+        lambda loaded, texts, marks: [model.tasks.head_statistics(loaded, texts, marks.separators, marks.punctuation)],
         large=True,
     ),
     "explain": Kind(
-        False, ExplainInputs, lambda model, _, inputs: [model.explain(inputs.source, inputs.texts, inputs.skip)]
+        False,
+        ExplainInputs,
+        lambda loaded, _, inputs: [model.tasks.explain_similarities(loaded, inputs.source, inputs.texts, inputs.skip)],
     ),
     # with gradients, through every layer and back, several steps a pass: it holds as much as an attention pass
     "attribute": Kind(
-        False, AttributionOptions, lambda model, texts, options: [model.attribute(texts, options)], large=True
+        False,
+        AttributionOptions,
+        lambda loaded, texts, options: [model.tasks.attribute(loaded, texts, options)],
+        large=True,
     ),
-    "positions": Kind(False, PositionQuery, lambda model, _, query: [model.position_encoding(query)]),
+    "positions": Kind(False, PositionQuery, lambda loaded, _, query: [model.tasks.position_encoding(loaded, query)]),
 }

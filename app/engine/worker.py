@@ -1,7 +1,8 @@
 """The inference threads: each takes a pass of entries from the queue, runs it on the model, answers each entry.
 
-A pass holds entries of one task kind, and runs through the model's method for that kind, declared with the kind
-(app/engine/messages.py, ``KINDS``): the one place where a kind meets the model.
+A pass holds entries of one task kind, and runs through that kind's function of the loaded model
+(model/runtime/tasks.py), declared with the kind (app/engine/messages.py, ``KINDS``): the one place where a kind meets
+the model.
 
 One thread per compute lane for each model (app/engine/compute.py), so that a model may compute as many passes at
 once as there are lanes, and the event loop never waits on it; the passes themselves run on the lanes,

@@ -212,8 +212,8 @@ def example_batch(model: TextEncoder) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def trace(model: TextEncoder) -> None:
-    """Record a model's embedding pass as a graph (``trace_pass``), used from then on by its passes (embed_encodings,
-    classify, ...)."""
+    """Record a model's embedding pass as a graph (``trace_pass``), used from then on by its passes
+    (model/runtime/tasks.py: ``embed_texts``, ``logits``, ...)."""
     example = example_batch(model)
     traced = TracedPass(model.passes, trace_pass(model.passes, example, model.autocast_dtype))
     kept = (backend for backend in model.backends if not isinstance(unwrapped(backend), TracedPass))

@@ -14,7 +14,7 @@ import pytest
 
 from app.serving.registry import ServedModel, compute_lanes
 from app.settings import Settings
-from model import TextEncoder
+from model import TextEncoder, tasks
 from tests.helpers import Service, busy, metric, passes, serving, until_metric
 
 MIXED_REQUESTS: list[dict[str, Any]] = [
@@ -160,14 +160,14 @@ async def test_two_lanes_compute_two_passes_of_one_model_at_once(
     """With two compute lanes, a model has two inference threads: two passes (one text each here) compute side
     by side. Each pass waits until the other one runs too, which one lane would never let happen."""
     both_computing = threading.Barrier(2, timeout=10)
-    embed = bundled_model.embed_encodings
+    embed = tasks.embed_texts
 
     def meeting(*args: Any) -> Any:
         both_computing.wait()
         return embed(*args)
 
     async with serving(Settings(compute_lanes=2), bundled_model) as service:
-        monkeypatch.setattr(bundled_model, "embed_encodings", meeting)
+        monkeypatch.setattr(tasks, "embed_texts", meeting)
         before = await passes(service.client)
         # one request of two texts, queued at once: each lane takes its fair share, one text, and neither pass is
         # all the queue holds (so neither may take every thread and keep the other lane waiting)

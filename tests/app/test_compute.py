@@ -20,7 +20,7 @@ import torch
 from app.engine.compute import COMPUTE, ComputeLanes
 from app.serving.registry import compute_lanes
 from app.settings import Settings
-from model import load_model
+from model import load_model, tasks
 from tests.helpers import serving, write_tiny_model
 
 
@@ -41,9 +41,10 @@ async def test_loading_passes_inspection_and_tables_run_on_the_compute_lanes(
         write_tiny_model(tmp_path / "cls", head="sequence-classification", num_labels=3), device="cpu", name="cls"
     )
     threads: list[tuple[str, bool]] = []
-    methods = ("warm_up", "embed_encodings", "classify", "attention", "head_statistics", "neuron", "explain")
-    for method in (*methods, "position_encoding"):
-        monkeypatch.setattr(model, method, recording(threads, method, getattr(model, method)))
+    monkeypatch.setattr(model, "warm_up", recording(threads, "warm_up", model.warm_up))
+    passes = ("embed_texts", "logits", "attention_maps", "head_statistics", "neuron_view", "explain_similarities")
+    for name in (*passes, "position_encoding"):  # model/runtime/tasks.py
+        monkeypatch.setattr(tasks, name, recording(threads, name, getattr(tasks, name)))
 
     async with serving(Settings(), model) as service:
         client = service.client
@@ -64,7 +65,7 @@ async def test_loading_passes_inspection_and_tables_run_on_the_compute_lanes(
             assert response.status_code == 200, (query, response.text)
 
     called = [name for name, _ in threads]
-    assert set(called) == set(methods) | {"position_encoding"}
+    assert set(called) == {"warm_up", *passes, "position_encoding"}
     assert called.count("position_encoding") == len(queries)
     elsewhere = sorted({name for name, on_a_lane in threads if not on_a_lane})
     assert elsewhere == [], f"torch work off the compute lanes: {elsewhere}"
@@ -185,7 +186,7 @@ def test_lanes_by_default_where_a_lanes_share_is_one_cpu_thread() -> None:
 SAME_BITS_ON_ANY_THREADS = """
 import json, sys
 import torch
-from model import load_model
+from model import load_model, tasks
 from model.nn.encoder import Keep
 
 model = load_model(device="cpu", runtime="torch", dtype="float32")

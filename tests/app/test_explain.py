@@ -14,7 +14,7 @@ import torch
 
 from app.main import create_app
 from app.settings import Settings
-from model import TextEncoder, load_model
+from model import TextEncoder, load_model, tasks
 from tests.app.test_tasks import classifier_dir, cross_encoder_dir
 from tests.families import FAMILY_SPECS, write_family_model
 from tests.helpers import Service, assert_error, wait_until_ready
@@ -280,8 +280,8 @@ def test_every_classifier_family_attributes_as_captum_does(
     directory, model = family_classifiers[family]
     (encoding,) = model.card.tokenizer.encode([TEXT], [PAIR])
     ours = {
-        method: model.attribute(
-            [encoding], AttributionOptions((1,), method, 20, (baseline_of(encoding, model.card.tokenizer),))
+        method: tasks.attribute(
+            model, [encoding], AttributionOptions((1,), method, 20, (baseline_of(encoding, model.card.tokenizer),))
         )[0]
         for method in ("integrated_gradients", "gradient_x_input")
     }
@@ -362,9 +362,9 @@ def test_texts_of_unlike_length_attributed_together_as_each_alone(
     targets = (1, 0, 2, 1)
     longest = max(len(encoding.ids) for encoding in encodings)
     for method in ("integrated_gradients", "gradient_x_input"):
-        together = model.attribute(encodings, AttributionOptions(targets, method, 7, baselines, 5 * longest))
+        together = tasks.attribute(model, encodings, AttributionOptions(targets, method, 7, baselines, 5 * longest))
         for encoding, target, baseline, got in zip(encodings, targets, baselines, together, strict=True):
-            (alone,) = model.attribute([encoding], AttributionOptions((target,), method, 7, (baseline,)))
+            (alone,) = tasks.attribute(model, [encoding], AttributionOptions((target,), method, 7, (baseline,)))
             assert got.attributions.shape == (len(encoding.ids),)
             largest = np.abs(alone.attributions).max()
             # within the bounds held against Captum: float32's sums in another order (padded rows, packed tokens)

@@ -33,13 +33,14 @@ from app.main import create_app
 from app.metrics import Metrics
 from app.settings import Settings
 from bench.frontend import connections_held
-from model import EmbeddingSpec, TextEncoder
+from model import EmbeddingSpec, TextEncoder, tasks
 from tests.helpers import (
     ROOT,
     assert_error,
     free_port,
     metric,
     server_log,
+    standing_in,
     start_server,
     tiny_tokenizer,
     wait_until,
@@ -331,15 +332,15 @@ def test_the_service_leaves_nothing_in_the_temporary_directory(models: str, tmp_
 
 
 class Blocking:
-    """The tiny model, whose embedding passes wait for ``release``."""
+    """Embedding passes that wait for ``release`` (``standing_in``)."""
 
-    def __init__(self, model: TextEncoder) -> None:
-        self.model, self.release, self.computing = model, threading.Event(), threading.Event()
+    def __init__(self) -> None:
+        self.release, self.computing, self.embed = threading.Event(), threading.Event(), tasks.embed_texts
 
-    def embed_encodings(self, encodings, specs):
+    def embed_texts(self, model, encodings, specs):
         self.computing.set()
         assert self.release.wait(30)
-        return self.model.embed_encodings(encodings, specs)
+        return self.embed(model, encodings, specs)
 
 
 class OneModel:
@@ -402,14 +403,15 @@ async def test_a_task_sent_to_the_engine_carries_the_time_its_request_has_left(t
 
 
 async def test_the_engine_admits_every_front_ends_tasks_against_one_bound(
-    tmp_path: Path, tiny_model: TextEncoder
+    tmp_path: Path, tiny_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two front ends' connections to one engine, a bound of 4 texts: 3 texts computing through one connection,
     2 more through the other are refused (429 overloaded), 1 more is admitted; each front end alone would have
     admitted them."""
-    blocking = Blocking(tiny_model)
+    blocking = Blocking()
+    standing_in(blocking, monkeypatch)
     queue = WorkQueue()
-    worker = Worker(queue, blocking)  # type: ignore[arg-type]
+    worker = Worker(queue, tiny_model)
     metrics = Metrics()
     admission = Admission(4, lambda: None, metrics)
     server = await Engine(OneModel(queue), admission, Metrics()).serve(str(tmp_path / "engine.sock"))

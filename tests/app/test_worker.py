@@ -10,7 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -24,18 +23,20 @@ from app.engine.worker import Worker
 from app.errors import InvalidRequest
 from app.serving.tokenization import Tokenization
 from app.settings import Settings
-from model import AttentionSelection, EmbeddingSpec, PackedTokens, TextEncoder
-from tests.helpers import local_worker, serving, wait_until
+from model import AttentionSelection, EmbeddingSpec, PackedTokens, TextEncoder, tasks
+from tests.helpers import local_worker, serving, standing_in, wait_until
 
 SPEC = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
 POISON = "need"  # a word of the tiny vocabulary that the failing stand-ins below refuse
+# the passes themselves, which the stand-ins below call once they have done their part
+EMBED, ATTEND, HEAD_STATISTICS = tasks.embed_texts, tasks.attention_maps, tasks.head_statistics
 
 
-class FailingModel:
-    """The tiny model, except that any pass holding the token POISON raises, as a broken kernel would."""
+class FailingPasses:
+    """The tiny model's passes, except that any pass holding the token POISON raises, as a broken kernel would
+    (``standing_in``)."""
 
     def __init__(self, model: TextEncoder) -> None:
-        self.model = model
         self.poison_id = model.card.tokenizer.encode([POISON])[0].ids[1]
         self.passes: list[int] = []  # texts in each pass tried
 
@@ -44,13 +45,13 @@ class FailingModel:
         if any(self.poison_id in e.ids for e in encodings):
             raise RuntimeError("the kernel failed")
 
-    def embed_encodings(self, encodings, specs):
+    def embed_texts(self, model, encodings, specs):
         self._check(list(encodings))
-        return self.model.embed_encodings(encodings, specs)
+        return EMBED(model, encodings, specs)
 
-    def attention(self, encoding, selection):
+    def attention_maps(self, model, encoding, selection):
         self._check([encoding])
-        return self.model.attention(encoding, selection)
+        return ATTEND(model, encoding, selection)
 
 
 @pytest.fixture
@@ -93,16 +94,20 @@ REQUESTS = {  # the texts as requests: their indices into TEXTS
     ],
 )
 async def test_passes_keep_to_their_size_and_token_limits_and_each_request_gets_its_own_rows(
-    tiny_model: TextEncoder, max_batch_size: int, max_batch_tokens: int, requests_of: str
+    tiny_model: TextEncoder,
+    max_batch_size: int,
+    max_batch_tokens: int,
+    requests_of: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A request is one entry of the queue: a pass takes the texts of as many as fit, the last one cut where the pass
     is full and its rest left for the next pass; every request gets exactly its own rows, in its order."""
     queue = WorkQueue(max_batch_tokens=max_batch_tokens, max_batch_size=max_batch_size)
     shapes: list[tuple[int, int]] = []  # (texts, longest) of each pass the model is given
 
-    def recorded(encodings: list[Encoding], specs: list[EmbeddingSpec]) -> Sequence[Any]:
+    def recorded(model: TextEncoder, encodings: list[Encoding], specs: list[EmbeddingSpec]) -> Sequence[Any]:
         shapes.append((len(encodings), max(len(e.ids) for e in encodings)))
-        return tiny_model.embed_encodings(encodings, specs)
+        return EMBED(model, encodings, specs)
 
     requests_texts = [TEXTS[i : i + k] for i, k in REQUESTS[requests_of]]
 
@@ -112,7 +117,8 @@ async def test_passes_keep_to_their_size_and_token_limits_and_each_request_gets_
 
     requests = [asyncio.ensure_future(queue.run(Task("embed", texts_of(t), SPEC))) for t in requests_texts]
     await wait_until(lambda: queue.pending() == len(TEXTS))
-    worker = Worker(queue, SimpleNamespace(embed_encodings=recorded))  # type: ignore[arg-type]  # to a full queue
+    monkeypatch.setattr(tasks, "embed_texts", recorded)
+    worker = Worker(queue, tiny_model)  # to a full queue
     try:
         results = await asyncio.gather(*requests)
         lengths = [len(e.ids) for e in encode(tiny_model, TEXTS)]
@@ -131,23 +137,24 @@ async def test_passes_keep_to_their_size_and_token_limits_and_each_request_gets_
 
 
 async def test_a_request_cancelled_while_a_slice_of_it_computes_leaves_the_rest_uncomputed(
-    tiny_model: TextEncoder,
+    tiny_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its first texts are computing when its client goes: the rest of its texts are dropped unseen (counted), and
     the request queued behind it gets exactly its own rows."""
     computing, release = threading.Event(), threading.Event()
     passes: list[int] = []
 
-    def held(encodings: list[Encoding], specs: list[EmbeddingSpec]) -> Sequence[Any]:
+    def held(model: TextEncoder, encodings: list[Encoding], specs: list[EmbeddingSpec]) -> Sequence[Any]:
         passes.append(len(encodings))
         if len(passes) == 1:
             computing.set()
             release.wait(30)
-        return tiny_model.embed_encodings(encodings, specs)
+        return EMBED(model, encodings, specs)
 
     dropped: list[int] = []
     queue = WorkQueue(max_batch_size=3, on_drop=dropped.append)
-    worker = Worker(queue, SimpleNamespace(embed_encodings=held))  # type: ignore[arg-type]
+    monkeypatch.setattr(tasks, "embed_texts", held)
+    worker = Worker(queue, tiny_model)
     try:
         first = asyncio.ensure_future(embed(queue, encode(tiny_model, [f"text {i}" for i in range(8)])))
         assert await asyncio.to_thread(computing.wait, 30)  # its first 3 texts computing, 5 queued
@@ -298,15 +305,18 @@ async def test_a_free_lane_waits_for_its_share_no_longer_than_the_balance_wait(t
         assert await taken(queued.queue) == 1 and loop.time() - started >= 0.15
 
 
-async def test_a_failing_pass_fails_only_the_request_that_breaks_it(tiny_model: TextEncoder) -> None:
-    failing = FailingModel(tiny_model)
+async def test_a_failing_pass_fails_only_the_request_that_breaks_it(
+    tiny_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = FailingPasses(tiny_model)
+    standing_in(failing, monkeypatch)
     queue = WorkQueue()
     good = [["the quick brown fox"], ["a lazy dog", "the cat sat"], ["hello world"]]
     bad = ["the mat", f"a {POISON} text"]
     requests = [asyncio.ensure_future(embed(queue, encode(tiny_model, t))) for t in good]
     poisoned = asyncio.ensure_future(embed(queue, encode(tiny_model, bad)))
     await wait_until(lambda: queue.pending() == 6)
-    worker = Worker(queue, failing)  # type: ignore[arg-type]  # to a queue that holds them all
+    worker = Worker(queue, tiny_model)  # to a queue that holds them all
     try:
         for texts, request in zip(good, requests, strict=True):
             result = await request
@@ -324,9 +334,12 @@ async def test_a_failing_pass_fails_only_the_request_that_breaks_it(tiny_model: 
         worker.stop()
 
 
-async def test_a_failing_attention_pass_fails_its_request_and_the_thread_goes_on(tiny_model: TextEncoder) -> None:
+async def test_a_failing_attention_pass_fails_its_request_and_the_thread_goes_on(
+    tiny_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    standing_in(FailingPasses(tiny_model), monkeypatch)
     queue = WorkQueue()
-    worker = Worker(queue, FailingModel(tiny_model))  # type: ignore[arg-type]
+    worker = Worker(queue, tiny_model)
     try:
         selection = AttentionSelection(layers=(0, 1), heads=(0,))
         with pytest.raises(ComputeFailed):
@@ -339,9 +352,9 @@ async def test_a_failing_attention_pass_fails_its_request_and_the_thread_goes_on
         worker.stop()
 
 
-class SlicedModel:
-    """The tiny model, whose head statistics record the name of each slice they are asked for (``slices``), raise
-    for the slice "bad 0", and wait for ``release`` on the slice "first"."""
+class SlicedPasses:
+    """The tiny model's passes (``standing_in``), whose head statistics record the name of each slice they are asked
+    for (``slices``), raise for the slice "bad 0", and wait for ``release`` on the slice "first"."""
 
     def __init__(self, model: TextEncoder) -> None:
         self.model = model
@@ -360,33 +373,34 @@ class SlicedModel:
             tasks.append(Task("head_statistics", encodings, KeyMarks(marks, marks)))
         return tasks
 
-    def embed_encodings(self, encodings, specs):
+    def embed_texts(self, model, encodings, specs):
         self.calls.append("embed")
-        return self.model.embed_encodings(encodings, specs)
+        return EMBED(model, encodings, specs)
 
-    def head_statistics(self, encodings, separators, punctuation):
+    def head_statistics(self, model, encodings, separators, punctuation):
         name = self.names[id(encodings)]
         self.calls.append(name)
         if name == "bad 0":
             raise RuntimeError("the kernel failed")
         if name == "first":
             assert self.release.wait(30)
-        return self.model.head_statistics(encodings, separators, punctuation)
+        return HEAD_STATISTICS(model, encodings, separators, punctuation)
 
 
 async def test_inspection_slices_run_between_other_passes_and_a_failing_slice_fails_only_its_request(
-    tiny_model: TextEncoder,
+    tiny_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Inspection requests of several slices each (queued in turn), an embedding request queued between them:
     the passes take turns, and when one slice raises, that request gets a 503 and its remaining slices are never
     computed, while the others are answered."""
     queue = WorkQueue()
-    sliced = SlicedModel(tiny_model)
+    sliced = SlicedPasses(tiny_model)
+    standing_in(sliced, monkeypatch)
     good = asyncio.ensure_future(queue.run_in_turn(sliced.slices("good 0", "good 1")))
     embedded = asyncio.ensure_future(embed(queue, encode(tiny_model, ["a", "b"])))
     bad = asyncio.ensure_future(queue.run_in_turn(sliced.slices("bad 0", "bad 1")))
     await wait_until(lambda: queue.pending() == 4)
-    worker = Worker(queue, sliced)  # type: ignore[arg-type]  # to a queue that holds them all
+    worker = Worker(queue, tiny_model)  # to a queue that holds them all
     try:
         parts = await good
         assert [part.shape[1] for part in parts] == [1, 1]  # each slice's statistics, one text each
@@ -402,13 +416,16 @@ async def test_inspection_slices_run_between_other_passes_and_a_failing_slice_fa
         worker.stop()
 
 
-async def test_slices_inspected_in_turn_let_requests_that_arrive_meanwhile_go_first(tiny_model: TextEncoder) -> None:
+async def test_slices_inspected_in_turn_let_requests_that_arrive_meanwhile_go_first(
+    tiny_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A large inspection request (its slices queued one after the other) does not hold the model for its
     whole length: a request arriving while its first slice computes is computed before its second."""
     queue = WorkQueue()
-    sliced = SlicedModel(tiny_model)
+    sliced = SlicedPasses(tiny_model)
+    standing_in(sliced, monkeypatch)
     sliced.release.clear()
-    worker = Worker(queue, sliced)  # type: ignore[arg-type]
+    worker = Worker(queue, tiny_model)
     try:
         inspection = asyncio.ensure_future(queue.run_in_turn(sliced.slices("first", "second")))
         await wait_until(lambda: sliced.calls == ["first"])  # the first slice is computing
@@ -572,9 +589,11 @@ async def test_tokenization_merges_requests_of_one_turn_and_confines_failures(
 
 def test_spec_changes_are_reflected_in_results(tiny_model: TextEncoder) -> None:
     encodings = encode(tiny_model, ["the quick brown fox", "a lazy dog"])
-    plain = tiny_model.embed_encodings(encodings, [SPEC, SPEC])
-    mixed = tiny_model.embed_encodings(
-        encodings, [replace(SPEC, layer=0, pooling="cls", normalize=False), replace(SPEC, token_vectors=True)]
+    plain = EMBED(tiny_model, encodings, [SPEC, SPEC])
+    mixed = EMBED(
+        tiny_model,
+        encodings,
+        [replace(SPEC, layer=0, pooling="cls", normalize=False), replace(SPEC, token_vectors=True)],
     )
     np.testing.assert_allclose(mixed[1].sentence, plain[1].sentence, atol=1e-6)
     assert mixed[1].tokens is not None and mixed[1].tokens.shape == (len(encodings[1].ids), 16)
@@ -631,16 +650,15 @@ def test_every_kind_of_task_is_declared_once_and_its_options_checked() -> None:
 
 
 class LargeAndSmall:
-    """A stand-in model whose attention pass takes 0.3 s and whose embedding pass is quick; it counts the attention
+    """Stand-in passes (``standing_in``): attention takes 0.3 s and embedding is quick; it counts the attention
     passes computing at once and when each pass ended."""
 
-    def __init__(self, model: TextEncoder) -> None:
-        self.model = model
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.computing = self.most = 0
         self.ended: list[tuple[str, float]] = []
 
-    def attention(self, encoding: Encoding, selection: AttentionSelection) -> np.ndarray:
+    def attention_maps(self, model: TextEncoder, encoding: Encoding, selection: AttentionSelection) -> np.ndarray:
         with self.lock:
             self.computing += 1
             self.most = max(self.most, self.computing)
@@ -650,8 +668,8 @@ class LargeAndSmall:
             self.ended.append(("attention", time.monotonic()))
         return np.zeros(1)
 
-    def embed_encodings(self, encodings: list[Encoding], specs: list[EmbeddingSpec]) -> Sequence[Any]:
-        results = self.model.embed_encodings(encodings, specs)
+    def embed_texts(self, model: TextEncoder, encodings: list[Encoding], specs: list[EmbeddingSpec]) -> Sequence[Any]:
+        results = EMBED(model, encodings, specs)
         with self.lock:
             self.ended.append(("embed", time.monotonic()))
         return results
@@ -669,11 +687,12 @@ def three_lanes() -> Iterator[None]:
 
 @pytest.mark.parametrize("places", [1, 2])
 async def test_large_passes_compute_at_most_so_many_at_once_and_embeddings_go_on_beside_them(
-    tiny_model: TextEncoder, three_lanes: None, places: int
+    tiny_model: TextEncoder, three_lanes: None, places: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model = LargeAndSmall(tiny_model)
+    model = LargeAndSmall()
+    standing_in(model, monkeypatch)
     queue = WorkQueue(lanes=3, large_passes=LargePasses(places))
-    worker = Worker(queue, model, threads=3)  # type: ignore[arg-type]
+    worker = Worker(queue, tiny_model, threads=3)
     selection = AttentionSelection(layers=(0,), heads=(0,))
     try:
         (text,) = encode(tiny_model, ["the cat sat"])

@@ -1,8 +1,8 @@
 """Faults for the tests that run the service as processes (tests/app/test_processes.py), put on PYTHONPATH there.
 
 Python imports ``sitecustomize`` at the start of every interpreter, so this reaches the engine that the supervisor
-spawns. Where ``TEST_POISON_ID`` or ``TEST_SLOW_ID`` is set, the loaded model's embedding pass raises for a batch
-that holds the first token id: a request that breaks the pass it shares. A batch that holds the second creates the
+spawns. Where ``TEST_POISON_ID`` or ``TEST_SLOW_ID`` is set, the embedding pass (model/runtime/tasks.py) raises for a
+batch that holds the first token id: a request that breaks the pass it shares. A batch that holds the second creates the
 file ``TEST_HELD`` and waits (30 s at most) until the file ``TEST_RELEASE`` exists: a pass that holds the engine
 while the test queues what it likes. Elsewhere it does nothing.
 """
@@ -23,13 +23,13 @@ from typing import Any
 POISON_ID = int(os.environ.get("TEST_POISON_ID", "-1"))
 SLOW_ID = int(os.environ.get("TEST_SLOW_ID", "-1"))
 HELD, RELEASE = Path(os.environ.get("TEST_HELD", "held")), Path(os.environ.get("TEST_RELEASE", "release"))
-MODULE = "model.runtime.text_encoder"
+MODULE = "model.runtime.tasks"
 
 
 def with_faults(module: ModuleType) -> None:
-    real = module.TextEncoder.embed_encodings
+    real = module.embed_texts
 
-    def embed_encodings(self: Any, encodings: Sequence[Any], specs: Sequence[Any]) -> Any:
+    def embed_texts(model: Any, encodings: Sequence[Any], specs: Sequence[Any]) -> Any:
         ids = {token for encoding in encodings for token in encoding.ids}
         if POISON_ID in ids:
             raise RuntimeError("a poisoned text")
@@ -38,13 +38,13 @@ def with_faults(module: ModuleType) -> None:
             deadline = time.monotonic() + 30
             while not RELEASE.exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
-        return real(self, encodings, specs)
+        return real(model, encodings, specs)
 
-    module.TextEncoder.embed_encodings = embed_encodings
+    module.embed_texts = embed_texts  # type: ignore[attr-defined]
 
 
 class Faults(importlib.abc.MetaPathFinder):
-    """Patches the model's module once it is loaded (the front ends never load it)."""
+    """Patches the tasks' module once it is loaded (the front ends never load it)."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         if name != MODULE:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from model import TextEncoder, load_model
+from model import TextEncoder, load_model, tasks
 from model.nn.encoder import Keep, Packing
 from model.spec.config import DECODERS as DECODER_TYPES
 from model.spec.tokenizer import Batch
@@ -299,7 +299,7 @@ def test_classification_heads_equal_transformers(tmp_path: Path, family: str, ov
     model = load_model(directory, device="cpu", dtype="float32")
     assert model.classifier is not None and len(model.classifier.head.labels) == 3
     encodings = model.card.tokenizer.encode(TEXTS, PAIRS)
-    ours = model.classify(encodings)
+    ours = tasks.logits(model, encodings)
     reference = AutoModelForSequenceClassification.from_pretrained(directory, attn_implementation="eager").eval()
     one_at_a_time = reference.config.pad_token_id is None
     theirs = []
@@ -346,7 +346,7 @@ def test_yes_no_reranker_equals_transformers_and_cross_encoder(tmp_path: Path, f
     model = load_model(directory, device="cpu", dtype="float32")
     assert model.reranker is not None and model.card.scores_method == "yes-no"
     encodings = model.card.tokenizer.encode(FORMATTED, special_tokens=False)
-    ours = model.probabilities(model.classify(encodings))[:, 0]
+    ours = tasks.probabilities(model, tasks.logits(model, encodings))[:, 0]
 
     reference = AutoModelForCausalLM.from_pretrained(directory, attn_implementation="eager").eval()
     yes, no = (model.card.tokenizer.token_id(token) for token in ("yes", "no"))
@@ -419,7 +419,7 @@ def test_a_bare_model_has_no_classification_head(tmp_path: Path) -> None:
     model = load_model(write_family_model(tmp_path / "bare", "roberta"), device="cpu", dtype="float32")
     assert model.classifier is None and model.reranker is None and model.card.scores_method is None
     with pytest.raises(ValueError, match="has no classification head"):
-        model.classify(model.card.tokenizer.encode(["hello"]))
+        tasks.logits(model, model.card.tokenizer.encode(["hello"]))
 
 
 def test_long_inputs_take_the_local_layers_block_by_block_as_transformers_computes_them(tmp_path: Path) -> None:

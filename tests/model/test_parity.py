@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from model import AttentionSelection, EmbeddingSpec, TextEncoder, load_model
+from model import AttentionSelection, EmbeddingSpec, TextEncoder, load_model, tasks
 from model.nn.encoder import Keep
 from model.runtime.loader import cpu_bfloat16
 from tests.helpers import hf_forward
@@ -140,7 +140,7 @@ def test_max_tokens_follows_sentence_transformers_config(bundled_model: TextEnco
 
 
 def test_the_service_path_equals_sentence_transformers_in_a_mixed_batch(target, sentence_transformer) -> None:
-    """embed_encodings is what requests run: rows with the defaults equal sentence-transformers even when
+    """tasks.embed_texts is what requests run: rows with the defaults equal sentence-transformers even when
     rows of other layers and poolings share their pass."""
     model, wanted = target
     min_cosine = wanted.min_cosine
@@ -148,7 +148,7 @@ def test_the_service_path_equals_sentence_transformers_in_a_mixed_batch(target, 
     default = EmbeddingSpec(layer=model.card.config.n_layers, pooling="mean", normalize=True)
     other = EmbeddingSpec(layer=3, pooling="cls", normalize=False, token_vectors=True)
     specs = [default, other, default, other]
-    results = model.embed_encodings(encodings, specs)
+    results = tasks.embed_texts(model, encodings, specs)
     theirs = sentence_transformer.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
     for row in (0, 2):
         ours = results[row].sentence
@@ -169,7 +169,7 @@ def test_selected_attention_equals_transformers(target, hf_bert) -> None:
     encoding = model.card.tokenizer.encode([TEXTS[0]], [PAIRS[1]])[0]
     theirs = hf_forward(hf_bert, model.card.tokenizer.pad([encoding]), output_attentions=True).attentions
     full = torch.stack(theirs)[:, 0].numpy()  # (L, H, T, T)
-    picked = model.attention(encoding, AttentionSelection(layers=(5, 0), heads=(3, 1)))
+    picked = tasks.attention_maps(model, encoding, AttentionSelection(layers=(5, 0), heads=(3, 1)))
     np.testing.assert_allclose(picked, full[[5, 0]][:, [3, 1]], atol=attention_tol)
-    mean = model.attention(encoding, AttentionSelection(layers=(2,), heads=(0, 7, 11), aggregate="mean"))
+    mean = tasks.attention_maps(model, encoding, AttentionSelection(layers=(2,), heads=(0, 7, 11), aggregate="mean"))
     np.testing.assert_allclose(mean, full[[2]][:, [0, 7, 11]].mean(axis=1, keepdims=True), atol=attention_tol)

@@ -12,7 +12,7 @@ import torch
 from app.metrics import Metrics
 from app.serving.registry import load_registry
 from app.settings import Settings
-from model import EmbeddingSpec, TextEncoder, load_model
+from model import EmbeddingSpec, TextEncoder, load_model, tasks
 from tests.families import FAMILIES, FAMILY_SPECS, write_family_model
 from tests.helpers import local_model, needs_cpu_bfloat16, write_tiny_model
 
@@ -43,8 +43,8 @@ def test_the_traced_pass_equals_the_eager_pass_on_any_batch(model_dir: Path) -> 
     # One text (no padding), many, pairs, and lengths other than the traced example's.
     batches = [random_texts(rng, 1, 3), random_texts(rng, 1, 40), random_texts(rng, 7, 25), random_texts(rng, 3, 2)]
     for texts in batches:
-        ours = traced.embed_encodings(traced.card.tokenizer.encode(texts), [spec] * len(texts))
-        theirs = eager.embed_encodings(eager.card.tokenizer.encode(texts), [spec] * len(texts))
+        ours = tasks.embed_texts(traced, traced.card.tokenizer.encode(texts), [spec] * len(texts))
+        theirs = tasks.embed_texts(eager, eager.card.tokenizer.encode(texts), [spec] * len(texts))
         for mine, reference in zip(ours, theirs, strict=True):
             np.testing.assert_allclose(mine.sentence, reference.sentence, atol=1e-6)
             assert mine.tokens is not None and reference.tokens is not None
@@ -53,8 +53,8 @@ def test_the_traced_pass_equals_the_eager_pass_on_any_batch(model_dir: Path) -> 
         return
     texts, pairs = random_texts(rng, 4, 12), [*random_texts(rng, 3, 9), None]
     np.testing.assert_allclose(
-        traced.classify(traced.card.tokenizer.encode(texts, pairs)).numpy(),
-        eager.classify(eager.card.tokenizer.encode(texts, pairs)).numpy(),
+        tasks.logits(traced, traced.card.tokenizer.encode(texts, pairs)).numpy(),
+        tasks.logits(eager, eager.card.tokenizer.encode(texts, pairs)).numpy(),
         atol=1e-5,
     )
 
