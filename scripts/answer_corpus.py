@@ -85,6 +85,10 @@ CORPUS: list[tuple[str, str, Any]] = [
     ("POST", "/tei/embed_all", {"inputs": [[101, 7592, 2088, 102]]}),
     ("POST", "/models/splade/tei/embed_sparse", {"inputs": TEXTS}),
     ("POST", "/models/clf/tei/predict", {"inputs": [["a", "b"], ["c"]]}),
+    ("POST", "/tei/predict", {"inputs": "a"}),  # an embedder: TEI's 424
+    ("POST", "/tei/embed_sparse", {"inputs": "a"}),  # no sparse output: TEI's 424
+    ("POST", "/models/ce/tei/embed", {"inputs": "a"}),  # a cross-encoder: TEI's 424
+    ("POST", "/classify", {"texts": ["a"]}),  # an embedder: our 422 naming the model
     ("POST", "/models/ce/tei/rerank", {"query": "a fox", "texts": TEXTS, "return_text": True, "raw_scores": True}),
     ("POST", "/tei/rerank", {"query": "a fox", "texts": TEXTS}),
     ("POST", "/tei/similarity", {"inputs": {"source_sentence": "a fox", "sentences": TEXTS}}),
