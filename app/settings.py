@@ -159,8 +159,8 @@ class Settings(BaseSettings):
     workers: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = Field(
         "auto",
         description="front-end processes (HTTP, validation, tokenisation, serialisation) around one engine process "
-        "that holds the models, under `python -m app.serve`; 1: one process does everything; auto: one a 4 cores "
-        "where a GPU computes (at most 8), one plus one a 16 cores on a CPU (at most 8): 1 below 16 cores",
+        "that holds the models, under `python -m app.serve`; 1: one process does everything; auto: one per 4 cores "
+        "where a GPU computes (at most 8), one plus one per 16 cores on a CPU (at most 8): 1 below 16 cores",
     )
     batch_wait_ms: float = Field(
         0.0,

@@ -89,7 +89,7 @@ class TokenVectors:
 
     model: str
     vectors: list[np.ndarray]  # each text's (n, D')
-    tokens: list[list[str]]  # each text's tokens, one a vector
+    tokens: list[list[str]]  # each text's tokens, one per vector
     tokens_used: int
 
 

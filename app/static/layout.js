@@ -125,7 +125,7 @@ export function peLayout(length, dims) {
   };
 }
 
-// The numbered texts under the similarity matrix, one a line.
+// The numbered texts under the similarity matrix, one per line.
 export const similarityLegend = (texts) => texts.map((t, i) => `${i + 1}. ${t}`);
 
 // Similarity of every pair of `texts`: the matrix, then the texts it numbers.

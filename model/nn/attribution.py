@@ -90,7 +90,7 @@ def integrated_gradients(
 
 def gradient_x_input(score: Score, embedded: Tensor, lengths: list[int]) -> list[Attribution]:
     """The embedding block's output times the score's gradient there, summed over the hidden size, for each of R
-    texts at once. (R, T, E) → (T,) a text, cut to its ``lengths``."""
+    texts at once. (R, T, E) → (T,) per text, cut to its ``lengths``."""
     point = embedded.detach().requires_grad_(True)  # (R, T, E)
     value = score(point, torch.arange(len(lengths), device=embedded.device))
     (gradient,) = torch.autograd.grad(value.sum(), point)
