@@ -151,7 +151,7 @@ def multi_vectors(
     model: TextEncoder, encodings: Sequence[TokenSequence], options: Sequence[MultiVectorOptions]
 ) -> list[MultiVectors]:
     """One pass of a multi-vector model over tokenised texts (already cut to their side's length): a ColBERT
-    checkpoint's vectors (``colbert_pass``), or BGE-M3's, normalize(colbert(h)) for every real token after the
+    checkpoint's vectors (``colbert_vectors``), or BGE-M3's, normalize(colbert(h)) for every real token after the
     first, as FlagEmbedding computes them (queries and documents alike)."""
     if model.card.late_interaction is not None:
         return colbert_vectors(model, encodings, options)
