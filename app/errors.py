@@ -187,12 +187,14 @@ class ErrorShapes:
 
 
 def api_error_response(error: ApiError, shape: ErrorShape = native_errors) -> Response:
-    """An ApiError's envelope in ``shape``, logged (its status, type and message; never the body)."""
-    logger.info("%d %s: %s", error.status_code, error.type, error.message)
+    """An ApiError's envelope in ``shape``, logged (the status the shape answers with, the type and message; never the
+    body)."""
     refused_task = error.task if isinstance(error, ModelLacks) else None
-    return shape(
+    response = shape(
         Failure(error.status_code, error.type, error.message, error.param, error.headers, error.code, refused_task)
     )
+    logger.info("%d %s: %s", response.status_code, error.type, error.message)
+    return response
 
 
 def internal_error_response(method: str, path: str) -> Response:

@@ -143,6 +143,7 @@ WHERE = {
     "unit_rows": "model.spec.outputs",
 }
 __all__ = list(WHERE)
+MODULES = {"tasks"}  # the names of WHERE that are modules rather than names defined in one
 
 
 def __getattr__(name: str) -> Any:
@@ -150,7 +151,7 @@ def __getattr__(name: str) -> Any:
     if name not in WHERE:
         raise AttributeError(f"module 'model' has no attribute {name!r}")
     module = importlib.import_module(WHERE[name])
-    if not hasattr(module, name):  # a module of the package (``tasks``): its parent's attribute once imported
+    if name in MODULES:  # a module of the package: its parent's attribute once imported
         importlib.import_module(f"{WHERE[name]}.{name}")
     value = getattr(module, name)
     globals()[name] = value

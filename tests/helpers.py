@@ -372,9 +372,10 @@ async def busy(served: ServedModel) -> AsyncIterator[None]:
 
     tables = [Task("positions", [], PositionQuery("sinusoidal", 1, 2)) for _ in range(queue.lanes)]
     computed = tasks.position_encoding
-    tasks.position_encoding = held  # type: ignore[assignment]
-    others = [asyncio.ensure_future(queue.run(table)) for table in tables]
+    others: list[asyncio.Future[Any]] = []
     try:
+        tasks.position_encoding = held  # type: ignore[assignment]  # every model's, while the block lasts
+        others = [asyncio.ensure_future(queue.run(table)) for table in tables]
         # each inference thread took one and cannot take anything else until it is done (held here, or waiting for
         # a compute lane that one holds)
         await wait_until(lambda: bool(started) and queue.pending() == 0)
@@ -392,7 +393,8 @@ def standing_in(stand_in: object, monkeypatch: pytest.MonkeyPatch) -> None:
     (given the loaded model and the pass's arguments) until the test ends: passes that fail, wait or record, for the
     engine's tests."""
     for name, value in vars(type(stand_in)).items():
-        if callable(value) and not name.startswith("_") and callable(getattr(tasks, name, None)):
+        function = getattr(tasks, name, None)
+        if callable(value) and callable(function) and getattr(function, "__module__", None) == tasks.__name__:
             monkeypatch.setattr(tasks, name, getattr(stand_in, name))
 
 

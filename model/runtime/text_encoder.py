@@ -17,7 +17,7 @@ from model.nn.heads import LanguageModelHead, MaskedLanguageModelHead, SequenceC
 from model.nn.pooling import Dense
 from model.runtime.backends import EagerPass, PassBackend, TracedPass, release_memory, unwrapped
 from model.runtime.graphs import GraphedPass
-from model.runtime.tasks import attention_maps, embed_texts
+from model.runtime.tasks import attention_maps, embed_texts  # the library's calls, not the engine's (KINDS)
 from model.spec.card import ModelCard
 from model.spec.checkpoint import Pooling
 from model.spec.outputs import AttentionSelection, EmbeddingSpec

@@ -278,7 +278,7 @@ HEAD_STEP_ARRAYS = ("queries", "keys", "values", "scores", "attention", "context
 
 class HeadSteps(NamedTuple):
     """One head of one layer on one text of T tokens, step by step (the neuron view): tensors where the encoder
-    computes them, numpy arrays once the model hands them out (TextEncoder.neuron)."""
+    computes them, numpy arrays once the model hands them out (model/runtime/tasks.py, neuron_view)."""
 
     queries: Tensor | np.ndarray  # (T, Dh), after the per-head norm and the rotation where the model has them
     keys: Tensor | np.ndarray  # (T, Dh), likewise (its key/value head's, under grouped-query attention)

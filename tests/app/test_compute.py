@@ -186,7 +186,7 @@ def test_lanes_by_default_where_a_lanes_share_is_one_cpu_thread() -> None:
 SAME_BITS_ON_ANY_THREADS = """
 import json, sys
 import torch
-from model import load_model, tasks
+from model import load_model
 from model.nn.encoder import Keep
 
 model = load_model(device="cpu", runtime="torch", dtype="float32")

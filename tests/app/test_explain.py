@@ -267,7 +267,7 @@ def family_classifiers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tu
 def test_every_classifier_family_attributes_as_captum_does(
     family_classifiers: dict[str, tuple[Path, TextEncoder]], family: str
 ) -> None:
-    """TextEncoder.attribute (the /explain task's pass) against Captum on transformers' classifier of each family
+    """tasks.attribute (the /explain task's pass) against Captum on transformers' classifier of each family
     that has one, for its second label: integrated gradients and gradient × input."""
     import inspect
 
