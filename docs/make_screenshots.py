@@ -17,7 +17,7 @@ from tests.app.test_viewer import CHROMIUM_ARGS  # noqa: E402
 from tests.helpers import running_server, write_tiny_model  # noqa: E402
 
 # (tab, file name): each view as it opens, some after a step of their own (below); in this order,
-# the rerank view last, since it switches to the cross-encoder.
+# the rerank and explain views last, since they need the cross-encoder.
 VIEWS = [
     ("head", "head-view"),
     ("model", "model-view"),
@@ -29,8 +29,10 @@ VIEWS = [
     ("similarity", "similarity-explanation"),
     ("head", "head-view-norm"),
     ("rerank", "rerank"),
+    ("explain", "explain"),
 ]
-# The rerank view needs a cross-encoder: a tiny random one, whose vocabulary has only a few dozen words.
+# The rerank and explain views need a cross-encoder: a tiny random one, whose vocabulary has only a few dozen words
+# (its attributions are those of random weights: the picture shows the view, not a finding).
 CROSS_ENCODER = "tiny-cross-encoder"
 QUERY = "the cat sat on the mat"
 # The neuron view's query: "it" in "The animal didn't cross the street because it was too tired."
@@ -85,6 +87,14 @@ def main() -> None:
                 page.click("#rerank-form button[type=submit]")
                 idle(page)
                 page.click("#rerank-list button >> nth=0")
+                idle(page)
+            if tab == "explain":  # the query and the best-ranked document, integrated gradients in 50 steps
+                page.fill("#text", QUERY)
+                page.fill("#text-pair", DOCUMENTS[2])
+                page.click("#submit")
+                idle(page)
+                page.click("#tab-explain")
+                page.wait_for_selector("#explain-tokens .explain-token")
                 idle(page)
             page.mouse.move(0, 0)  # no tooltip left over from a click
             path = ROOT / "docs" / f"viewer-{name}.png"
