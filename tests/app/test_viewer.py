@@ -1000,6 +1000,37 @@ def test_explain_shades_each_token_by_its_attribution_and_its_link_opens_it(
     assert page.locator("#explain-tokens .explain-token").count() == 0
 
 
+@pytest.fixture(scope="module")
+def classifier_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A tiny random classifier of three labels, alone."""
+    from tests.helpers import write_tiny_model
+
+    classifier = write_tiny_model(tmp_path_factory.mktemp("clf"), head="sequence-classification", num_labels=3)
+    with running_server({"ENCODER_MODELS": f"clf={classifier}"}) as url:
+        yield url
+
+
+def test_explain_on_a_classifier_shades_the_tokens_for_its_top_label(browser: Browser, classifier_server: str) -> None:
+    with opened(browser, classifier_server) as watched:
+        page = watched.page
+        idle(page)
+        page.fill("#text", QUERY)
+        page.click("#submit")
+        idle(page)
+        open_tab(page, "explain")
+        page.wait_for_selector("#explain-tokens .explain-token")
+        expected = httpx.post(f"{classifier_server}/explain", json={"text": QUERY}).json()
+        labels = httpx.post(f"{classifier_server}/classify", json={"texts": [QUERY]}).json()["data"][0]["labels"]
+        assert expected["target"]["label"] == labels[0]["label"]  # the top label, as the tab says
+        tokens, values = explained_tokens(page)
+        assert tokens == expected["tokens"] and tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
+        assert values == pytest.approx(expected["attributions"], abs=1e-6)
+        readout = page.inner_text("#explain-readout")
+        assert f"clf · label {labels[0]['label']} · integrated gradients, 50 steps" in readout
+        assert f"score {expected['score']:.4f}" in readout and f"baseline {expected['baseline_score']:.4f}" in readout
+        assert watched.errors == []
+
+
 def test_rerank_with_a_plain_encoder_ranks_by_cosine(multi: Watched) -> None:
     page = multi.page
     assert page.input_value("#model-select") == "minilm"
