@@ -851,6 +851,19 @@ def rank(page: Page, query: str = QUERY, documents: list[str] = DOCUMENTS) -> No
     idle(page)
 
 
+def test_the_tablist_holds_only_tabs_and_the_downloads_stay_on_one_row(viewer: Watched) -> None:
+    """The download buttons are not tabs: they sit beside the tablist, and where the row is too narrow for the nine
+    tabs and both of them (1200 px), they move below together rather than one at a time."""
+    page = viewer.page
+    roles = page.eval_on_selector_all("[role=tablist] > *", "els => els.map((e) => e.getAttribute('role'))")
+    assert len(roles) == 9 and set(roles) == {"tab"}
+    for width in (1200, 1280, 900):
+        page.set_viewport_size({"width": width, "height": 900})
+        png, json_ = bounds(page.locator("#download-png")), bounds(page.locator("#download-json"))
+        assert png["y"] == json_["y"] and png["x"] < json_["x"], width
+    assert viewer.errors == []
+
+
 def test_single_model_has_no_picker(viewer: Watched) -> None:
     assert viewer.page.is_hidden("#model-picker")
 
