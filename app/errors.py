@@ -69,15 +69,22 @@ class InvalidRequest(ApiError):
         super().__init__(f"{param}: {problem}" if param else problem, param)
 
 
-class ModelLacks(InvalidRequest):
-    """The model a request names has not what the request needs (a head, an output): a 422 on ``model`` that names
-    the model, what it lacks, and where a model has it. ``task`` is what the model cannot do (``classify``,
-    ``sparse``, …): the services refuse it once, and an API whose contract words the refusal its own way (TEI's 424)
-    writes it from that."""
+class CannotDo(InvalidRequest):
+    """The model a request names cannot do what the request asks: a 422 on ``model`` that names the model. ``task``
+    is what it cannot do (``classify``, ``rerank``, ``sparse``, …): the services refuse it once, and an API whose
+    contract words the refusal its own way (TEI's 424) writes it from that."""
+
+    def __init__(self, message: str, task: str) -> None:
+        super().__init__("model", message)
+        self.task = task
+
+
+class ModelLacks(CannotDo):
+    """The model has not what the request needs (a head, an output): the message names what it lacks, and where a
+    model has it."""
 
     def __init__(self, name: str, lacks: str, task: str) -> None:
-        super().__init__("model", f"model {name!r} has no {lacks}")
-        self.task = task
+        super().__init__(f"model {name!r} has no {lacks}", task)
 
 
 class Unauthorized(ApiError):
@@ -130,7 +137,7 @@ def error_response(
 @dataclass(frozen=True)
 class Failure:
     """An error to write: its status, our error type, the message, the request field at fault, headers, a code, and
-    where the model lacks what the request needs, the task it cannot do (ModelLacks)."""
+    where the model cannot do what the request asks, the task it cannot do (CannotDo)."""
 
     status: int
     type: str
@@ -189,7 +196,7 @@ class ErrorShapes:
 def api_error_response(error: ApiError, shape: ErrorShape = native_errors) -> Response:
     """An ApiError's envelope in ``shape``, logged (the status the shape answers with, the type and message; never the
     body)."""
-    refused_task = error.task if isinstance(error, ModelLacks) else None
+    refused_task = error.task if isinstance(error, CannotDo) else None
     response = shape(
         Failure(error.status_code, error.type, error.message, error.param, error.headers, error.code, refused_task)
     )

@@ -89,6 +89,8 @@ CORPUS: list[tuple[str, str, Any]] = [
     ("POST", "/tei/embed_sparse", {"inputs": "a"}),  # no sparse output: TEI's 424
     ("POST", "/models/ce/tei/embed", {"inputs": "a"}),  # a cross-encoder: TEI's 424
     ("POST", "/classify", {"texts": ["a"]}),  # an embedder: our 422 naming the model
+    ("POST", "/models/clf/tei/rerank", {"query": "a", "texts": ["b"]}),  # three labels: TEI's 424
+    ("POST", "/rerank", {"query": "a", "documents": ["b"], "model": "clf"}),  # our 422 naming its outputs
     ("POST", "/models/ce/tei/rerank", {"query": "a fox", "texts": TEXTS, "return_text": True, "raw_scores": True}),
     ("POST", "/tei/rerank", {"query": "a fox", "texts": TEXTS}),
     ("POST", "/tei/similarity", {"inputs": {"source_sentence": "a fox", "sentences": TEXTS}}),

@@ -10,7 +10,7 @@ import numpy as np
 from tokenizers import Encoding
 
 from app.engine.messages import Task, Timing
-from app.errors import InvalidRequest, ModelLacks
+from app.errors import CannotDo, InvalidRequest, ModelLacks
 from app.schemas import (
     ClassifyRequest,
     ExplainRequest,
@@ -40,9 +40,7 @@ def head_of(served: ServedModel, task: str, labels: int | None = None) -> HeadCo
     if head is None:
         raise ModelLacks(served.name, f"classification head, so it cannot {task}", task)
     if labels is not None and len(head.labels) != labels:
-        raise InvalidRequest(
-            "model", f"model {served.name!r} has {len(head.labels)} outputs; to {task} it needs {labels}"
-        )
+        raise CannotDo(f"model {served.name!r} has {len(head.labels)} outputs; to {task} it needs {labels}", task)
     return head
 
 

@@ -317,14 +317,21 @@ async def test_bad_input_is_invalid_argument_and_a_missing_task_a_failed_precond
         (minilm.tokenize.Decode(pb.DecodeRequest(ids=[10**7])), invalid, "ids"),
         (minilm.tokenize.Decode(pb.DecodeRequest()), invalid, "empty"),
         (minilm.rerank.Rerank(pb.RerankRequest(query="q")), invalid, "texts"),
-        (minilm.predict.Predict(pb.PredictRequest(inputs="a")), precondition, "not a classifier"),
-        (minilm.embed.EmbedSparse(pb.EmbedSparseRequest(inputs="a")), precondition, "SPLADE"),
-        (classifier.embed.Embed(pb.EmbedRequest(inputs="a")), precondition, "not an embedding model"),
+        (
+            minilm.predict.Predict(pb.PredictRequest(inputs="a")),
+            precondition,
+            "Backend error: Model is not a classifier",
+        ),
+        (minilm.embed.EmbedSparse(pb.EmbedSparseRequest(inputs="a")), precondition, "Backend error: Model is not an"),
+        (classifier.embed.Embed(pb.EmbedRequest(inputs="a")), precondition, "Backend error: Model is not an embedding"),
         (classifier.predict.PredictPair(pb.PredictPairRequest(inputs=["a", "b", "c"])), invalid, "pair"),
     ]
     for call, code, part in cases:
         got, message = await status_of(call)
         assert (got, part in message) == (code, True), (got, message)
+    # a classifier of several labels asked to rerank: TEI's gRPC server refuses it itself, in its own words
+    refused = classifier.rerank.Rerank(pb.RerankRequest(query="q", texts=["a"]))
+    assert await status_of(refused) == (precondition, "model is not a re-ranker model")
 
 
 async def test_a_bad_message_ends_its_stream_with_its_status_after_the_answers_before_it(minilm: Grpc) -> None:

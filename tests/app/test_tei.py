@@ -175,10 +175,17 @@ def test_errors_take_teis_body_and_statuses(server: str) -> None:
     long = {"inputs": ["fine", "word " * 400], "truncate": False}
     tei_error(httpx.post(f"{server}/tei/embed", json=long), 422, "Validation", "more than the maximum")
     tei_error(httpx.post(f"{server}/tei/embed", json={"inputs": ["x"] * 300}), 422, "Validation", "at most 256")
-    tei_error(httpx.post(f"{server}/models/ce/tei/embed", json={"inputs": "x"}), 424, "Backend", "not an embedding")
-    tei_error(httpx.post(f"{server}/tei/predict", json={"inputs": "x"}), 424, "Backend", "not a classifier")
-    tei_error(httpx.post(f"{server}/tei/embed_sparse", json={"inputs": "x"}), 424, "Backend", "SPLADE")
-    tei_error(httpx.post(f"{server}/models/splade/tei/embed", json={"inputs": "x"}), 424, "Backend", "normalize")
+    # a model not of the kind the route needs: TEI's 424, in the words of its TextEmbeddingsError::Backend
+    for path, body, says in (
+        ("/models/ce/tei/embed", {"inputs": "x"}, "Model is not an embedding model"),
+        ("/tei/predict", {"inputs": "x"}, "Model is not a classifier model"),
+        ("/tei/embed_sparse", {"inputs": "x"}, "Model is not an embedding model with SPLADE pooling"),
+        ("/models/splade/tei/embed", {"inputs": "x"}, "`normalize` is not available for SPLADE models"),
+        ("/models/clf/tei/rerank", {"query": "q", "texts": ["a"]}, "model is not a re-ranker model"),  # 3 labels
+    ):
+        refused = httpx.post(f"{server}{path}", json=body)
+        tei_error(refused, 424, "Backend")
+        assert refused.json()["error"] == f"Backend error: {says}", path
     tei_error(httpx.post(f"{server}/tei/embed", json={"inputs": 5}), 422, "Validation")
     left = {"inputs": "x", "truncation_direction": "Up"}
     tei_error(httpx.post(f"{server}/tei/embed", json=left), 422, "Validation", "truncation_direction")

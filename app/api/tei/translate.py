@@ -29,12 +29,20 @@ TEI_ERRORS: dict[str, tuple[str, int]] = {
 }
 
 
-# The tasks whose refusal by the services (ModelLacks: the model lacks a head, an output) TEI words its own way, as
-# its 424 Backend: a route's check of the model's kind made once, by the services, and written here.
+# The tasks whose refusal by the services (CannotDo: a model without a head, or with a head of several labels where
+# one is needed) TEI words its own way, as its 424 Backend: a route's check of the model's kind made once, by the
+# services, and written here.
 TEI_REFUSALS: dict[str, str] = {
     "classify": "Model is not a classifier model",  # /predict, Predict
+    "rerank": "model is not a re-ranker model",  # /rerank, Rerank: a classifier of several labels
     "sparse": "Model is not an embedding model with SPLADE pooling",  # /embed_sparse, EmbedSparse
 }
+
+
+def backend_error(message: str) -> str:
+    """An error of TEI's backend (a model not of the kind the call needs among them) as TEI writes it in its HTTP
+    body and its gRPC status: its ``TextEmbeddingsError::Backend``'s words, "Backend error: " and the message."""
+    return f"Backend error: {message}"
 
 
 def tei_errors(failure: Failure) -> Response:
@@ -42,11 +50,11 @@ def tei_errors(failure: Failure) -> Response:
     error, else ours with Validation."""
     refusal = TEI_REFUSALS.get(failure.refused_task or "")
     if refusal is not None:
-        return json_response({"error": refusal, "error_type": "Backend"}, status_code=424, headers=failure.headers)
+        body = {"error": backend_error(refusal), "error_type": "Backend"}
+        return json_response(body, status_code=424, headers=failure.headers)
     error_type, status = TEI_ERRORS.get(failure.type, ("Validation", failure.status))
-    return json_response(
-        {"error": failure.message, "error_type": error_type}, status_code=status, headers=failure.headers
-    )
+    message = backend_error(failure.message) if error_type == "Backend" else failure.message
+    return json_response({"error": message, "error_type": error_type}, status_code=status, headers=failure.headers)
 
 
 class Backend(ApiError):

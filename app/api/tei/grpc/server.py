@@ -41,6 +41,7 @@ from app.api.tei.grpc import tei_pb2_grpc as pb_grpc
 from app.api.tei.translate import (
     TEI_REFUSALS,
     Empty,
+    backend_error,
     can_embed,
     can_embed_all,
     kind,
@@ -49,7 +50,7 @@ from app.api.tei.translate import (
     tei_info,
 )
 from app.engine.messages import Timing
-from app.errors import ApiError, InvalidRequest, ModelLacks
+from app.errors import ApiError, CannotDo, InvalidRequest
 from app.schemas import ClassifyRequest, EncodeRequest, RerankRequest, SparseEncodeRequest, blank
 from app.services.embeddings import Embeddings
 from app.serving.registry import ServedModel
@@ -94,10 +95,15 @@ CODES: dict[str, grpc.StatusCode] = {
 
 def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """The gRPC status and message an error is answered with."""
-    if isinstance(error, ModelLacks):  # the services' refusal of a task the model has not: TEI's Backend
-        return grpc.StatusCode.FAILED_PRECONDITION, TEI_REFUSALS.get(error.task, error.message)
+    if isinstance(error, CannotDo):  # the services' refusal of a task the model cannot do: TEI's Backend
+        refusal = TEI_REFUSALS.get(error.task)
+        if refusal is None:
+            return grpc.StatusCode.FAILED_PRECONDITION, backend_error(error.message)
+        # Rerank checks the model's kind in TEI's gRPC server itself, in its own words; the rest, TEI's backend
+        return grpc.StatusCode.FAILED_PRECONDITION, refusal if error.task == "rerank" else backend_error(refusal)
     if isinstance(error, ApiError):
-        return CODES.get(error.type, grpc.StatusCode.INVALID_ARGUMENT), error.message
+        message = backend_error(error.message) if error.type == "wrong_model_kind" else error.message
+        return CODES.get(error.type, grpc.StatusCode.INVALID_ARGUMENT), message
     if isinstance(error, ValidationError):  # a native request the message translated to, refused
         first = error.errors()[0]
         where = ".".join(str(part) for part in first.get("loc", ())) or "request"
