@@ -7,7 +7,8 @@ weights and activations (W8A8, static, calibrated on 320 generated sentences of 
 bench/texts.py: no dataset download) with NNCF's transformer preset, with per-layer exceptions (the feed-forward
 contraction, the whole feed-forward, the attention output, the first and last layers kept), with smooth-quant;
 weights alone (int8, asymmetric, per output channel), with OpenVINO's dynamic quantization of the activations that
-meet them at its default (groups of 32 values) and otherwise (off; groups of 128 and 384) — and compiled with
+meet them at its default (groups of 32 values) and otherwise (off; groups of 64, 128 and 384), symmetric, and with the
+feed-forward contraction kept out of int8 (groups of 64 elsewhere) — and compiled with
 float32 and with bfloat16 around the int8 parts (bfloat16 where the CPU has it). Each embeds the same sentences as
 bench.runtimes, through tasks.embed_texts: texts/s in passes of 32 (median of the rounds, the schemes
 taking turns), and against float32 OpenVINO the least and mean cosine and the top-10 neighbour agreement (100
@@ -18,6 +19,8 @@ queries among the rest). What the service runs for ENCODER_DTYPE=int8 was chosen
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import statistics
 import threading
 import time
@@ -59,6 +62,16 @@ def schemes(converted: Any, calibration: list[list[np.ndarray]]) -> dict[str, Ca
             **kwargs,
         )
 
+    def weights(mode: Any, keep: Callable[[str], bool] = lambda name: False) -> Callable[[], Any]:
+        kept = [name for name in linears if keep(name)]
+        scope = IgnoredScope(names=kept) if kept else None
+
+        def compressed() -> Any:  # on a copy: NNCF's weight compression changes the model it is given
+            with contextlib.redirect_stdout(io.StringIO()):  # its progress bar
+                return nncf.compress_weights(converted.clone(), mode=mode, ignored_scope=scope)
+
+        return compressed
+
     smooth = AdvancedQuantizationParameters(smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=0.5))
     return {
         "W8A8 (transformer preset)": static(),
@@ -74,6 +87,8 @@ def schemes(converted: Any, calibration: list[list[np.ndarray]]) -> dict[str, Ca
         # NNCF's weight compression changes the model it is given: each on a copy
         "weights alone (int8 asymmetric, per channel)": lambda: int8_weights(converted.clone()),
         **{name: lambda: int8_weights(converted.clone()) for name in DYNAMIC_GROUPS},
+        "weights alone, symmetric (no zero point)": weights(nncf.CompressWeightsMode.INT8_SYM),
+        CONTRACTION_KEPT: weights(nncf.CompressWeightsMode.INT8_ASYM, lambda name: ".contract/" in name),
     }
 
 
@@ -81,9 +96,14 @@ def schemes(converted: Any, calibration: list[list[np.ndarray]]) -> dict[str, Ca
 # weights set otherwise than its default (groups of 32 values): off, and coarser groups.
 DYNAMIC_GROUPS: dict[str, int] = {
     "weights alone, activations not quantized (dynamic quantization off)": 0,
+    "weights alone, activations quantized in groups of 64": 64,
     "weights alone, activations quantized in groups of 128": 128,
     "weights alone, activations quantized in groups of 384 (a row of all-MiniLM-L6-v2)": 384,
 }
+# Weights alone with the feed-forward's contraction (whose input, after GELU, holds the widest activations) left out
+# of int8, so that OpenVINO quantizes no activation there, and the coarser groups of 64 elsewhere.
+CONTRACTION_KEPT = "weights alone, feed-forward contraction kept, activations in groups of 64"
+GROUPS: dict[str, int] = {**DYNAMIC_GROUPS, CONTRACTION_KEPT: 64}
 
 
 def packed_pass(encoder: Any, quantized: Any, hint: str, threads: int, **properties: Any) -> OpenVINOPass:
@@ -134,7 +154,7 @@ def main() -> None:
         quantized = make()
         spent = time.perf_counter() - began
         for hint in hints:
-            passes[f"{name} [{hint}]"] = compiled(quantized, hint, DYNAMIC_GROUPS.get(name))
+            passes[f"{name} [{hint}]"] = compiled(quantized, hint, GROUPS.get(name))
             took[f"{name} [{hint}]"] = spent
 
     def run(name: str, texts: list[str]) -> np.ndarray:
