@@ -241,3 +241,18 @@ def test_the_http_load_sums_what_its_client_processes_sent_and_got() -> None:
         ["a", "b"],
         ["c", "d"],
     ] * 2
+
+
+def test_services_taking_turns_read_their_settings_checkout_and_loads() -> None:
+    from pathlib import Path
+
+    from bench.run import ROOT
+    from bench.turns import parse_load, parse_spec
+
+    assert parse_spec("ENCODER_DTYPE=int8,ENCODER_COMPUTE_LANES=1@/tmp/before") == (
+        {"ENCODER_DTYPE": "int8", "ENCODER_COMPUTE_LANES": "1"},
+        Path("/tmp/before"),
+    )
+    assert parse_spec("ENCODER_DTYPE=a=b") == ({"ENCODER_DTYPE": "a=b"}, ROOT)
+    assert parse_spec("") == ({}, ROOT)
+    assert parse_load("4x32") == (4, 32) and parse_load("32X1") == (32, 1)

@@ -9,8 +9,10 @@ texts, whatever its number of texts. Entries whose request is gone (client disco
 dropped unseen.
 
 With several compute lanes (app/engine/compute.py) the queue is shared out between them: a pass takes at most its
-fair share, the texts queued and computing divided by the lanes, and a lane that comes free while a pass of
-this queue computes waits (up to ``balance_wait``) until its share has arrived. Without this rule the lanes
+fair share, the texts queued and computing divided by the lanes (by the passes that compute side by side where the
+model bounds them below the lanes: OpenVINO's streams, so that a lone request's last pass does not compute alone on
+one stream while the others idle), and a lane that comes free while a pass of this queue computes waits (up to
+``balance_wait``) until a lane's share of them has arrived. Without this rule the lanes
 fall into a lopsided rhythm under load: answering one pass brings its clients' next texts back one by one, a
 free lane takes each as it comes, and one lane computes passes of one to four texts while the other gathers
 everything else into one large pass (all-MiniLM-L6-v2 on one core: 59 texts/s in passes of one, 94 in passes
@@ -254,14 +256,16 @@ class WorkQueue:
         max_batch_size: int = 256,
         max_wait: float = 0.0,
         on_drop: Callable[[int], None] | None = None,  # (entries) dropped because their request was gone
-        lanes: int = 1,  # passes of this queue that can compute at once (its worker's threads)
+        lanes: int = 1,  # passes of this queue that can be taken at once (its worker's threads)
         balance_wait: float = BALANCE_WAIT_S,
         large_passes: LargePasses = LARGE_PASSES,
+        passes: int | None = None,  # of those, how many compute side by side (the model's bound); ``lanes`` if None
     ) -> None:
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
         self.max_wait = max_wait  # how long an idle worker waits for more entries while a pass has room
         self.lanes = lanes
+        self.passes = lanes if passes is None else max(1, min(passes, lanes))
         self.balance_wait = balance_wait
         self.on_drop = on_drop
         self.dropped = 0  # texts dropped unseen, over the queue's life
@@ -393,10 +397,11 @@ class WorkQueue:
 
     def _fair_share(self) -> int:
         """The most texts one pass takes: all it may, or with several lanes their share of what is queued
-        and computing (condition held)."""
+        and computing, divided among the passes that compute side by side (``passes``: a lone request's texts in
+        as many passes as compute at once, none left to compute alone after them; condition held)."""
         if self.lanes == 1:
             return self.max_batch_size
-        share = -(-(self._computing + self._queued) // self.lanes)  # ceiling
+        share = -(-(self._computing + self._queued) // self.passes)  # ceiling
         return max(1, min(self.max_batch_size, share))
 
     def _balance(self) -> None:

@@ -74,6 +74,7 @@ class ServedModel:
             max_wait=settings.batch_wait_ms / 1000,
             on_drop=metrics.dropped_texts.inc,
             lanes=COMPUTE.lanes,
+            passes=min(COMPUTE.lanes, model.passes_at_once or COMPUTE.lanes),
         )
         facts = ModelFacts(
             device=str(model.device),
@@ -392,6 +393,7 @@ def model_specs_or_error(settings: Settings) -> list[tuple[str, str | Path]]:
 
 def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEncoder:
     """The model loaded (unless given) and warmed up; ModelLoadError naming it and its directory if not."""
+    from app.engine.compute import COMPUTE
     from model import TextEncoder, load_model
 
     directory = source.card.path if isinstance(source, TextEncoder) else source
@@ -409,6 +411,7 @@ def _ready(name: str, source: Path | TextEncoder, settings: Settings) -> TextEnc
                 cuda_graphs=settings.cuda_graphs,
                 graph_tokens=settings.max_batch_tokens or GPU_PASS_TOKENS,  # the largest pass the queue makes
                 runtime=settings.runtime,
+                lanes=COMPUTE.lanes,  # called on a lane: configured by now
             )
         model.warm_up()
     except Exception as error:

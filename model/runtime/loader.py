@@ -243,19 +243,21 @@ def compile_openvino(
     dtype: torch.dtype | None = None,
     quantize: str | None = None,
     padded: bool | None = None,
+    streams: int = 1,
 ) -> PassBackend:
     """The embedding pass compiled by OpenVINO (model/runtime/openvino_pass.py) in ``dtype`` (the model's by default),
     its weights in ``quantize`` where given, ``padded`` as it is asked (by default: float32 packed, bfloat16 and int8
-    padded); ValueError where it cannot be. A packed pass in bfloat16 or int8 comes with its products' rows rounded
-    up to buckets and its lengths aligned (``BucketedRows``, ``AlignedLength``), as torch's bfloat16 pass: OpenVINO
-    prepares each product again for a count of rows it has not met."""
+    padded), on ``streams`` streams (``compile_for_cpu``); ValueError where it cannot be. A packed pass in bfloat16
+    or int8 comes with its products' rows rounded up to buckets and its lengths aligned (``BucketedRows``,
+    ``AlignedLength``), as torch's bfloat16 pass: OpenVINO prepares each product again for a count of rows it has not
+    met."""
     from model.runtime.openvino_pass import PRECISIONS, OpenVINOPass
 
     dtype = model.dtype if dtype is None else dtype
     if dtype not in PRECISIONS:
         raise ValueError(f"OpenVINO's pass here runs float32 or bfloat16, not {_name(dtype)}")
     try:
-        compiled = OpenVINOPass(model.encoder, example_batch(model), dtype, threads, quantize, padded)
+        compiled = OpenVINOPass(model.encoder, example_batch(model), dtype, threads, quantize, padded, streams)
     except Exception as error:  # the converter's and the compiler's errors have no common class
         raise ValueError(f"OpenVINO could not compile it: {type(error).__name__}: {error}") from error
     if compiled.padded or compiled.precision == "f32" and quantize is None:
@@ -266,7 +268,13 @@ def compile_openvino(
 
 
 def openvino_passes(
-    model: TextEncoder, threads: int, dtype: torch.dtype | None = None, quantize: str | None = None, *, cpu: CpuKind
+    model: TextEncoder,
+    threads: int,
+    dtype: torch.dtype | None = None,
+    quantize: str | None = None,
+    *,
+    cpu: CpuKind,
+    lanes: int = 1,
 ) -> tuple[PassBackend, ...]:
     """OpenVINO's pass of every batch, in ``dtype`` (the model's by default) with its weights in ``quantize``: one
     compiled pass in float32 (packed) and on a CPU with AMX; in bfloat16 or int8 on a CPU without AMX, two, the
@@ -276,15 +284,27 @@ def openvino_passes(
     passes of 32 texts 1.29 times as fast as the padded one in bfloat16 and 1.45 times in int8, the padded pass one
     text 1.26 and 1.23 times as fast as the packed one (docs/benchmarks/cpu-runtimes.md, "bfloat16 and int8 on
     AVX-512 without AMX: the packed pass for batches (CPU)"). The second holds another copy of the weights in
-    OpenVINO's layout (bfloat16 or int8). With AMX the padded pass alone, as measured there."""
+    OpenVINO's layout (bfloat16 or int8). With AMX the padded pass alone, as measured there.
+
+    ``lanes``: the passes the caller computes at once (the service's compute lanes). Beside the pass of one text, the
+    packed pass then has as many streams as lanes and threads allow, one thread each, so that the lanes' passes
+    compute side by side, each on its own core, rather than one after another on all of them, every operator waiting
+    at its end for the thread the event loop took (as torch's lanes do, app/engine/compute.py); the model's
+    ``passes_at_once`` says how many. On AMD EPYC with AVX-512 and AVX512-BF16, 2 cores, two services taking turns
+    over HTTP (bench/turns.py), the texts/s of one stream's: 4 clients × 32 texts 1.07 times (bfloat16) and 1.08
+    (int8), one client × 32 1.11 and 1.12, 32 clients × 1 text 1.28 and 1.11 (docs/benchmarks/cpu-runtimes.md,
+    "OpenVINO's passes of batches side by side, one core each (CPU)"). Not in float32, whose one pass serves one text
+    too: a second would hold another copy of the weights, and more memory under load than the service holds to."""
     compiled = compile_openvino(model, threads, dtype, quantize)
     if not getattr(compiled, "padded", False) or cpu.amx:
         return (compiled,)
-    packed = compile_openvino(model, threads, dtype, quantize, padded=False)
+    streams = max(1, min(lanes, threads))
+    packed = compile_openvino(model, threads, dtype, quantize, padded=False, streams=streams)
+    model.passes_at_once = streams if streams > 1 else None
     return OneText(compiled, packed.name), packed
 
 
-def quantized_runtime(model: TextEncoder, quantize: str, threads: int) -> str:
+def quantized_runtime(model: TextEncoder, quantize: str, threads: int, lanes: int = 1) -> str:
     """Put OpenVINO's pass with its weights in ``quantize`` (int8) first in the model's backends, the rest of it in
     bfloat16 where the CPU computes it natively (measured both faster and closer to float32 than float32 around
     int8 weights: docs/benchmarks/cpu-runtimes.md, "int8 on the CPU"), float32 elsewhere; return why, for the load
@@ -302,7 +322,7 @@ def quantized_runtime(model: TextEncoder, quantize: str, threads: int) -> str:
         )
     around = torch.bfloat16 if cpu_bfloat16() else torch.float32
     try:
-        compiled = openvino_passes(model, threads, around, quantize, cpu=CpuKind.here())
+        compiled = openvino_passes(model, threads, around, quantize, cpu=CpuKind.here(), lanes=lanes)
     except ValueError as error:
         logger.warning("%s: %s; the torch pass serves it in float32", model.card.name, error)
         return f"OpenVINO could not compile it ({error}), so float32 on torch"
@@ -393,7 +413,7 @@ def runtime_rule(cpu: CpuKind, dtype: torch.dtype, decoder: bool, weights: int) 
     return OPENVINO, f"an encoder on a CPU with {cpu}"
 
 
-def choose_runtime(model: TextEncoder, runtime: str, threads: int, cpu: CpuKind | None = None) -> str:
+def choose_runtime(model: TextEncoder, runtime: str, threads: int, cpu: CpuKind | None = None, lanes: int = 1) -> str:
     """Put OpenVINO's compiled pass first in the model's backends where ``runtime`` asks for it (``openvino``) or
     where ``runtime_rule`` gives it (``auto``: every pass, or those of one text alone in front of torch's); return
     why, for the load log. A model OpenVINO cannot compile, or OpenVINO not installed, keeps the torch pass under
@@ -416,7 +436,8 @@ def choose_runtime(model: TextEncoder, runtime: str, threads: int, cpu: CpuKind 
         return f"ENCODER_RUNTIME=auto: {why}, but openvino is not installed"
     try:
         if chosen == OPENVINO:
-            model.backends = (*openvino_passes(model, threads, cpu=cpu or CpuKind.here()), *model.backends)
+            passes = openvino_passes(model, threads, cpu=cpu or CpuKind.here(), lanes=lanes)
+            model.backends = (*passes, *model.backends)
         else:
             compiled = compile_openvino(model, threads)
             torch_pass = model.backends[0] if model.backends else EagerPass(model.passes, model.autocast_dtype)
@@ -438,13 +459,15 @@ def load_model(
     graph_tokens: int = GPU_PASS_TOKENS,
     runtime: str = "torch",
     threads: int | None = None,
+    lanes: int = 1,
 ) -> TextEncoder:
     """Load a directory holding config.json, model.safetensors and tokenizer.json (the bundled
     all-MiniLM-L6-v2 when ``path`` is None). With ``traced`` the embedding pass runs as a traced graph
     (``trace``); without it, eagerly. On a GPU, with ``cuda_graphs``, passes of up to ``graph_tokens`` padded
     tokens replay CUDA graphs instead (model/runtime/graphs.py), larger ones take the traced or eager pass. On a CPU,
     ``runtime`` says whether OpenVINO's compiled pass serves it (``choose_runtime``: ``auto`` by the rule of
-    ``runtime_rule``), computing with ``threads`` (the process's torch threads by default).
+    ``runtime_rule``), computing with ``threads`` (the process's torch threads by default); ``lanes``: the passes the
+    caller computes at once (``openvino_passes``).
     ``dtype="int8"`` is OpenVINO's pass with its weights in int8 (``quantized_runtime``), on a CPU only."""
     started = time.perf_counter()
     if runtime not in RUNTIMES:
@@ -470,7 +493,7 @@ def load_model(
         trace(model)
     why = "on a GPU" if torch_device.type == "cuda" else "ENCODER_RUNTIME=torch"
     if torch_device.type == "cpu":
-        why = cpu_passes(model, runtime, quantize, threads or cpu_threads())
+        why = cpu_passes(model, runtime, quantize, threads or cpu_threads(), lanes)
     elif torch_device.type == "cuda":
         gpu_passes(model, cuda_graphs, graph_tokens)
     log_loaded(model, time.perf_counter() - started, stored, precision, why)
@@ -523,7 +546,7 @@ def load_heads(card: ModelCard, weights_path: Path, device: torch.device, precis
     return heads
 
 
-def cpu_passes(model: TextEncoder, runtime: str, quantize: str | None, threads: int) -> str:
+def cpu_passes(model: TextEncoder, runtime: str, quantize: str | None, threads: int, lanes: int = 1) -> str:
     """The CPU's embedding passes: torch's (traced, or eager), wrapped for the attention kernel's lengths and, under
     bfloat16, for oneDNN's row counts; then OpenVINO's where ``runtime`` or ``quantize`` has it. Returns why the
     runtime serving it was chosen."""
@@ -535,8 +558,8 @@ def cpu_passes(model: TextEncoder, runtime: str, quantize: str | None, threads: 
     longest = model.passes.embeddings.max_length
     model.backends = tuple(AlignedLength(backend, longest) for backend in torch_passes)
     if quantize is not None:
-        return quantized_runtime(model, quantize, threads)
-    return choose_runtime(model, runtime, threads)
+        return quantized_runtime(model, quantize, threads, lanes)
+    return choose_runtime(model, runtime, threads, lanes=lanes)
 
 
 def gpu_passes(model: TextEncoder, cuda_graphs: bool, graph_tokens: int) -> None:

@@ -87,14 +87,19 @@ def batch_bucket(rows: int, length: int, longest: int) -> tuple[int, int]:
     return (rows if rows <= 2 else row_bucket(rows, least=4)), max(length, min(row_bucket(length), longest))
 
 
-def compile_for_cpu(converted: Any, precision: str, threads: int, **properties: Any) -> Any:
-    """A converted pass compiled for this CPU, running in ``precision`` (f32, bf16) outside any int8 weights;
-    ``properties``: more of OpenVINO's CPU properties, or others for these (bench/int8.py tries some)."""
+def compile_for_cpu(converted: Any, precision: str, threads: int, streams: int = 1, **properties: Any) -> Any:
+    """A converted pass compiled for this CPU, running in ``precision`` (f32, bf16) outside any int8 weights, on
+    ``threads`` threads: one stream (one pass at a time, on all of them, as a wide torch pass), or ``streams`` (as
+    many passes side by side, the threads shared out between them); ``properties``: more of OpenVINO's CPU
+    properties, or others for these (bench/int8.py tries some)."""
     import openvino as ov
 
+    streaming = (
+        {"PERFORMANCE_HINT": "LATENCY"} if streams <= 1 else {"PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": streams}
+    )
     config: dict[str, Any] = {
         "INFERENCE_PRECISION_HINT": precision,
-        "PERFORMANCE_HINT": "LATENCY",  # one stream: a pass has every thread, as a wide torch pass has
+        **streaming,
         "INFERENCE_NUM_THREADS": max(1, threads),
         # What it prepares for each batch shape, kept for CACHE_SHAPES shapes rather than its default 5,000:
         # a service meets a new shape in nearly every pass (docs/benchmarks/cpu-runtimes.md, "Runtimes and precisions
@@ -110,7 +115,8 @@ class OpenVINOPass:
 
     ``example`` must hold padding, so that the packed path (padding skipped) is the one converted; any batch
     shape is taken then (both dimensions dynamic). Each thread that calls it has an infer request of its own.
-    ``quantize="int8"`` keeps the linear layers' weights in int8, the rest in ``dtype``.
+    ``quantize="int8"`` keeps the linear layers' weights in int8, the rest in ``dtype``. With ``streams`` above one,
+    that many threads' passes compute side by side, ``threads`` shared out between them (``compile_for_cpu``).
 
     In float32 the pass skips the padding, as torch's does (``padded`` False; any precision where the caller says so,
     and then it takes the rows and lengths it is given). Under bfloat16 or int8 it computes the padding, masked,
@@ -134,6 +140,7 @@ class OpenVINOPass:
         threads: int,
         quantize: str | None = None,
         padded: bool | None = None,
+        streams: int = 1,
     ):
         if dtype not in PRECISIONS:
             raise ValueError(f"OpenVINO's pass runs in {', '.join(map(str, PRECISIONS))}, not {dtype}")
@@ -151,7 +158,8 @@ class OpenVINOPass:
         converted = convert(encoder, example, pack=not self.padded)
         if quantize == "int8":
             converted = int8_weights(converted)
-        self.compiled = compile_for_cpu(converted, self.precision, threads)
+        self.compiled = compile_for_cpu(converted, self.precision, threads, streams)
+        self.streams = int(self.compiled.get_property("NUM_STREAMS"))  # what OpenVINO made of ``streams`` here
         # A module whose weights are bfloat16 (a checkpoint stored so, under bfloat16) answers in bfloat16, which
         # OpenVINO hands to numpy as float16 of the same bits (numpy has no bfloat16): read back as bfloat16.
         self.bfloat16_out = self.compiled.output(0).get_element_type() == openvino.Type.bf16

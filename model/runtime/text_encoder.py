@@ -51,6 +51,9 @@ class TextEncoder:
     # the traced graph, on a GPU the CUDA graphs; the eager pass, last, takes what none of them takes.
     backends: tuple[PassBackend, ...] = ()
     quantized: str | None = None  # "int8" where the first backend keeps its weights so (OpenVINO's pass on a CPU)
+    # Passes of batches the backends compute side by side at most (OpenVINO's streams: loader.py, ``openvino_passes``);
+    # None where they set no bound of their own (torch's: as many as the caller's lanes).
+    passes_at_once: int | None = None
     expansion_graph: ExpansionGraph | None = None  # ColBERT queries' pass, traced (trace_expansion_pass)
     # The embedding and classification passes' own copy of the encoder in a lower dtype: on a GPU under float16 or
     # bfloat16 for a float32 checkpoint, whole; on a CPU under bfloat16 autocast, its linear layers alone, the

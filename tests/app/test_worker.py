@@ -246,6 +246,26 @@ async def test_with_two_lanes_each_pass_takes_its_fair_share(tiny_model: TextEnc
         assert await taken(alone.queue) == 12  # one lane takes all it may
 
 
+async def test_a_model_that_computes_fewer_passes_at_once_than_the_lanes_shares_by_those(
+    tiny_model: TextEncoder,
+) -> None:
+    """Three lanes, a model whose passes compute two side by side (OpenVINO's streams): a lone request's texts go in
+    two passes, not three, the last of which would compute alone on one stream while the other idled."""
+    with queueing(tiny_model, lanes=3, passes=2, balance_wait=5.0) as queued:
+        queue = queued.queue
+        await queued.put(12)
+        first = await taken(queue)
+        second = await taken(queue)  # 6 computing, 6 queued: its share, half of 12, is there
+        assert (first, second, queue.computing(), queue.pending()) == (6, 6, 12, 0)
+        queue.finished(6)
+        queue.finished(6)
+    with queueing(tiny_model, lanes=3, balance_wait=5.0) as queued:
+        await queued.put(12)
+        assert await taken(queued.queue) == 4  # three lanes, three passes computing side by side: a third
+    with queueing(tiny_model, lanes=2, passes=5) as queued:
+        assert queued.queue.passes == 2  # never more than the lanes
+
+
 async def test_a_free_lane_waits_for_about_as_many_texts_as_the_pass_computing(tiny_model: TextEncoder) -> None:
     with queueing(tiny_model, lanes=2, balance_wait=5.0) as queued:
         queue = queued.queue
