@@ -74,7 +74,7 @@ class ServedModel:
             max_wait=settings.batch_wait_ms / 1000,
             on_drop=metrics.dropped_texts.inc,
             lanes=COMPUTE.lanes,
-            passes=min(COMPUTE.lanes, model.passes_at_once or COMPUTE.lanes),
+            passes=model.passes_at_once,  # the queue takes None as the lanes, and never more than them
         )
         facts = ModelFacts(
             device=str(model.device),
