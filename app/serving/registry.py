@@ -249,14 +249,14 @@ def load_registry(
             if model.device.type == "cuda":  # live tensors only: the warm-up's activations are freed by now
                 metrics.model_gpu_memory.labels(name).set(max(gpu_allocated_bytes() - gpu_before, 0))
             logger.info(
-                "loaded %s on %s (%s, the pass on %s, passes of up to %d padded tokens, %d at once), loaded and "
+                "loaded %s on %s (%s, the pass on %s, passes of up to %d padded tokens, %s), loaded and "
                 "warmed up in %.2f s, %.0f MiB more resident memory",
                 name,
                 model.device,
                 model.precision,
                 model.runtime,
                 served[-1].facts.max_batch_tokens,
-                COMPUTE.lanes,
+                passes_at_once(COMPUTE.lanes, model.passes_at_once),
                 time.perf_counter() - started,
                 grown / 2**20,
             )
@@ -333,6 +333,14 @@ def compute_lanes(settings: Settings, threads: int | None = None) -> int:
 
 CPU_PASS_ACTIVATION_BYTES = 24 * 2**20  # the largest activation of one pass on a CPU
 CPU_LANES_ACTIVATION_BYTES = 48 * 2**20  # and the lanes' passes together: a budget they share
+
+
+def passes_at_once(lanes: int, side_by_side: int | None) -> str:
+    """The load log's words for the passes a model computes at once: its lanes, and where the model bounds how many
+    of them compute side by side (OpenVINO's streams, ``TextEncoder.passes_at_once``), that bound too."""
+    if side_by_side is None or side_by_side >= lanes:
+        return f"{lanes} at once"
+    return f"{lanes} at once, {side_by_side} of them side by side"
 
 
 def pass_tokens(model: TextEncoder, lanes: int = 1) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import threading
 from typing import Any
 
@@ -152,6 +153,24 @@ async def test_the_lanes_passes_share_one_budget(bundled_model: TextEncoder, lan
         computed = await long_texts_all_queued(service)
         assert computed.texts == 64 and computed.count >= 7  # ⌈64 / 10⌉ (four of 16 under 4,096 tokens)
         assert computed.at_most[16] == computed.count
+
+
+@pytest.mark.parametrize(("side_by_side", "words"), [(None, "3 at once)"), (2, "3 at once, 2 of them side by side)")])
+async def test_the_load_log_says_how_many_passes_compute_side_by_side(
+    bundled_model: TextEncoder,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    side_by_side: int | None,
+    words: str,
+) -> None:
+    """Three lanes take passes at once; where the model computes fewer of them side by side (OpenVINO's streams,
+    ``passes_at_once``), the load log says that too, not three alone."""
+    monkeypatch.setattr(bundled_model, "passes_at_once", side_by_side)
+    with caplog.at_level(logging.INFO, logger="app"):
+        async with serving(Settings(compute_lanes=3), bundled_model):
+            pass
+    loaded = [r.getMessage() for r in caplog.records if r.getMessage().startswith("loaded ")]
+    assert len(loaded) == 1 and f"padded tokens, {words}, loaded and warmed up" in loaded[0], loaded
 
 
 async def test_two_lanes_compute_two_passes_of_one_model_at_once(
