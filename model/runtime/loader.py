@@ -11,7 +11,7 @@ import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -34,6 +34,9 @@ from model.spec.card import ModelCard
 from model.spec.checkpoint import BGE_M3_COLBERT, BGE_M3_SPARSE
 from model.spec.config import DECODERS, EncoderConfig
 from model.spec.outputs import GPU_PASS_TOKENS
+
+if TYPE_CHECKING:
+    from model.runtime.openvino_pass import Int8Scheme
 
 logger = logging.getLogger(__name__)
 
@@ -244,20 +247,23 @@ def compile_openvino(
     quantize: str | None = None,
     padded: bool | None = None,
     streams: int = 1,
+    int8: Int8Scheme | None = None,
 ) -> PassBackend:
     """The embedding pass compiled by OpenVINO (model/runtime/openvino_pass.py) in ``dtype`` (the model's by default),
     its weights in ``quantize`` where given, ``padded`` as it is asked (by default: float32 packed, bfloat16 and int8
-    padded), on ``streams`` streams (``compile_for_cpu``); ValueError where it cannot be. A packed pass in bfloat16
-    or int8 comes with its products' rows rounded up to buckets and its lengths aligned (``BucketedRows``,
-    ``AlignedLength``), as torch's bfloat16 pass: OpenVINO prepares each product again for a count of rows it has not
-    met."""
-    from model.runtime.openvino_pass import PRECISIONS, OpenVINOPass
+    padded), on ``streams`` streams (``compile_for_cpu``), int8 as ``int8`` says (``WEIGHTS_ALONE`` unless given);
+    ValueError where it cannot be. A packed pass in bfloat16 or int8 comes with its products' rows rounded up to
+    buckets and its lengths aligned (``BucketedRows``, ``AlignedLength``), as torch's bfloat16 pass: OpenVINO prepares
+    each product again for a count of rows it has not met."""
+    from model.runtime.openvino_pass import PRECISIONS, WEIGHTS_ALONE, OpenVINOPass
 
     dtype = model.dtype if dtype is None else dtype
     if dtype not in PRECISIONS:
         raise ValueError(f"OpenVINO's pass here runs float32 or bfloat16, not {_name(dtype)}")
     try:
-        compiled = OpenVINOPass(model.encoder, example_batch(model), dtype, threads, quantize, padded, streams)
+        compiled = OpenVINOPass(
+            model.encoder, example_batch(model), dtype, threads, quantize, padded, streams, int8 or WEIGHTS_ALONE
+        )
     except Exception as error:  # the converter's and the compiler's errors have no common class
         raise ValueError(f"OpenVINO could not compile it: {type(error).__name__}: {error}") from error
     if compiled.padded or compiled.precision == "f32" and quantize is None:
@@ -276,9 +282,10 @@ def openvino_passes(
     cpu: CpuKind,
     lanes: int = 1,
 ) -> tuple[PassBackend, ...]:
-    """OpenVINO's pass of every batch, in ``dtype`` (the model's by default) with its weights in ``quantize``: one
-    compiled pass in float32 (packed) and on a CPU with AMX; in bfloat16 or int8 on a CPU without AMX, two, the
-    padded pass for one text and the packed one, its products' rows in buckets, for more.
+    """OpenVINO's pass of every batch, in ``dtype`` (the model's by default) with its weights in ``quantize`` (int8 by
+    the CPU kind's scheme, ``int8_scheme``): one compiled pass in float32 (packed) and on a CPU with AMX; in bfloat16
+    or int8 on a CPU without AMX, two, the padded pass for one text and the packed one, its products' rows in
+    buckets, for more.
 
     Why two: on AMD EPYC with AVX-512 and AVX512-BF16, taking turns on texts new to each round, the packed pass ran
     passes of 32 texts 1.29 times as fast as the padded one in bfloat16 and 1.45 times in int8, the padded pass one
@@ -295,11 +302,12 @@ def openvino_passes(
     (int8), one client × 32 1.11 and 1.12, 32 clients × 1 text 1.28 and 1.11 (docs/benchmarks/cpu-runtimes.md,
     "OpenVINO's passes of batches side by side, one core each (CPU)"). Not in float32, whose one pass serves one text
     too: a second would hold another copy of the weights, and more memory under load than the service holds to."""
-    compiled = compile_openvino(model, threads, dtype, quantize)
+    int8 = int8_scheme(cpu)
+    compiled = compile_openvino(model, threads, dtype, quantize, int8=int8)
     if not getattr(compiled, "padded", False) or cpu.amx:
         return (compiled,)
     streams = max(1, min(lanes, threads))
-    packed = compile_openvino(model, threads, dtype, quantize, padded=False, streams=streams)
+    packed = compile_openvino(model, threads, dtype, quantize, padded=False, streams=streams, int8=int8)
     model.passes_at_once = streams if streams > 1 else None
     return OneText(compiled, packed.name), packed
 
@@ -328,7 +336,17 @@ def quantized_runtime(model: TextEncoder, quantize: str, threads: int, lanes: in
         return f"OpenVINO could not compile it ({error}), so float32 on torch"
     model.backends = (*compiled, *model.backends)
     model.quantized = quantize
-    return f"ENCODER_DTYPE={quantize}: the linear layers' weights in {quantize}, the rest in {_name(around)}"
+    return f"ENCODER_DTYPE={quantize}: {int8_scheme(CpuKind.here())}, the rest in {_name(around)}"
+
+
+def int8_scheme(cpu: CpuKind) -> Int8Scheme:
+    """How ``ENCODER_DTYPE=int8`` quantizes on ``cpu``: on AVX-512 without AMX the feed-forward's contraction left out
+    of int8 and the activations in groups of 64 (``CONTRACTION_KEPT``: measured faster than bfloat16 there, where every
+    weight in int8 with groups of 32 was not, and as near float32); elsewhere every linear layer's weights, groups of
+    32 (``WEIGHTS_ALONE``: on AMX and on AVX2 the other was not measured)."""
+    from model.runtime.openvino_pass import CONTRACTION_KEPT, WEIGHTS_ALONE
+
+    return CONTRACTION_KEPT if cpu.avx512 and not cpu.amx else WEIGHTS_ALONE
 
 
 @dataclass(frozen=True)

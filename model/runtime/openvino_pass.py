@@ -8,10 +8,12 @@ compiles it for the CPU at hand; the pass then runs in OpenVINO's own threads, w
 Precision: ``f32`` tells the runtime not to lower precision on its own (its default on a CPU with bfloat16 units
 is bfloat16), so that the pass equals torch's within float32's rounding; ``bf16`` runs its products in bfloat16.
 With ``int8`` the linear layers' weights are kept in int8 (NNCF's weight compression, asymmetric, one scale per
-output channel) and the rest of the pass runs in the precision hint; the activations stay unquantised. That
-scheme was chosen from the trade-off measured on the bundled model (docs/benchmarks/cpu-runtimes.md, "int8 on the
-CPU"): every weights-and-activations scheme tried lost more of the neighbours (top-10 agreement 0.80–0.94) than the
-0.95 the service holds to, and none was faster than bfloat16 where the CPU has it.
+output channel; on AVX-512 without AMX all but the feed-forward's contraction: ``Int8Scheme``), OpenVINO quantizes
+the activations meeting them as the pass runs, a scale for each group of a row's values, and the rest of the pass
+runs in the precision hint. That scheme was chosen from the trade-off measured on the bundled model
+(docs/benchmarks/cpu-runtimes.md, "int8 on the CPU" and the sections after it): the schemes calibrated on texts
+(static int8 activations) lost more of the neighbours (top-10 agreement 0.80–0.945) than the 0.95 the service holds
+to, or, the feed-forward left out, ran no faster than int8 weights alone and needed calibration texts at start.
 
 Which of OpenVINO and torch serves a model, and whether with one compiled pass or two, is the loader's choice by a
 rule of the CPU's kind (model/runtime/loader.py, ``runtime_rule``, ``openvino_passes``): on some CPUs OpenVINO's pass
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,6 +41,30 @@ QUANTIZERS = ("int8",)  # what the ``quantize`` argument takes: the linear layer
 # length (``length_groups``): the value that ran all-MiniLM-L6-v2's int8 pass fastest of 48, 128 and 256 on AMD EPYC
 # with AVX-512 (docs/benchmarks/cpu-runtimes.md, "Rows of like length (CPU)").
 PER_CALL_TOKENS = 128
+
+
+@dataclass(frozen=True)
+class Int8Scheme:
+    """How ``quantize="int8"`` quantizes a pass: the linear layers whose weights stay out of int8 (``kept``, fragments
+    of their names in the converted pass) and the values of a row OpenVINO quantizes the activations meeting int8
+    weights in, one scale a group (``group``, its ``DYNAMIC_QUANTIZATION_GROUP_SIZE``; its default is 32)."""
+
+    kept: tuple[str, ...] = ()
+    group: int = 32
+
+    def __str__(self) -> str:
+        kept = " but the feed-forward's contraction" if ".contract/" in self.kept else ""
+        return f"the linear layers' weights in int8{kept}, the activations meeting them in groups of {self.group}"
+
+
+# Every linear layer's weights in int8, the activations meeting them quantized by OpenVINO in its groups of 32.
+WEIGHTS_ALONE = Int8Scheme()
+# The feed-forward's contraction (whose input, after GELU, holds the widest activations) left in the precision around
+# the int8 weights, the coarser groups of 64 elsewhere: on AMD EPYC with AVX-512 and AVX512-BF16, no AMX, 1.09 times
+# as fast as bfloat16 in passes of 32 where WEIGHTS_ALONE ran 0.97 times, top-10 agreement 0.957 and 0.954 on two sets
+# of 1,100 sentences against 0.950 and 0.966 (docs/benchmarks/cpu-runtimes.md, "int8: the contraction kept, groups of
+# 64, on AVX-512 without AMX (CPU)").
+CONTRACTION_KEPT = Int8Scheme((".contract/",), 64)
 
 
 def available() -> bool:
@@ -115,7 +142,8 @@ class OpenVINOPass:
 
     ``example`` must hold padding, so that the packed path (padding skipped) is the one converted; any batch
     shape is taken then (both dimensions dynamic). Each thread that calls it has an infer request of its own.
-    ``quantize="int8"`` keeps the linear layers' weights in int8, the rest in ``dtype``. With ``streams`` above one,
+    ``quantize="int8"`` keeps the linear layers' weights in int8 as ``int8`` says, the rest in ``dtype``. With
+    ``streams`` above one,
     that many threads' passes compute side by side, ``threads`` shared out between them (``compile_for_cpu``).
 
     In float32 the pass skips the padding, as torch's does (``padded`` False; any precision where the caller says so,
@@ -141,6 +169,7 @@ class OpenVINOPass:
         quantize: str | None = None,
         padded: bool | None = None,
         streams: int = 1,
+        int8: Int8Scheme = WEIGHTS_ALONE,
     ):
         if dtype not in PRECISIONS:
             raise ValueError(f"OpenVINO's pass runs in {', '.join(map(str, PRECISIONS))}, not {dtype}")
@@ -156,9 +185,11 @@ class OpenVINOPass:
         if not self.padded and (self.precision != "f32" or quantize is not None):
             self.name = "openvino (packed)"  # beside a padded one (model/runtime/loader.py, ``openvino_passes``)
         converted = convert(encoder, example, pack=not self.padded)
+        properties: dict[str, Any] = {}
         if quantize == "int8":
-            converted = int8_weights(converted)
-        self.compiled = compile_for_cpu(converted, self.precision, threads, streams)
+            converted = int8_weights(converted, int8.kept)
+            properties = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": int8.group}
+        self.compiled = compile_for_cpu(converted, self.precision, threads, streams, **properties)
         self.streams = int(self.compiled.get_property("NUM_STREAMS"))  # what OpenVINO made of ``streams`` here
         # A module whose weights are bfloat16 (a checkpoint stored so, under bfloat16) answers in bfloat16, which
         # OpenVINO hands to numpy as float16 of the same bits (numpy has no bfloat16): read back as bfloat16.
@@ -219,12 +250,13 @@ class OpenVINOPass:
         return torch.from_numpy(output)
 
 
-def int8_weights(converted: Any) -> Any:
-    """The converted pass with its linear layers' weights in int8: NNCF's weight compression, asymmetric, one scale
-    and zero point per output channel; about a second for all-MiniLM-L6-v2, no calibration text needed. It changes
-    ``converted`` itself (and returns it). On the CPU, OpenVINO then quantizes the activations that meet these weights
-    to int8 as it goes, in groups of 32 values (its ``DYNAMIC_QUANTIZATION_GROUP_SIZE``, left at its default: measured
-    against the other choices in docs/benchmarks/cpu-runtimes.md, "int8: the activations' dynamic quantization")."""
+def int8_weights(converted: Any, kept: tuple[str, ...] = ()) -> Any:
+    """The converted pass with its linear layers' weights in int8 (but those whose names hold one of ``kept``): NNCF's
+    weight compression, asymmetric, one scale and zero point per output channel; about a second for
+    all-MiniLM-L6-v2, no calibration text needed. It changes ``converted`` itself (and returns it). On the CPU,
+    OpenVINO then quantizes the activations that meet these weights to int8 as it goes, a scale for each group of
+    ``DYNAMIC_QUANTIZATION_GROUP_SIZE`` values (``Int8Scheme.group``; the choices measured in
+    docs/benchmarks/cpu-runtimes.md, "int8: the activations' dynamic quantization")."""
     import contextlib
     import io
     import logging
@@ -232,5 +264,8 @@ def int8_weights(converted: Any) -> Any:
     import nncf
 
     nncf.set_log_level(logging.ERROR)  # its per-layer table, on every load
+    names = [op.get_friendly_name() for op in converted.get_ordered_ops() if op.get_type_name() == "MatMul"]
+    left = [name for name in names if any(part in name for part in kept)]
+    scope = nncf.IgnoredScope(names=left) if left else None
     with contextlib.redirect_stdout(io.StringIO()):  # and its progress bar, which no setting turns off
-        return nncf.compress_weights(converted, mode=nncf.CompressWeightsMode.INT8_ASYM)
+        return nncf.compress_weights(converted, mode=nncf.CompressWeightsMode.INT8_ASYM, ignored_scope=scope)
