@@ -329,14 +329,15 @@ def quantized_runtime(model: TextEncoder, quantize: str, threads: int, lanes: in
             "int8 extra (pip install -c constraints.txt '.[int8]'; make serve does so when ENCODER_DTYPE=int8)"
         )
     around = torch.bfloat16 if cpu_bfloat16() else torch.float32
+    cpu = CpuKind.here()
     try:
-        compiled = openvino_passes(model, threads, around, quantize, cpu=CpuKind.here(), lanes=lanes)
+        compiled = openvino_passes(model, threads, around, quantize, cpu=cpu, lanes=lanes)
     except ValueError as error:
         logger.warning("%s: %s; the torch pass serves it in float32", model.card.name, error)
         return f"OpenVINO could not compile it ({error}), so float32 on torch"
     model.backends = (*compiled, *model.backends)
     model.quantized = quantize
-    return f"ENCODER_DTYPE={quantize}: {int8_scheme(CpuKind.here())}, the rest in {_name(around)}"
+    return f"ENCODER_DTYPE={quantize}: {int8_scheme(cpu)}, the rest in {_name(around)}"
 
 
 def int8_scheme(cpu: CpuKind) -> Int8Scheme:

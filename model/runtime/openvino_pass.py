@@ -47,13 +47,15 @@ PER_CALL_TOKENS = 128
 class Int8Scheme:
     """How ``quantize="int8"`` quantizes a pass: the linear layers whose weights stay out of int8 (``kept``, fragments
     of their names in the converted pass) and the values of a row OpenVINO quantizes the activations meeting int8
-    weights in, one scale a group (``group``, its ``DYNAMIC_QUANTIZATION_GROUP_SIZE``; its default is 32)."""
+    weights in, one scale a group (``group``, its ``DYNAMIC_QUANTIZATION_GROUP_SIZE``; its default is 32); ``kept_as``:
+    the kept layers in words, for the load log."""
 
     kept: tuple[str, ...] = ()
     group: int = 32
+    kept_as: str = ""
 
     def __str__(self) -> str:
-        kept = " but the feed-forward's contraction" if ".contract/" in self.kept else ""
+        kept = f" but {self.kept_as}" if self.kept else ""
         return f"the linear layers' weights in int8{kept}, the activations meeting them in groups of {self.group}"
 
 
@@ -64,7 +66,7 @@ WEIGHTS_ALONE = Int8Scheme()
 # as fast as bfloat16 in passes of 32 where WEIGHTS_ALONE ran 0.97 times, top-10 agreement 0.957 and 0.954 on two sets
 # of 1,100 sentences against 0.950 and 0.966 (docs/benchmarks/cpu-runtimes.md, "int8: the contraction kept, groups of
 # 64, on AVX-512 without AMX (CPU)").
-CONTRACTION_KEPT = Int8Scheme((".contract/",), 64)
+CONTRACTION_KEPT = Int8Scheme((".contract/",), 64, "the feed-forward's contraction")
 
 
 def available() -> bool:

@@ -191,7 +191,13 @@ def test_the_int8_scheme_on_each_cpu_kind(cpu: loader.CpuKind, scheme: Int8Schem
     the activations go in groups of 64; on AMX and on AVX2 alone, every layer in int8, OpenVINO's groups of 32."""
     assert loader.int8_scheme(cpu) == scheme
     assert loader.int8_scheme(loader.CpuKind(False, False)) == WEIGHTS_ALONE
-    assert Int8Scheme((".contract/",), 64) == CONTRACTION_KEPT and Int8Scheme((), 32) == WEIGHTS_ALONE
+    assert Int8Scheme((".contract/",), 64, "the feed-forward's contraction") == CONTRACTION_KEPT
+    assert Int8Scheme((), 32) == WEIGHTS_ALONE
+    assert str(CONTRACTION_KEPT) == (
+        "the linear layers' weights in int8 but the feed-forward's contraction, the activations meeting them in groups "
+        "of 64"
+    )
+    assert str(WEIGHTS_ALONE) == "the linear layers' weights in int8, the activations meeting them in groups of 32"
 
 
 def test_int8_keeps_what_its_scheme_keeps_and_quantizes_the_activations_in_its_groups(
