@@ -489,9 +489,13 @@ class RecordingModel:
         def __init__(self, request: Any, shapes: list[tuple[int, ...]]) -> None:
             self.request, self.shapes = request, shapes
 
-        def infer(self, arrays: list[np.ndarray]) -> object:
-            self.shapes.append(arrays[0].shape)
-            return self.request.infer(arrays)
+        def set_input_tensor(self, index: int, tensor: Any) -> None:
+            if index == 0:
+                self.shapes.append(tuple(tensor.shape))
+            self.request.set_input_tensor(index, tensor)
+
+        def __getattr__(self, name: str) -> Any:  # infer, get_output_tensor: the request's own
+            return getattr(self.request, name)
 
 
 @needs_cpu_bfloat16
