@@ -197,7 +197,6 @@ class OpenVINOPass:
         # OpenVINO hands to numpy as float16 of the same bits (numpy has no bfloat16): read back as bfloat16.
         self.bfloat16_out = self.compiled.output(0).get_element_type() == openvino.Type.bf16
         self._requests = threading.local()
-        self._tensor = openvino.Tensor
 
     def release_memory(self) -> None:
         """Hand back the buffers and caches the compiled pass keeps for the shapes it has met, 100-140 MiB for
@@ -247,12 +246,14 @@ class OpenVINOPass:
         through ``infer(arrays)``, whose Python helpers find each input's kind and wrap every output: 84 µs of a
         call against 12 on AMD EPYC, a one-text pass of all-MiniLM-L6-v2 in int8 1.75 → 1.57 ms
         (docs/benchmarks/cpu-runtimes.md, "One text over HTTP: where the time goes (CPU)")."""
+        from openvino import Tensor  # loaded with the pass: a lookup
+
         request = getattr(self._requests, "request", None)
         if request is None:
             request = self._requests.request = self.compiled.create_infer_request()
         arrays = [np.ascontiguousarray(t.numpy()) for t in batch]  # alive until the pass has read them
         for index, array in enumerate(arrays):
-            request.set_input_tensor(index, self._tensor(array, shared_memory=True))
+            request.set_input_tensor(index, Tensor(array, shared_memory=True))
         request.infer()
         output = request.get_output_tensor(0).data.copy()  # (B, T, D), out of the buffer the next pass writes
         if self.bfloat16_out:  # two bytes an element, whatever numpy type carries them
