@@ -549,10 +549,12 @@ def load_heads(card: ModelCard, weights_path: Path, device: torch.device, precis
     if card.head is not None:
         classifier = SequenceClassificationHead(config, card.head)
         load_head(classifier, config, weights_path)
-        heads.update(classifier=classifier.to(device=device, dtype=precision.weights).eval().requires_grad_(False))
+        # the scores' heads in the explicit paths' dtype (float32 for a float32 checkpoint under float16 on a GPU):
+        # small, kept once, exact for the explanations' gradients; the pass's hidden state is widened to them
+        heads.update(classifier=classifier.to(device=device, dtype=precision.explicit).eval().requires_grad_(False))
     if card.answers is not None:
         tied = bool(card.hf.get("tie_word_embeddings", config.family == "gemma3_text"))
-        rows = load_language_model_rows(config, weights_path, list(card.answers), tied, precision.weights)
+        rows = load_language_model_rows(config, weights_path, list(card.answers), tied, precision.explicit)
         heads.update(reranker=rows.to(device=device).eval())
     if card.sparse is not None and card.sparse.kind == "splade":  # float32: kept exact, as the weights are
         heads.update(masked_lm=load_masked_lm_head(config, weights_path, torch.float32).to(device=device))

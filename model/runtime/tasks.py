@@ -230,6 +230,8 @@ def logits(model: TextEncoder, encodings: Sequence[TokenSequence]) -> Tensor:
     if model.classifier is None and model.reranker is None:
         raise ValueError(f"model {model.card.name!r} has no classification head")
     input_ids, attention_mask, _, hidden = model.hidden(encodings)  # hidden (B, T, D)
+    if model.autocast_dtype is None:  # the heads are in the explicit paths' dtype (loader.py, ``load_heads``)
+        hidden = hidden.to(model.explicit_dtype)
     with model.computing():
         if model.classifier is not None:
             return model.classifier(hidden, attention_mask, input_ids).float()  # (B, labels)

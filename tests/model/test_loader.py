@@ -123,3 +123,33 @@ def test_fused_norms_that_cannot_run_give_way_to_torchs(tiny_model_dir: Path) ->
     assert "the fused norms of tiny could not run here, torch's kernels instead" in stderr
     assert found["fused"] == 0
     assert found["difference"] < 1e-5  # the GELU in the product: the same maths
+
+
+def test_the_score_heads_are_kept_in_the_explicit_paths_dtype(tmp_path: Path) -> None:
+    """Under float16 on a GPU over a float32 checkpoint (weights and products float16, explicit paths float32) the
+    classifier and a yes/no reranker's rows stay float32: explanations' gradients run through them, exactly; the
+    pass's hidden state is widened to them. Their values are the checkpoint's, not float16's rounding of them."""
+    from model.spec.card import read_card
+    from tests.app.test_tasks import classifier_dir
+    from tests.families import write_family_model
+
+    half_over_float32 = loader.Precision(torch.float16, torch.float16, torch.float32)
+    assert resolve_precision("auto", torch.device("cuda")) == half_over_float32
+    for directory in (
+        classifier_dir(tmp_path, "bert"),
+        write_family_model(tmp_path / "r", "qwen3-reranker", head="causal-lm"),
+    ):
+        card = read_card(directory, None, None)
+        heads = loader.load_heads(card, directory / "model.safetensors", torch.device("cpu"), half_over_float32)
+        exact = loader.load_heads(
+            card,
+            directory / "model.safetensors",
+            torch.device("cpu"),
+            loader.Precision(torch.float32, torch.float32, torch.float32),
+        )
+        head = heads.get("classifier", heads.get("reranker"))
+        reference = exact.get("classifier", exact.get("reranker"))
+        assert head is not None and reference is not None
+        for mine, theirs in zip(head.parameters(), reference.parameters(), strict=True):
+            assert mine.dtype == torch.float32
+            assert torch.equal(mine, theirs)
