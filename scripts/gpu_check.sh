@@ -14,7 +14,8 @@
 #      and sentence-transformers (float16) and our own pass in process for reference
 #   6. /explain on the GPU (bench.explain): a MiniLM-shaped cross-encoder's 64-token pair, 50 steps, against Captum's
 #      LayerIntegratedGradients on transformers' model on the same GPU (where Captum imports: it needs matplotlib;
-#      carry both wheels), and /rerank of 16 documents with explanations against the same /rerank without
+#      carry both wheels), /rerank of 16 documents with explanations against the same /rerank without, and
+#      /encode's latency under 32 clients with explanations of 256 steps beside them (--beside)
 #   7. the CPU with the GPU hidden: make bench's (a), (b) and idle with the service's defaults (and, where OpenVINO
 #      is installed, bench.runtimes)
 #
@@ -65,7 +66,7 @@ step machine 30 bash -c "nvidia-smi 2>&1 | head -15; lscpu | grep -E 'Model name
     $PY -c 'import torch, transformers, sentence_transformers as st; print(\"torch\", torch.__version__, \
 \"transformers\", transformers.__version__, \"sentence-transformers\", st.__version__)'"
 # The CUDA cases only (on a machine without a GPU, the graphs' and the service's tests, which skip there).
-step tests 150 "$PY" -m pytest -q -p no:cacheprovider --maxfail 20 --timeout 120 \
+step tests 200 "$PY" -m pytest -q -p no:cacheprovider --maxfail 20 --timeout 120 \
     -k "cuda or test_graphs or test_gpu" \
     tests/model/test_parity.py tests/model/test_families.py tests/model/test_encoder.py tests/model/test_graphs.py \
     tests/model/test_kernels.py tests/app/test_gpu.py
@@ -85,7 +86,7 @@ fi
 if [ "$QUICK" = 1 ]; then
     step explain 90 "$PY" -m bench.explain --rounds 1 --steps 8 --documents 4
 else
-    step explain 90 "$PY" -m bench.explain --rounds 3
+    step explain 165 bash -c "$PY -m bench.explain --rounds 3 && $PY -m bench.explain --beside --seconds 10"
 fi
 step cpu 90 env CUDA_VISIBLE_DEVICES= bash -c "$PY -m bench.run --quick --no-write --cases a,b,idle && \
     if $PY -c 'import openvino' 2>/dev/null; then $PY -m bench.runtimes --no-write; fi"
@@ -105,5 +106,6 @@ echo "== decoder"
 grep -E '^\||on cuda|on cpu' "$OUT/decoder.log" 2>/dev/null | tail -n 12
 echo "== explain"
 grep -E '^/|^  ' "$OUT/explain.log" 2>/dev/null
+grep -iE 'alone|beside' "$OUT/explain.log" 2>/dev/null
 echo "== cpu"
 grep -E '^## |^\| \(|^\| idle|The service ran|^\| (torch|OpenVINO)' "$OUT/cpu.log" 2>/dev/null

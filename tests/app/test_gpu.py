@@ -5,13 +5,20 @@ tests/model/test_parity.py and test_families.py)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import torch
 
+from app.main import create_app
 from app.settings import Settings
-from tests.helpers import serve
+from model import load_model
+from tests.app.test_explain import MODEL_DIRS, PAIR, TEXT, assert_equal_to_captum, captum
+from tests.app.test_tasks import classifier_dir, cross_encoder_dir
+from tests.families import write_family_model
+from tests.helpers import serve, start_server, wait_until_ready
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -55,3 +62,71 @@ async def test_the_service_on_cuda_equals_the_references(
             assert float(held.group(1)) <= 1.5 * weights
         peak = re.search(r'^encoder_gpu_memory_peak_bytes\{device="cuda[:0-9]*"\} (\S+)$', metrics, re.M)
         assert peak is not None and float(peak.group(1)) >= float(held.group(1))
+
+
+EXPLAINED = [  # (model, target, method, steps): a cross-encoder, a classifier's label by name, a yes/no reranker
+    ("bert-ce", None, "integrated_gradients", 50),
+    ("bert-cls", "LABEL_1", "gradient_x_input", 50),
+    ("reranker", None, "integrated_gradients", 20),
+]
+
+
+@pytest.fixture(scope="module")
+def explained_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("explain-cuda")
+    models = {
+        "bert-ce": cross_encoder_dir(root, "bert"),
+        "bert-cls": classifier_dir(root, "bert"),
+        "reranker": write_family_model(root / "reranker", "qwen3-reranker", head="causal-lm"),
+    }
+    MODEL_DIRS.update(models)  # where test_explain's Captum reference finds them
+    return models
+
+
+async def explain_all(client: httpx.AsyncClient) -> None:
+    """Each of EXPLAINED asked of the service, against Captum on transformers' model on the CPU in float32."""
+    from transformers import AutoTokenizer
+
+    for name, target, method, steps in EXPLAINED:
+        body = {"model": name, "text": TEXT, "text_pair": PAIR, "method": method, "steps": steps}
+        if target is not None:
+            body["target"] = target
+        response = await client.post("/explain", json=body)
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        tokenizer = AutoTokenizer.from_pretrained(MODEL_DIRS[name])
+        ids = [tokenizer.get_vocab()[token] for token in answer["tokens"]]
+        types = [0] * len(ids)
+        if name != "reranker":
+            encoded = tokenizer(TEXT, PAIR)
+            assert ids == encoded["input_ids"]
+            types = list(encoded["token_type_ids"])
+        index = 0 if answer["target"] is None else answer["target"]["index"]
+        assert index == (1 if target == "LABEL_1" else 0)
+        assert_equal_to_captum(answer, captum(name, ids, types, index, method, steps))
+
+
+async def test_explain_on_cuda_equals_captum_in_process(explained_models: dict[str, Path]) -> None:
+    """Explanations run where the model runs, in float32 whatever the pass's precision (float16 here)."""
+    loaded = {name: load_model(path, device="cuda", dtype="auto", name=name) for name, path in explained_models.items()}
+    assert all(model.device.type == "cuda" for model in loaded.values())
+    app = create_app(Settings(device="cuda", max_explain_steps=64), loaded)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=120) as client:
+            await wait_until_ready(client)
+            assert (await client.get("/info")).json()["dtype"] == "float16"
+            await explain_all(client)
+
+
+async def test_explain_on_cuda_equals_captum_with_the_engine_apart(explained_models: dict[str, Path]) -> None:
+    models = ",".join(f"{name}={path}" for name, path in explained_models.items())
+    env = {"ENCODER_DEVICE": "cuda", "ENCODER_DTYPE": "auto", "ENCODER_MODELS": models, "ENCODER_WORKERS": "2"}
+    process, url = start_server(env, timeout=300, supervised=True)
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            await wait_until_ready(client, timeout=300)
+            await explain_all(client)
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
