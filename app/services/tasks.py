@@ -117,6 +117,12 @@ def baseline_of(encoding: TokenSequence, tokenizer: TextTokenizer) -> tuple[int,
 
 
 EXPLAIN_STEPS = 50  # integrated gradients' steps where a request asks only for its explanations (/explain's default)
+# An explanation's task holds points of at most a pass's tokens ÷ this: its passes run forward and back in float32 and
+# were each a whole pass of tokens long, where the embedding passes beside it are mostly far shorter. On two CPU cores
+# with one compute lane, /encode's median latency beside explanations of 256 steps was 40x its latency alone with the
+# whole explanation one task, 10x in spans of a pass, 4.2x in spans of a quarter (docs/benchmarks/inspection.md); a
+# 50-step explanation of 63 tokens is still one task on a GPU (16,384 tokens a pass).
+EXPLAIN_POINT_COST = 4
 
 
 def explained_together(lengths: Sequence[int], steps: int, tokens: int) -> list[list[int]]:
@@ -137,6 +143,35 @@ def explained_together(lengths: Sequence[int], steps: int, tokens: int) -> list[
         groups[-1].append(index)
         held += steps * length
     return groups
+
+
+def step_spans(length: int, steps: int, tokens: int) -> list[tuple[int, int]]:
+    """Integrated gradients' ``steps`` for a text of ``length`` tokens in spans [first, stop) of as many points as
+    ``tokens`` hold, one at least.
+
+    Why: each span is one task of the engine, the next queued once the last is answered (``run_in_turn``), so that
+    the requests that arrive meanwhile go between a long explanation's passes rather than wait for all of them: a
+    lone compute lane (a GPU's, a CPU's of four threads or more) was held for the whole explanation."""
+    each = max(1, tokens // length)
+    return [(first, min(first + each, steps)) for first in range(0, steps, each)]
+
+
+async def attributed(
+    served: ServedModel, encoding: TokenSequence, options: AttributionOptions, timing: Timing | None
+) -> Attribution:
+    """One text's attribution, integrated gradients' steps in spans of a quarter of a pass (``step_spans``,
+    ``EXPLAIN_POINT_COST``), their attributions summed and the convergence delta taken of the sum."""
+    spans = step_spans(len(encoding.ids), options.steps, max(1, options.tokens // EXPLAIN_POINT_COST))
+    if options.method != "integrated_gradients" or len(spans) == 1:
+        ((attribution,),) = await served.queue.run(Task("attribute", [encoding], options), timing)
+        return attribution
+    tasks = [Task("attribute", [encoding], replace(options, span=span)) for span in spans]
+    parts = [part for (part,) in await served.queue.run_in_turn(tasks, timing)]
+    attributions = np.stack([part.attributions for part in parts]).sum(axis=0)
+    score, baseline_score = parts[0].score, parts[0].baseline_score
+    assert baseline_score is not None
+    delta = float(attributions.sum(dtype=np.float64) - (score - baseline_score))
+    return Attribution(attributions, score, baseline_score, delta)
 
 
 class Tasks:
@@ -331,7 +366,7 @@ class Tasks:
         steps = request.steps if request.method == "integrated_gradients" else None
         index = 0 if target is None else target[0]
         options = AttributionOptions((index,), request.method, steps or 1, (baseline,), served.facts.max_batch_tokens)
-        ((attribution,),) = await served.queue.run(Task("attribute", [encoding], options), timing)
+        attribution = await attributed(served, encoding, options, timing)
         tokens = tokenizer.vocabulary_entries(encoding.ids)
         return Explained(served.name, target, request.method, steps, tokens, attribution, len(encoding.ids))
 

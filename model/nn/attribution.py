@@ -31,13 +31,13 @@ def gauss_legendre(steps: int) -> tuple[np.ndarray, np.ndarray]:
     return 0.5 * (nodes + 1), 0.5 * weights
 
 
-def passes(lengths: list[int], steps: int, tokens: int) -> list[list[tuple[int, int]]]:
-    """Every text's points, (text, step), text by text, cut into passes: as many points a pass as keep it within
-    ``tokens`` (points × the longest of their texts), one at least."""
+def passes(lengths: list[int], steps: range, tokens: int) -> list[list[tuple[int, int]]]:
+    """Every text's points of ``steps``, (text, step), text by text, cut into passes: as many points a pass as keep it
+    within ``tokens`` (points × the longest of their texts), one at least."""
     cut: list[list[tuple[int, int]]] = [[]]
     longest = 0
     for text, length in enumerate(lengths):
-        for step in range(steps):
+        for step in steps:
             if cut[-1] and (len(cut[-1]) + 1) * max(longest, length) > tokens:
                 cut.append([])
                 longest = 0
@@ -54,15 +54,18 @@ def integrated_gradients(
     steps: int,
     tokens: int,
     at_baseline: Score | None = None,
+    span: range | None = None,
 ) -> list[Attribution]:
     """Integrated gradients of ``score`` from ``baseline`` to ``embedded`` (both (R, T, E): R texts, padded to T;
     ``lengths`` their real tokens), the points of every text computed together, ``tokens`` a pass at most (forward and
     backward; ``passes``). ``at_baseline`` scores the baselines themselves where that differs from ``score`` (a head
-    that finds its token by the ids: the baseline's own)."""
+    that finds its token by the ids: the baseline's own). ``span``: the quadrature's points computed, of ``steps``
+    (all where None); the attributions of spans that cover the steps add up to the whole, and the caller takes the
+    convergence delta of their sum (each span's own is of its part)."""
     alphas, weights = gauss_legendre(steps)
     difference = embedded - baseline  # (R, T, E)
     gradients = torch.zeros_like(embedded)  # Σ weight · ∇f over each text's points
-    for points_of in passes(lengths, steps, tokens):
+    for points_of in passes(lengths, span or range(steps), tokens):
         texts = torch.tensor([text for text, _ in points_of], device=embedded.device)
         alpha, weight = (
             torch.tensor([values[step] for _, step in points_of], dtype=embedded.dtype, device=embedded.device)

@@ -296,8 +296,9 @@ def attribute(model: TextEncoder, encodings: Sequence[TokenSequence], options: A
         # a head that finds its token by the ids (a decoder's last one that is not padding) scores the baseline
         # by the baseline's ids, as transformers' model given them does
         at_baseline = lambda points, texts: score(points, texts, baseline_ids)  # noqa: E731
+        span = None if options.span is None else range(*options.span)
         return integrated_gradients(
-            score, embedded.detach(), baseline.detach(), lengths, options.steps, options.tokens, at_baseline
+            score, embedded.detach(), baseline.detach(), lengths, options.steps, options.tokens, at_baseline, span
         )
 
 

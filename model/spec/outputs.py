@@ -175,14 +175,17 @@ ATTRIBUTION_METHODS = ("integrated_gradients", "gradient_x_input")
 class AttributionOptions:
     """What to attribute and how, for each of a task's texts: the output explained of each (a label's index; 0 for a
     model with one output or a yes/no reranker), the method (``ATTRIBUTION_METHODS``), integrated gradients' steps,
-    each text's baseline token ids (the text's, with every token but the special ones made the pad token), and the
-    tokens a pass may hold (the texts' points, steps × a text's tokens each, split into passes within it)."""
+    each text's baseline token ids (the text's, with every token but the special ones made the pad token), the
+    tokens a pass may hold (the texts' points, steps × a text's tokens each, split into passes within it), and the
+    span of the steps computed, [first, stop) of ``steps`` (all where None): an explanation of more points than a
+    pass holds goes as several tasks, a span each, whose attributions add up to the whole."""
 
     targets: tuple[int, ...]
     method: str
     steps: int
     baselines: tuple[tuple[int, ...], ...]
     tokens: int = 4096
+    span: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

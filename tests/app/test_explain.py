@@ -17,7 +17,7 @@ from app.settings import Settings
 from model import TextEncoder, load_model, tasks
 from tests.app.test_tasks import classifier_dir, cross_encoder_dir
 from tests.families import FAMILY_SPECS, write_family_model
-from tests.helpers import Service, assert_error, wait_until_ready
+from tests.helpers import Service, assert_error, start_server, wait_until_ready
 
 TEXT, PAIR = "what does the cat do", "the cat sat on the mat"
 MODEL_DIRS: dict[str, Path] = {}
@@ -387,3 +387,86 @@ def test_explanations_go_in_tasks_of_about_a_pass() -> None:
     assert explained_together([10, 10, 30, 5], 50, 2000) == [[0, 1], [2, 3]]
     assert explained_together([10, 100, 10], 50, 2000) == [[0], [1], [2]]
     assert explained_together([8] * 5, 50, 16384) == [[0, 1, 2, 3, 4]]
+
+
+def test_one_texts_steps_go_in_spans_of_about_a_pass() -> None:
+    """Integrated gradients' steps of one text in spans [first, stop) of as many points as a pass holds, one at
+    least, covering every step once."""
+    from app.services.tasks import step_spans
+
+    assert step_spans(15, 50, 100) == [
+        (0, 6),
+        (6, 12),
+        (12, 18),
+        (18, 24),
+        (24, 30),
+        (30, 36),
+        (36, 42),
+        (42, 48),
+        (48, 50),
+    ]
+    assert step_spans(63, 50, 16384) == [(0, 50)]
+    assert step_spans(63, 256, 4096) == [(0, 65), (65, 130), (130, 195), (195, 256)]
+    assert step_spans(500, 3, 100) == [(0, 1), (1, 2), (2, 3)]
+
+
+@pytest.mark.parametrize(("name", "pass_tokens"), [("bert-cls", 400), ("reranker", 4000)])
+async def test_an_explanation_larger_than_a_pass_goes_in_turn_and_equals_captum(
+    explaining: Service, monkeypatch: pytest.MonkeyPatch, name: str, pass_tokens: int
+) -> None:
+    """Small passes (400 tokens, a quarter of them an explanation's task: 50 steps of a 15-token pair are 9 tasks of
+    the engine; the reranker's template is longer), a span of the steps each, queued one after another (the requests
+    that arrive meanwhile go between them); their sum is Captum's attribution."""
+    spans: list[tuple[int, int] | None] = []
+    attribute = tasks.attribute
+
+    def recording(model: TextEncoder, texts: Any, options: Any) -> Any:
+        spans.append(options.span)
+        return attribute(model, texts, options)
+
+    monkeypatch.setattr(tasks, "attribute", recording)
+    loaded = {name: load_model(MODEL_DIRS[name], device="cpu", dtype="float32", name=name)}
+    app = create_app(Settings(max_batch_tokens=pass_tokens, max_explain_steps=64), loaded)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=120) as client:
+            await wait_until_ready(client)
+            body = {"text": TEXT, "text_pair": PAIR, "steps": 50}
+            response = await client.post("/explain", json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    length = len(answer["tokens"])
+    each = pass_tokens // 4 // length
+    assert len(spans) > 1 and spans == [(first, min(first + each, 50)) for first in range(0, 50, each)]
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(MODEL_DIRS[name])
+    ids = [tokenizer.get_vocab()[token] for token in answer["tokens"]]
+    types = list(tokenizer(TEXT, PAIR)["token_type_ids"]) if name == "bert-cls" else [0] * length
+    target = 0 if answer["target"] is None else answer["target"]["index"]
+    assert_equal_to_captum(answer, captum(name, ids, types, target, "integrated_gradients", 50))
+
+
+async def test_an_explanation_in_spans_equals_captum_with_the_engine_apart(explaining: Service) -> None:
+    """The spans cross to an engine process of its own (ENCODER_WORKERS=2) and back, one after another."""
+    from transformers import AutoTokenizer
+
+    directory = MODEL_DIRS["bert-cls"]
+    env = {"ENCODER_MODELS": f"bert-cls={directory}", "ENCODER_WORKERS": "2", "ENCODER_MAX_BATCH_TOKENS": "400"}
+    process, url = start_server(env, supervised=True)
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            await wait_until_ready(client)
+            body = {"text": TEXT, "text_pair": PAIR, "steps": 50, "target": 1}
+            response = await client.post("/explain", json=body)
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    encoded = tokenizer(TEXT, PAIR)
+    assert [tokenizer.get_vocab()[token] for token in answer["tokens"]] == encoded["input_ids"]
+    assert 50 * len(encoded["input_ids"]) > 400 // 4  # several spans
+    expected = captum("bert-cls", encoded["input_ids"], list(encoded["token_type_ids"]), 1, "integrated_gradients", 50)
+    assert_equal_to_captum(answer, expected)
