@@ -117,6 +117,23 @@ def assert_equal_to_captum(body: dict[str, Any], expected: dict[str, Any]) -> No
         assert body["convergence_delta"] == pytest.approx(expected["convergence_delta"], abs=1e-5 * max(1.0, parts))
 
 
+def captum_of(answer: dict[str, Any], name: str, method: str, steps: int) -> dict[str, Any]:
+    """Captum's reference for an /explain answer of ``name`` on TEXT and PAIR: the ids of its tokens (for a
+    classifier the pair as transformers' tokenizer reads it, with its token types), its target's index."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(MODEL_DIRS[name])
+    vocabulary = tokenizer.get_vocab()
+    ids = [vocabulary[token] for token in answer["tokens"]]
+    types = [0] * len(ids)
+    if name != "reranker":  # a yes/no reranker's pair is in its template, one segment
+        encoded = tokenizer(TEXT, PAIR)
+        assert ids == encoded["input_ids"]  # the pair as transformers' tokenizer reads it
+        types = list(encoded["token_type_ids"]) if "token_type_ids" in encoded else types
+    target = 0 if answer["target"] is None else answer["target"]["index"]
+    return captum(name, ids, types, target, method, steps)
+
+
 @pytest.mark.parametrize(
     ("name", "target", "method", "steps"),
     [
@@ -131,32 +148,23 @@ def assert_equal_to_captum(body: dict[str, Any], expected: dict[str, Any]) -> No
 async def test_explain_equals_captum(
     explaining: Service, name: str, target: int | str | None, method: str, steps: int
 ) -> None:
-    from transformers import AutoTokenizer
-
     body = {"model": name, "text": TEXT, "text_pair": PAIR, "method": method, "steps": steps}
     if target is not None:
         body["target"] = target
     response = await explaining.client.post("/explain", json=body)
     assert response.status_code == 200, response.text
     answer = response.json()
-    tokenizer = AutoTokenizer.from_pretrained(MODEL_DIRS[name])
-    vocabulary = tokenizer.get_vocab()
-    ids = [vocabulary[token] for token in answer["tokens"]]
     if name == "reranker":
-        types = [0] * len(ids)
         rerank = {"model": name, "query": TEXT, "documents": [PAIR], "raw_scores": True}
         ranked = (await explaining.client.post("/rerank", json=rerank)).json()
         assert answer["score"] == pytest.approx(ranked["results"][0]["relevance_score"], abs=1e-4)
         assert answer["target"] is None
     else:
-        encoded = tokenizer(TEXT, PAIR)
-        assert ids == encoded["input_ids"]  # the pair as transformers' tokenizer reads it
-        types = list(encoded["token_type_ids"]) if "token_type_ids" in encoded else [0] * len(ids)
         labels = [f"LABEL_{i}" for i in range(1 if name == "bert-ce" else 3)]
         index = labels.index(target) if isinstance(target, str) else 0 if target is None else target
         assert answer["target"] == {"index": index, "label": labels[index]}
-    reference = captum(name, ids, types, 0 if answer["target"] is None else answer["target"]["index"], method, steps)
-    assert len(answer["attributions"]) == len(ids)
+    reference = captum_of(answer, name, method, steps)
+    assert len(answer["attributions"]) == len(answer["tokens"])
     assert answer["method"] == method and answer["steps"] == (steps if method == "integrated_gradients" else None)
     assert_equal_to_captum(answer, reference)
     if method == "gradient_x_input":
@@ -438,19 +446,11 @@ async def test_an_explanation_larger_than_a_pass_goes_in_turn_and_equals_captum(
     length = len(answer["tokens"])
     each = pass_tokens // 4 // length
     assert len(spans) > 1 and spans == [(first, min(first + each, 50)) for first in range(0, 50, each)]
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(MODEL_DIRS[name])
-    ids = [tokenizer.get_vocab()[token] for token in answer["tokens"]]
-    types = list(tokenizer(TEXT, PAIR)["token_type_ids"]) if name == "bert-cls" else [0] * length
-    target = 0 if answer["target"] is None else answer["target"]["index"]
-    assert_equal_to_captum(answer, captum(name, ids, types, target, "integrated_gradients", 50))
+    assert_equal_to_captum(answer, captum_of(answer, name, "integrated_gradients", 50))
 
 
 async def test_an_explanation_in_spans_equals_captum_with_the_engine_apart(explaining: Service) -> None:
     """The spans cross to an engine process of its own (ENCODER_WORKERS=2) and back, one after another."""
-    from transformers import AutoTokenizer
-
     directory = MODEL_DIRS["bert-cls"]
     env = {"ENCODER_MODELS": f"bert-cls={directory}", "ENCODER_WORKERS": "2", "ENCODER_MAX_BATCH_TOKENS": "400"}
     process, url = start_server(env, supervised=True)
@@ -464,9 +464,6 @@ async def test_an_explanation_in_spans_equals_captum_with_the_engine_apart(expla
         process.wait(timeout=60)
     assert response.status_code == 200, response.text
     answer = response.json()
-    tokenizer = AutoTokenizer.from_pretrained(directory)
-    encoded = tokenizer(TEXT, PAIR)
-    assert [tokenizer.get_vocab()[token] for token in answer["tokens"]] == encoded["input_ids"]
-    assert 50 * len(encoded["input_ids"]) > 400 // 4  # several spans
-    expected = captum("bert-cls", encoded["input_ids"], list(encoded["token_type_ids"]), 1, "integrated_gradients", 50)
-    assert_equal_to_captum(answer, expected)
+    assert answer["target"]["index"] == 1
+    assert 50 * len(answer["tokens"]) > 400 // 4  # several spans
+    assert_equal_to_captum(answer, captum_of(answer, "bert-cls", "integrated_gradients", 50))

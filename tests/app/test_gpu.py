@@ -15,7 +15,7 @@ import torch
 from app.main import create_app
 from app.settings import Settings
 from model import load_model
-from tests.app.test_explain import MODEL_DIRS, PAIR, TEXT, assert_equal_to_captum, captum
+from tests.app.test_explain import MODEL_DIRS, PAIR, TEXT, assert_equal_to_captum, captum_of
 from tests.app.test_tasks import classifier_dir, cross_encoder_dir
 from tests.families import write_family_model
 from tests.helpers import serve, start_server, wait_until_ready
@@ -85,8 +85,6 @@ def explained_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path
 
 async def explain_all(client: httpx.AsyncClient) -> None:
     """Each of EXPLAINED asked of the service, against Captum on transformers' model on the CPU in float32."""
-    from transformers import AutoTokenizer
-
     for name, target, method, steps in EXPLAINED:
         body = {"model": name, "text": TEXT, "text_pair": PAIR, "method": method, "steps": steps}
         if target is not None:
@@ -94,16 +92,9 @@ async def explain_all(client: httpx.AsyncClient) -> None:
         response = await client.post("/explain", json=body)
         assert response.status_code == 200, response.text
         answer = response.json()
-        tokenizer = AutoTokenizer.from_pretrained(MODEL_DIRS[name])
-        ids = [tokenizer.get_vocab()[token] for token in answer["tokens"]]
-        types = [0] * len(ids)
-        if name != "reranker":
-            encoded = tokenizer(TEXT, PAIR)
-            assert ids == encoded["input_ids"]
-            types = list(encoded["token_type_ids"])
         index = 0 if answer["target"] is None else answer["target"]["index"]
         assert index == (1 if target == "LABEL_1" else 0)
-        assert_equal_to_captum(answer, captum(name, ids, types, index, method, steps))
+        assert_equal_to_captum(answer, captum_of(answer, name, method, steps))
 
 
 async def test_explain_on_cuda_equals_captum_in_process(explained_models: dict[str, Path]) -> None:
