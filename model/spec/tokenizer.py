@@ -12,6 +12,8 @@ from typing import Protocol
 import numpy as np
 from tokenizers import AddedToken, Encoding, Tokenizer
 
+from model.spec.ascii_shortcut import AsciiShortcut
+
 
 class TooManyTokensError(ValueError):
     """A text is longer than the model's maximum and truncation was turned off."""
@@ -187,6 +189,7 @@ class TextTokenizer:
             found = [tokenizer.token_to_id(name) for name in ("[PAD]", "<pad>")]
             pad_token_id = next((i for i in found if i is not None), 0)
         self.pad_token_id = pad_token_id
+        self._shortcut = AsciiShortcut.of(tokenizer)  # BERT's tokenizers: plain ASCII text the short way
 
     def with_max_tokens(self, max_tokens: int) -> TextTokenizer:
         """The same tokenizer, truncating at another length."""
@@ -265,15 +268,21 @@ class TextTokenizer:
         """As ``encode``, but a too-long text (``truncate`` false) is returned whole: see ``check_lengths``. With
         ``left`` a text is cut at its start rather than its end. Without ``token_text`` the encodings hold ids,
         segment ids and special-token marks only, their tokens' strings empty and offsets zero: about a third
-        less work for the tokenizer, for a caller that reads nothing else."""
+        less work for the tokenizer, for a caller that reads nothing else; a BERT tokenizer then takes plain ASCII
+        text by its ``AsciiShortcut`` (the same ids, segments and marks, at about 0.6 times the time)."""
         tokenizer = (self.left if left else self._truncating) if truncate else self._complete
-        encode_batch = tokenizer.encode_batch if token_text else tokenizer.encode_batch_fast
+        inputs: list[str | tuple[str, str]]
         if pairs is None:
-            return encode_batch(list(texts), add_special_tokens=special_tokens)
-        if len(pairs) != len(texts):
+            inputs = list(texts)
+        elif len(pairs) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
-        inputs = [text if pair is None else (text, pair) for text, pair in zip(texts, pairs)]
-        return encode_batch(inputs, add_special_tokens=special_tokens)
+        else:
+            inputs = [text if pair is None else (text, pair) for text, pair in zip(texts, pairs)]
+        if token_text:
+            return tokenizer.encode_batch(inputs, add_special_tokens=special_tokens)
+        if self._shortcut is not None:
+            return self._shortcut.encode_batch_fast(tokenizer, inputs, special_tokens)
+        return tokenizer.encode_batch_fast(inputs, add_special_tokens=special_tokens)
 
     def check_lengths(self, encodings: Sequence[Encoding]) -> None:
         """TooManyTokensError for the first encoding longer than ``max_tokens``."""
