@@ -15,6 +15,11 @@ The clients: ``--processes`` processes (default: half the cores, at least one) s
 running ``bench.run.drive`` over its own share for ``--seconds``; their texts and requests are summed and divided by
 the longest process's time. Nothing is written: the figures go to standard output (``scripts/gpu_check.sh`` keeps
 them as a log).
+
+Beside each load's rate, where its CPU went (``Cpu``, read from /proc before and after the load): the cores the
+engine process, the front ends (with their supervisor) and the client processes kept busy, the engine's and the
+front ends' CPU µs a text, and how busy the host's cores were in all. Which of them is at its limit says what
+bounds the rate: the engine near one core, the front ends near their count, the clients, or the host itself.
 """
 
 from __future__ import annotations
@@ -28,13 +33,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
-from bench.run import drive, free_port, make_sentences, start_service, stop_all
+from bench.host import split_cpu
+from bench.run import cpu_seconds, drive, free_port, make_sentences, start_service, stop_all
 
 HOST = "127.0.0.1"
 
@@ -75,6 +81,73 @@ class Figures:
         return 1000 * ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
+@dataclass
+class Cpu:
+    """CPU seconds so far: the service's engine process, its other processes (front ends, supervisor), the load's
+    client processes, and the host's busy and total time over every core (/proc/stat)."""
+
+    engine: float
+    front_ends: float
+    clients: float
+    host_busy: float
+    host_total: float
+    at: float  # when read (perf_counter)
+
+    @classmethod
+    def read(cls, service: int, clients: Sequence[int]) -> Cpu:
+        engine, front_ends = split_cpu(service)
+        busy, total = host_seconds()
+        return cls(engine, front_ends, sum(cpu_seconds(pid) for pid in clients), busy, total, time.perf_counter())
+
+    def since(self, before: Cpu, texts: int) -> Spent:
+        """What each part spent between ``before`` and this reading, over which ``texts`` were answered."""
+        seconds = max(self.at - before.at, 1e-9)
+        return Spent(
+            (self.engine - before.engine) / seconds,
+            (self.front_ends - before.front_ends) / seconds,
+            (self.clients - before.clients) / seconds,
+            1e6 * (self.engine - before.engine) / max(texts, 1),
+            1e6 * (self.front_ends - before.front_ends) / max(texts, 1),
+            (self.host_busy - before.host_busy) / max(self.host_total - before.host_total, 1e-9),
+        )
+
+
+@dataclass
+class Spent:
+    """Over one load: the cores the engine, the front ends and the clients kept busy, the engine's and the front
+    ends' CPU µs a text, and the host's cores' share busy."""
+
+    engine_cores: float
+    front_end_cores: float
+    client_cores: float
+    engine_us_a_text: float
+    front_ends_us_a_text: float
+    host_busy: float
+
+    def cells(self) -> str:
+        return (
+            f"{self.engine_cores:.2f} / {self.front_end_cores:.2f} / {self.client_cores:.2f} | "
+            f"{self.engine_us_a_text:.1f} / {self.front_ends_us_a_text:.1f} | {100 * self.host_busy:.0f} %"
+        )
+
+
+def host_seconds() -> tuple[float, float]:
+    """The host's busy and total CPU seconds over every core since boot (/proc/stat's first line; zeros where
+    there is none)."""
+    try:
+        fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and waiting for I/O
+    return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
+def pool_pids(pool: multiprocessing.pool.Pool) -> list[int]:
+    """The pool's worker processes."""
+    return [process.pid for process in getattr(pool, "_pool", []) if process.pid is not None]
+
+
 def _client(args: tuple[int, str, list[bytes], int, int, float, float]) -> tuple[int, int, float, list[float], int]:
     """One client process: ``clients`` connections over its bodies from ``start`` (a shared wall-clock time) for
     ``seconds``."""
@@ -92,14 +165,22 @@ def drive_processes(
     processes: int,
     seconds: float,
     path: str = "/encode",
+    at_start_and_end: Callable[[], object] | None = None,
 ) -> Figures:
     """``load`` on ``port`` from ``processes`` client processes at once (no more than its clients), the bodies dealt
-    round-robin so that each process has enough for the whole time."""
+    round-robin so that each process has enough for the whole time; ``at_start_and_end`` called as the clients
+    start and once they have all finished."""
     n = max(1, min(processes, load.clients))
     shares = [load.clients // n + (1 if i < load.clients % n else 0) for i in range(n)]
     start = time.time() + 0.5  # every process starts together, once the pool has handed out its work
     jobs = [(port, path, bodies[i::n], load.per_request, clients, start, seconds) for i, clients in enumerate(shares)]
-    parts = pool.map(_client, jobs)
+    pending = pool.map_async(_client, jobs)
+    if at_start_and_end is not None:
+        time.sleep(max(0.0, start - time.time()))
+        at_start_and_end()
+    parts = pending.get()
+    if at_start_and_end is not None:
+        at_start_and_end()
     return Figures(
         sum(part[0] for part in parts),
         sum(part[1] for part in parts),
@@ -184,11 +265,36 @@ def serve(env: dict[str, str]) -> tuple[subprocess.Popen, int]:
     return start_service(port, env, quiet=True, supervised=True), port
 
 
-def row(name: str, figures: Figures) -> str:
+def row(name: str, figures: Figures, cpu: Spent) -> str:
     return (
         f"| {name} | {figures.texts_per_s:,.0f} | {figures.requests_per_s:,.0f} | {figures.percentile_ms(50):.1f} | "
-        f"{figures.percentile_ms(99):.1f} | {figures.errors} |"
+        f"{figures.percentile_ms(99):.1f} | {figures.errors} | {cpu.cells()} |"
     )
+
+
+def measured(
+    pool: multiprocessing.pool.Pool,
+    service: int,
+    port: int,
+    bodies: list[bytes],
+    load: Load,
+    processes: int,
+    seconds: float,
+) -> tuple[Figures, Spent]:
+    """``drive_processes`` with the CPU each part of the service and the clients spent while the clients ran
+    (``Cpu.since``)."""
+    clients = pool_pids(pool)
+    readings: list[Cpu] = []
+    figures = drive_processes(
+        pool,
+        port,
+        bodies,
+        load,
+        processes,
+        seconds,
+        at_start_and_end=lambda: readings.append(Cpu.read(service, clients)),
+    )
+    return figures, readings[1].since(readings[0], figures.texts)
 
 
 def main() -> None:
@@ -207,8 +313,11 @@ def main() -> None:
     print("\n## all-MiniLM-L6-v2 over HTTP (/encode), the service's defaults\n")
     rates = reference_minilm(sentences, 1.0 if args.quick else 5.0)
     print(f"sentence-transformers in process: batch 32 {rates[32]:,.0f} texts/s, batch 256 {rates[256]:,.0f}\n")
-    print("| ENCODER_WORKERS, load | texts/s | requests/s | p50 ms | p99 ms | errors |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(
+        "| ENCODER_WORKERS, load | texts/s | requests/s | p50 ms | p99 ms | errors "
+        "| cores: engine / front ends / clients | CPU µs a text: engine / front ends | host busy |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---|---|---:|")
     context = multiprocessing.get_context("spawn")
     with context.Pool(args.processes) as pool:
         for workers in args.workers:
@@ -217,8 +326,8 @@ def main() -> None:
                 for load in QUICK_MINILM_LOADS if args.quick else MINILM_LOADS:
                     bodies = bodies_of(sentences, load.per_request, 400 if load.per_request == 1 else 40)
                     drive_processes(pool, port, bodies, load, args.processes, min(seconds, 2.0))  # warm-up
-                    figures = drive_processes(pool, port, bodies, load, args.processes, seconds)
-                    print(row(f"{workers}, {load.name}", figures))
+                    figures, cpu = measured(pool, process.pid, port, bodies, load, args.processes, seconds)
+                    print(row(f"{workers}, {load.name}", figures, cpu))
             finally:
                 stop_all([process])
 
@@ -236,7 +345,7 @@ def main() -> None:
         try:
             bodies = bodies_of(texts, long_load.per_request, 200)
             drive_processes(pool, port, bodies, long_load, args.processes, min(seconds, 2.0))
-            figures = drive_processes(pool, port, bodies, long_load, args.processes, seconds)
+            figures, cpu = measured(pool, process.pid, port, bodies, long_load, args.processes, seconds)
         finally:
             stop_all([process])
         tokens = figures.texts * per_text / figures.seconds if figures.seconds else 0.0
@@ -244,7 +353,8 @@ def main() -> None:
             f"over HTTP {tokens:,.0f} tokens/s ({figures.texts_per_s:,.0f} texts/s, "
             f"p50 {figures.percentile_ms(50):.0f} ms, errors {figures.errors}); "
             f"the same pass in process {in_process:,.0f} tokens/s: "
-            f"{tokens / in_process:.2f}×"
+            f"{tokens / in_process:.2f}×; cores engine / front ends / clients, CPU µs a text engine / front ends, "
+            f"host busy: {cpu.cells().replace(' | ', '; ')}"
         )
 
 

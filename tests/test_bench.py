@@ -220,7 +220,7 @@ def test_the_http_load_sums_what_its_client_processes_sent_and_got() -> None:
     import orjson
 
     from bench.frontend import start_route
-    from bench.http_load import Load, bodies_of, drive_processes
+    from bench.http_load import Load, bodies_of, drive_processes, measured
     from bench.run import free_port
 
     port = free_port()
@@ -228,9 +228,12 @@ def test_the_http_load_sums_what_its_client_processes_sent_and_got() -> None:
     texts = [f"text {i}" for i in range(64)]
     try:
         with multiprocessing.get_context("spawn").Pool(2) as pool:
-            figures = drive_processes(pool, port, bodies_of(texts, 4, 20), Load("3 × 4", 3, 4), 2, 0.5)
+            figures, spent = measured(pool, route.pid, port, bodies_of(texts, 4, 20), Load("3 × 4", 3, 4), 2, 0.5)
             assert figures.requests > 0 and figures.texts == 4 * figures.requests and figures.errors == 0
             assert len(figures.latencies) == figures.requests and figures.seconds > 0
+            # the route is one process, not an engine: its CPU counts as a front end's; the clients' is their own
+            assert spent.engine_cores == 0 and spent.front_end_cores > 0.05 and spent.client_cores > 0.05
+            assert 0 < spent.host_busy <= 1 and spent.front_ends_us_a_text > 0
             refused = [orjson.dumps({"texts": 7})] * 50  # not texts: 422 from the route
             bad = drive_processes(pool, port, refused, Load("1 × 1", 1, 1), 2, 0.3)
             assert bad.texts == 0 and bad.errors == bad.requests > 0
