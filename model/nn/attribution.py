@@ -21,7 +21,9 @@ from torch import Tensor
 from model.spec.outputs import Attribution
 
 # The embedding block's output of N points (N, L, E) and the text each point is of (N,) → each point's score (N,):
-# the points may be cut to their texts' longest length L (the rest is padding)
+# the points may be cut to their texts' longest length L (the rest is padding). Of R texts, a point of text i < R is
+# scored with text i's token ids; i ≥ R stands for the baseline of text i − R, scored with the baseline's own ids
+# (where a head reads the ids: a decoder's last token that is not padding), as transformers' model given them does.
 Score = Callable[[Tensor, Tensor], Tensor]
 
 
@@ -53,15 +55,14 @@ def integrated_gradients(
     lengths: list[int],
     steps: int,
     tokens: int,
-    at_baseline: Score | None = None,
     span: range | None = None,
 ) -> list[Attribution]:
     """Integrated gradients of ``score`` from ``baseline`` to ``embedded`` (both (R, T, E): R texts, padded to T;
     ``lengths`` their real tokens), the points of every text computed together, ``tokens`` a pass at most (forward and
-    backward; ``passes``). ``at_baseline`` scores the baselines themselves where that differs from ``score`` (a head
-    that finds its token by the ids: the baseline's own). ``span``: the quadrature's points computed, of ``steps``
-    (all where None); the attributions of spans that cover the steps add up to the whole, and the caller takes the
-    convergence delta of their sum (each span's own is of its part)."""
+    backward; ``passes``); the score at both ends, for the answer and its convergence delta, in one pass of both.
+    ``span``: the quadrature's points computed, of ``steps`` (all where None); the attributions of spans that cover
+    the steps add up to the whole, and the caller takes the convergence delta of their sum (each span's own is of its
+    part)."""
     alphas, weights = gauss_legendre(steps)
     difference = embedded - baseline  # (R, T, E)
     gradients = torch.zeros_like(embedded)  # Σ weight · ∇f over each text's points
@@ -77,8 +78,9 @@ def integrated_gradients(
         (gradient,) = torch.autograd.grad(score(points, texts).sum(), points)
         gradients[:, :length].index_add_(0, texts, gradient * weight[:, None, None])
     everyone = torch.arange(len(lengths), device=embedded.device)
-    with torch.no_grad():  # f at both ends
-        at_input, at_start = score(embedded, everyone), (at_baseline or score)(baseline, everyone)
+    with torch.no_grad():  # f at the inputs and at the baselines (texts ≥ R), in one pass (2R,)
+        at_ends = score(torch.cat([embedded, baseline]), torch.cat([everyone, everyone + len(lengths)]))
+    at_input, at_start = at_ends[: len(lengths)], at_ends[len(lengths) :]
     attributions = (difference * gradients).sum(-1)  # (R, T)
     return [
         Attribution(

@@ -280,9 +280,13 @@ def attribute(model: TextEncoder, encodings: Sequence[TokenSequence], options: A
             embeddings(ids, token_type_ids, attention_mask, f32, projected=False) for ids in (input_ids, baseline_ids)
         )  # (R, T, E) each: ELECTRA's before their projection up to D, as transformers' embedding block gives them
 
-        def score(points: Tensor, texts: Tensor, given: Tensor = input_ids) -> Tensor:  # (N, L, E), (N,) → (N,)
+        # texts ≥ R are the baselines (model/nn/attribution.py's Score): the tables twice, the baselines' ids second
+        given = torch.cat([input_ids, baseline_ids])
+        masks, types_of, targets = attention_mask.repeat(2, 1), token_type_ids.repeat(2, 1), targets.repeat(2)
+
+        def score(points: Tensor, texts: Tensor) -> Tensor:  # (N, L, E), (N,) → (N,)
             length = points.size(1)
-            ids, mask, types = (t[texts, :length] for t in (given, attention_mask, token_type_ids))
+            ids, mask, types = (t[texts, :length] for t in (given, masks, types_of))
             hidden = encoder(ids, mask, types, dtype=f32, embedded=embeddings.up(points)).last_hidden_state
             rows = torch.arange(points.size(0), device=points.device)
             if classifier is not None:
@@ -293,12 +297,9 @@ def attribute(model: TextEncoder, encodings: Sequence[TokenSequence], options: A
 
         if options.method == "gradient_x_input":
             return gradient_x_input(score, embedded.detach(), lengths)
-        # a head that finds its token by the ids (a decoder's last one that is not padding) scores the baseline
-        # by the baseline's ids, as transformers' model given them does
-        at_baseline = lambda points, texts: score(points, texts, baseline_ids)  # noqa: E731
         span = None if options.span is None else range(*options.span)
         return integrated_gradients(
-            score, embedded.detach(), baseline.detach(), lengths, options.steps, options.tokens, at_baseline, span
+            score, embedded.detach(), baseline.detach(), lengths, options.steps, options.tokens, span
         )
 
 
