@@ -31,10 +31,12 @@ FROM python:${PYTHON_VERSION}-slim AS runtime
 ARG TORCH_INDEX=cpu
 # A CUDA image: Triton (which PyTorch's CUDA builds bring) compiles the pass's fused norms at start (model/nn/kernels.py)
 # and builds its launcher with the system's C compiler; without one the service runs torch's norms instead.
+# jemalloc for the front-end processes (ENCODER_FRONT_END_ALLOCATOR=auto: their tokenising and parsing allocate in small
+# blocks, which it serves faster than glibc's malloc; docs/benchmarks/host-path.md).
 # hadolint ignore=DL3008
-RUN if [ "$TORCH_INDEX" != cpu ]; then \
-        apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*; \
-    fi
+RUN apt-get update && apt-get install -y --no-install-recommends libjemalloc2 \
+    && if [ "$TORCH_INDEX" != cpu ]; then apt-get install -y --no-install-recommends gcc libc6-dev; fi \
+    && rm -rf /var/lib/apt/lists/*
 RUN useradd --create-home --no-log-init --uid 10001 encoder \
     && install -d -o 10001 -g 10001 /home/encoder/.cache/huggingface
 COPY --from=build /opt/venv /opt/venv

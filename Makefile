@@ -24,6 +24,9 @@ CHROMIUM ?= /usr/bin/chromium
 NGINX ?= /usr/sbin/nginx
 # kubectl renders the Kubernetes manifests (its built-in kustomize), for deploy-check and the tests.
 KUBECTL ?= $(or $(shell command -v kubectl 2>/dev/null),/usr/bin/kubectl)
+# The front ends allocate with jemalloc where Debian's libjemalloc2 is installed (ENCODER_FRONT_END_ALLOCATOR=auto);
+# the tests check that they do.
+JEMALLOC ?= /usr/lib/$(shell uname -m)-linux-gnu/libjemalloc.so.2
 # The manifest checkers have dependencies of their own that conflict with the service's: their own venv.
 DEPLOY_VENV ?= .venv-deploy
 # So have TEI's clients (LangChain, LlamaIndex, Haystack), which the drop-in tests drive: their own venv too.
@@ -100,11 +103,15 @@ $(NGINX):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nginx
 
+$(JEMALLOC):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends libjemalloc2
+
 $(KUBECTL):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends kubectl
 
-test: install-dev $(CHROMIUM) $(NGINX) $(KUBECTL) $(CLIENTS_VENV)/.installed
+test: install-dev $(CHROMIUM) $(NGINX) $(KUBECTL) $(JEMALLOC) $(CLIENTS_VENV)/.installed
 	CHROMIUM=$(CHROMIUM) NGINX=$(NGINX) KUBECTL=$(KUBECTL) CLIENTS_PYTHON=$(CLIENTS_VENV)/bin/python \
 		TRITON_SITE=$(TRITON_SITE) $(BIN)/python -m pytest
 

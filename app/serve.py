@@ -42,13 +42,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from app.allocator import bound_allocator
+from app.allocator import bound_allocator, front_end_allocator
 from app.logs import configure_logging
 from app.settings import Settings, UnknownSettings, get_settings
 
@@ -343,10 +343,35 @@ def sharing_server(config: Any, listener: socket.socket, held: Any, index: int) 
     return SharingServer(config)
 
 
+@contextlib.contextmanager
+def preloaded(library: str | None) -> Iterator[None]:
+    """LD_PRELOAD naming ``library`` first for the processes started meanwhile (``multiprocessing``'s spawn starts
+    a new interpreter with this process's environment); nothing where None."""
+    before = os.environ.get("LD_PRELOAD")
+    if library is not None:
+        os.environ["LD_PRELOAD"] = f"{library}:{before}" if before else library
+    try:
+        yield
+    finally:
+        if library is not None:
+            if before is None:
+                os.environ.pop("LD_PRELOAD", None)
+            else:
+                os.environ["LD_PRELOAD"] = before
+
+
 class Supervisor:
-    def __init__(self, settings: Settings, workers: int, listener: socket.socket, keep_alive_s: int = 5) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        workers: int,
+        listener: socket.socket,
+        keep_alive_s: int = 5,
+        allocator: str | None = None,
+    ) -> None:
         self.settings = settings
         self.workers = workers
+        self.allocator = allocator  # the front ends' preloaded allocator (front_end_allocator); None: glibc's
         self.keep_alive_s = keep_alive_s
         self.context = multiprocessing.get_context("spawn")
         self.listener = listener  # bound and listening (listen_or_exit)
@@ -381,7 +406,8 @@ class Supervisor:
             args=(self.listener, self.path, os.getpid(), self.keep_alive_s, self.held, index),
             name=f"front-end-{index}",
         )
-        process.start()
+        with preloaded(self.allocator):
+            process.start()
         self.front_ends[index] = process
 
     def stop_front_ends(self) -> None:
@@ -421,7 +447,12 @@ class Supervisor:
         self.made.append(Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
         for index in range(self.workers):
             self.start_front_end(index)
-        logger.info("one engine (pid %d) computes the models; %d front ends starting", engine.pid, self.workers)
+        logger.info(
+            "one engine (pid %d) computes the models; %d front ends starting (allocating with %s)",
+            engine.pid,
+            self.workers,
+            self.allocator or "the C library's malloc",
+        )
         announced, first_served = False, math.inf
         status = 0
         while not self.stopping:
@@ -594,6 +625,11 @@ def main() -> None:
     bound_allocator()  # before anything large is allocated, here and in every process started from here
     settings = settings_or_exit()
     configure_logging(settings.log_level, settings.log_format)
+    try:
+        allocator = front_end_allocator(settings.front_end_allocator)
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        sys.exit(2)
     listener = listen_or_exit(args.host, args.port)
     grpc_port_or_exit(settings)
     settings = fetch_or_exit(settings)
@@ -624,7 +660,7 @@ def main() -> None:
             timeout_keep_alive=args.timeout_keep_alive,
         )
         return
-    sys.exit(Supervisor(settings, workers, listener, args.timeout_keep_alive).run())
+    sys.exit(Supervisor(settings, workers, listener, args.timeout_keep_alive, allocator).run())
 
 
 if __name__ == "__main__":

@@ -149,6 +149,13 @@ class Settings(BaseSettings):
         description="each process hands its heap's free pages back to the system (at most once a second) while its "
         "resident memory is this many MiB above its size when ready; 0: only when the queue empties",
     )
+    front_end_allocator: str = Field(
+        "auto",
+        min_length=1,
+        description="the C allocator of the front-end processes (app.serve's, around the engine): auto, jemalloc "
+        "where its library is installed (libjemalloc2), else the C library's own; glibc, the C library's own; or "
+        "the path of an allocator's shared library, preloaded into them",
+    )
     compute_lanes: int | None = Field(
         None,
         ge=1,

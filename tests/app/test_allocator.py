@@ -133,3 +133,38 @@ def test_a_headroom_of_zero_stops_a_running_watch() -> None:
         assert watch.floor is None and watch.look() is False
     finally:
         allocator.watch_heap(192)  # as the session's service runs it
+
+
+def test_the_front_ends_allocator_auto_is_jemalloc_where_installed_and_a_path_must_be_a_file(tmp_path: Path) -> None:
+    from app.allocator import front_end_allocator
+
+    installed = tmp_path / "lib" / "libjemalloc.so.2"
+    absent = str(tmp_path / "nowhere" / "libjemalloc.so.2")
+    assert front_end_allocator("auto", (absent,)) is None  # not installed: the C library's own
+    installed.parent.mkdir()
+    installed.write_bytes(b"")
+    assert front_end_allocator("auto", (absent, str(installed))) == str(installed)
+    assert front_end_allocator("glibc", (str(installed),)) is None
+    assert front_end_allocator(str(installed)) == str(installed)
+    with pytest.raises(ValueError, match=r"ENCODER_FRONT_END_ALLOCATOR: no shared library at '.*nowhere.*'"):
+        front_end_allocator(absent)
+
+
+def test_a_preloaded_library_goes_first_for_the_processes_started_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from app.serve import preloaded
+
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    with preloaded("/lib/a.so"):
+        assert os.environ["LD_PRELOAD"] == "/lib/a.so"
+        started = subprocess.run([sys.executable, "-c", "import os; print(os.environ['LD_PRELOAD'])"], text=True,
+                                 capture_output=True, check=True)  # fmt: skip
+    assert "LD_PRELOAD" not in os.environ
+    monkeypatch.setenv("LD_PRELOAD", "/lib/b.so")
+    with preloaded("/lib/a.so"):
+        assert os.environ["LD_PRELOAD"] == "/lib/a.so:/lib/b.so"
+    assert os.environ["LD_PRELOAD"] == "/lib/b.so"
+    with preloaded(None):
+        assert os.environ["LD_PRELOAD"] == "/lib/b.so"
+    assert started.stderr.count("cannot be preloaded") == 1  # the child ran with it (the loader says it is absent)

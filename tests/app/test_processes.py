@@ -209,9 +209,41 @@ def test_a_front_end_that_dies_is_replaced_while_the_others_serve(service: tuple
     assert set(statuses) == {200}
     after = front_ends(process)
     assert len(after) == 2 and before[0] not in after and before[1] in after
+    assert all(JEMALLOC in mapped(pid) for pid in after)  # the new one allocates as the others do
     assert "front end 0 exited (status -9): starting another" in server_log(process) or "front end 1 exited" in (
         server_log(process)
     )
+
+
+JEMALLOC = "libjemalloc.so.2"
+
+
+def mapped(pid: int) -> str:
+    """The files a process has mapped (its shared libraries among them)."""
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_the_front_ends_allocate_with_jemalloc_and_the_engine_with_the_c_librarys(
+    service: tuple[subprocess.Popen, str], models: str
+) -> None:
+    """ENCODER_FRONT_END_ALLOCATOR=auto where libjemalloc2 is installed (the Makefile's test target installs it):
+    the front ends start with it preloaded, the engine with glibc's malloc, bounded and trimmed; glibc: none does."""
+    from app.allocator import front_end_allocator
+
+    library = front_end_allocator("auto")
+    assert library is not None, "libjemalloc2 is not installed (make test installs it)"
+    process, url = service
+    assert all(library in mapped(pid) for pid in front_ends(process))
+    assert JEMALLOC not in mapped(engine_pid(process)) and JEMALLOC not in mapped(process.pid)
+    assert f"2 front ends starting (allocating with {library})" in server_log(process)
+    assert httpx.post(f"{url}/encode", json={"texts": ["a text"], "model": "tiny"}).status_code == 200
+    with supervised({"ENCODER_MODELS": models, "ENCODER_WORKERS": "2", "ENCODER_FRONT_END_ALLOCATOR": "glibc"}) as (
+        plain,
+        plain_url,
+    ):
+        assert [JEMALLOC in mapped(pid) for pid in (plain.pid, engine_pid(plain), *front_ends(plain))] == [False] * 4
+        assert "2 front ends starting (allocating with the C library's malloc)" in server_log(plain)
+        assert httpx.post(f"{plain_url}/encode", json={"texts": ["a text"], "model": "tiny"}).status_code == 200
 
 
 async def test_connections_opened_at_once_are_shared_evenly_by_the_front_ends(

@@ -121,3 +121,13 @@ def test_a_wrong_setting_stops_the_service_with_a_line_naming_it_not_a_traceback
     lines = result.stderr.splitlines()
     assert any(line.startswith("ENCODER_WORKERS: ") and line.endswith("(got 'two')") for line in lines), lines
     assert any(line.startswith("ENCODER_MAX_BATCH_SIZE: ") and line.endswith("(got '0')") for line in lines), lines
+
+
+def test_a_front_end_allocator_that_is_not_there_stops_the_service_with_a_line_naming_it(tmp_path: Path) -> None:
+    absent = tmp_path / "libnothing.so"
+    env = {**os.environ, "ENCODER_FRONT_END_ALLOCATOR": str(absent)}
+    result = subprocess.run(
+        [sys.executable, "-m", "app.serve"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"ENCODER_FRONT_END_ALLOCATOR: no shared library at '{absent}' (auto, glibc, or a path)" in result.stderr
