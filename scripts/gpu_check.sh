@@ -11,7 +11,9 @@
 #   4. a Qwen3-0.6B-shaped decoder in bfloat16 and float16 on the GPU, ours against transformers
 #   5. the service over HTTP from several client processes (bench.http_load), for ENCODER_WORKERS = 1, 4, 8:
 #      all-MiniLM-L6-v2 at 32 clients × 32 texts, 4 × 32 and 32 × 1, a BERT-base shape's 512-token texts in tokens/s,
-#      and sentence-transformers (float16) and our own pass in process for reference
+#      and sentence-transformers (float16) and our own pass in process for reference; beside each load the cores the
+#      engine, the front ends and the clients kept busy and the host's share busy (which part bounds the rate). The
+#      front ends allocate with jemalloc where libjemalloc2 is installed, or ENCODER_FRONT_END_ALLOCATOR names it
 #   6. /explain on the GPU (bench.explain): a MiniLM-shaped cross-encoder's 64-token pair, 50 steps, against Captum's
 #      LayerIntegratedGradients on transformers' model on the same GPU (where Captum imports: it needs matplotlib;
 #      carry both wheels), /rerank of 16 documents with explanations against the same /rerank without, and
