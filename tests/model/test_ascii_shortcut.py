@@ -105,3 +105,17 @@ def test_only_bert_normaliser_and_pre_tokenizer_take_it(bundled_path, normalizer
     assert AsciiShortcut.of(library) is not None
     library.normalizer = normalizer
     assert AsciiShortcut.of(library) is None
+
+
+def test_any_ascii_characters_get_the_whole_pipelines_ids(bundled_model: TextEncoder) -> None:
+    """Strings of every ASCII character, letters and spaces the likelier, against the library's whole pipeline: runs
+    of punctuation, digits among letters, every control character (each must send its text the whole way)."""
+    tokenizer = bundled_model.card.tokenizer.with_max_tokens(64)
+    rng = random.Random(5)
+    alphabet = [chr(c) for c in range(128)] + list("abcdefghij  ABC") * 16
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60))) for _ in range(600)]
+    fast = tokenizer.encode_unchecked(texts, token_text=False)
+    whole = tokenizer.encode_unchecked(texts, token_text=True)
+    assert [e.ids for e in fast] == [e.ids for e in whole]
+    taken = sum(tokenizer._shortcut.prepared(text) is not None for text in texts)  # type: ignore[union-attr]
+    assert 100 < taken < 500  # both ways tried
