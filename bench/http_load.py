@@ -16,10 +16,11 @@ running ``bench.run.drive`` over its own share for ``--seconds``; their texts an
 the longest process's time. Nothing is written: the figures go to standard output (``scripts/gpu_check.sh`` keeps
 them as a log).
 
-Beside each load's rate, where its CPU went (``Cpu``, read from /proc before and after the load): the cores the
-engine process, the front ends (with their supervisor) and the client processes kept busy, the engine's and the
-front ends' CPU µs a text, and how busy the host's cores were in all. Which of them is at its limit says what
-bounds the rate: the engine near one core, the front ends near their count, the clients, or the host itself.
+Beside each load's rate, where its CPU went (``Cpu``, read from /proc as the clients start and once they finish):
+the cores the engine process, the front ends (with their supervisor) and the client processes kept busy, the
+engine's and the front ends' CPU µs a text, and how busy the host's cores were in all. Which of them is at its limit
+says what bounds the rate: the engine near one core, the front ends near their count, the clients, or the host
+itself. With ``ENCODER_WORKERS=1`` one process does everything: its CPU shows as the front ends', the engine's as 0.
 """
 
 from __future__ import annotations
