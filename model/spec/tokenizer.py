@@ -190,6 +190,8 @@ class TextTokenizer:
             pad_token_id = next((i for i in found if i is not None), 0)
         self.pad_token_id = pad_token_id
         self._shortcut = AsciiShortcut.of(tokenizer)  # BERT's tokenizers: plain ASCII text the short way
+        if self._shortcut is not None:  # the truncating twin made now, at load, not on a client's first request
+            self._shortcut.twin(self._truncating)
 
     def with_max_tokens(self, max_tokens: int) -> TextTokenizer:
         """The same tokenizer, truncating at another length."""

@@ -119,3 +119,14 @@ def test_any_ascii_characters_get_the_whole_pipelines_ids(bundled_model: TextEnc
     assert [e.ids for e in fast] == [e.ids for e in whole]
     taken = sum(tokenizer._shortcut.prepared(text) is not None for text in texts)  # type: ignore[union-attr]
     assert 100 < taken < 500  # both ways tried
+
+
+def test_the_truncating_twin_is_made_at_load_not_on_the_first_request(bundled_path) -> None:
+    """Making a twin takes ~18 ms: done when the tokenizer is built, a front end's first request does not pay it."""
+    library = Tokenizer.from_file(str(bundled_path / "tokenizer.json"))
+    tokenizer = TextTokenizer(library, 64)
+    shortcut = tokenizer._shortcut
+    assert shortcut is not None and list(shortcut._twins) == [id(tokenizer._truncating)]
+    made = shortcut._twins[id(tokenizer._truncating)]
+    tokenizer.encode_unchecked(["a first request"], token_text=False)
+    assert shortcut._twins == {id(tokenizer._truncating): made}  # used, not made again
