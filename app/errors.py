@@ -245,7 +245,7 @@ def telling(errors: Sequence[Any], located: bool = True) -> dict[str, Any]:
     and as a token id at ``inputs[0][0]``, which is the one to name."""
 
     def field(error: dict[str, Any]) -> str:
-        return re.split(r"[[.]", param_path(error.get("loc", ()), located) or "", maxsplit=1)[0]
+        return re.split(r"[\[.]", param_path(error.get("loc", ()), located) or "", maxsplit=1)[0]
 
     def reached(error: dict[str, Any]) -> tuple[int, tuple[int, ...]]:
         """How deep into the value the error is, then how far along its lists."""
