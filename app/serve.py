@@ -199,6 +199,7 @@ def front_end_main(listener: socket.socket, path: str, parent: int, keep_alive_s
     ``Sharing``, counted in ``held``), the models' work sent to the engine."""
     exit_with_parent(parent)
     name_process("encoder-front")
+    tokenize_serially()
     import uvicorn
 
     from app.main import create_app, exit_process
@@ -208,6 +209,14 @@ def front_end_main(listener: socket.socket, path: str, parent: int, keep_alive_s
     app = create_app(settings, on_load_failure=exit_process, engine=path)  # once it serves, its count is in held
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=keep_alive_s)
     sharing_server(config, listener, held, index).run(sockets=[])
+
+
+def tokenize_serially() -> None:
+    """A front end's tokenizer calls each run on the thread that makes them, not spread over the tokenizers library's
+    pool of a thread a core: the front ends are as many as the cores already, and spread, a batch of 32 sentences
+    costs 1.4-1.9 times the CPU a text for a tenth less time a call (docs/benchmarks/host-path.md, "A front end
+    tokenises on one thread (CPU)"). ``TOKENIZERS_PARALLELISM`` set by the operator stands."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 NOT_SERVING = -1  # a front end's count in ``held`` while it starts, after it stopped, once it is gone

@@ -246,6 +246,35 @@ def test_the_front_ends_allocate_with_jemalloc_and_the_engine_with_the_c_library
         assert httpx.post(f"{plain_url}/encode", json={"texts": ["a text"], "model": "tiny"}).status_code == 200
 
 
+def threads(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/task").iterdir()))
+
+
+def test_the_front_ends_tokenize_on_their_own_thread_unless_the_operator_says_otherwise(models: str) -> None:
+    """A front end's tokenizer calls run on the thread that makes them: the tokenizers library's pool (its threads
+    started on its first spread call) never starts. With TOKENIZERS_PARALLELISM=true set by the operator it does,
+    and the vectors are the same either way."""
+    answers = []
+    for setting in (None, "true"):
+        env = {"ENCODER_MODELS": models, "ENCODER_WORKERS": "2"}
+        if setting is not None:
+            env["TOKENIZERS_PARALLELISM"] = setting
+        with supervised(env) as (process, url):
+            fronts = front_ends(process)
+            before = [threads(pid) for pid in fronts]
+            for index in range(16):  # a connection each: both front ends take some
+                texts = [f"the cat sat on mat number {index}", "a lazy dog", "über naïve café"] * 4
+                response = httpx.post(f"{url}/encode", json={"texts": texts, "model": "tiny"})
+                assert response.status_code == 200, response.text
+                answers.append(response.json()["data"])
+            grown = [threads(pid) - count for pid, count in zip(fronts, before, strict=True)]
+        if setting is None:
+            assert grown == [0, 0], grown
+        else:
+            assert max(grown) >= 1, grown  # the library's pool: the check sees it where it starts
+    assert answers[:16] == answers[16:]
+
+
 async def test_connections_opened_at_once_are_shared_evenly_by_the_front_ends(
     service: tuple[subprocess.Popen, str],
 ) -> None:
