@@ -388,13 +388,15 @@ def test_texts_of_unlike_length_attributed_together_as_each_alone(
 
 
 def test_explanations_go_in_tasks_of_about_a_pass() -> None:
-    """A request's texts in order, in groups whose points (steps × tokens a text) fit one pass; a text larger than a
-    pass alone in its group."""
+    """A request's texts shortest first, in groups whose points (steps × the group's longest text, as a pass pads
+    them) fit one pass; a text larger than a pass alone in its group."""
     from app.services.tasks import explained_together
 
-    assert explained_together([10, 10, 30, 5], 50, 2000) == [[0, 1], [2, 3]]
-    assert explained_together([10, 100, 10], 50, 2000) == [[0], [1], [2]]
+    assert explained_together([10, 10, 30, 5], 50, 2000) == [[3, 0, 1], [2]]
+    assert explained_together([10, 100, 10], 50, 2000) == [[0, 2], [1]]
     assert explained_together([8] * 5, 50, 16384) == [[0, 1, 2, 3, 4]]
+    # padded, three texts of 12 are 1,800 tokens of points: 10, 12 and 12 held by their own lengths (1,700) are not
+    assert explained_together([12, 10, 12, 9], 50, 1700) == [[3, 1], [0, 2]]
 
 
 def test_one_texts_steps_go_in_spans_of_about_a_pass() -> None:
