@@ -2,6 +2,7 @@
 asyncio client process tops out near 10,000 requests a second, below what the service is asked to answer.
 
     .venv/bin/python -m bench.http_load [--workers 1 4 8] [--seconds 10] [--processes 8] [--quick]
+        [--env ENCODER_COMPUTE_LANES=2] [--profile]
 
 In one run: the bundled all-MiniLM-L6-v2 served as ``python -m app.serve`` with each ``ENCODER_WORKERS`` in turn,
 driven on /encode with texts of 8–40 words (``make_sentences``) at 32 clients × 32 texts, 4 × 32 and 32 × 1
@@ -365,14 +366,18 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="client processes")
     parser.add_argument("--quick", action="store_true", help="small loads of 2 s, references of 1 s: a smoke run")
     parser.add_argument("--no-long", action="store_true", help="leave out BERT-base's shape")
+    parser.add_argument("--env", nargs="*", default=[], help="NAME=value settings for every service started")
     parser.add_argument("--profile", action="store_true", help="py-spy on the engine and a front end, each load")
     parser.add_argument("--py-spy", default=shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy")))
     args = parser.parse_args()
     if args.profile:
         args.workers = [max(args.workers)]
+    settings = dict(item.split("=", 1) for item in args.env)
     seconds = 2.0 if args.quick else args.seconds
     where = device()
     print(f"device {where}, {args.processes} client processes, {seconds:g} s a load, Python {sys.version.split()[0]}")
+    if settings:
+        print("settings:", " ".join(args.env))
 
     sentences = make_sentences(4000)
     print("\n## all-MiniLM-L6-v2 over HTTP (/encode), the service's defaults\n")
@@ -386,7 +391,7 @@ def main() -> None:
     context = multiprocessing.get_context("spawn")
     with context.Pool(args.processes) as pool:
         for workers in args.workers:
-            process, port = serve({"ENCODER_WORKERS": str(workers)})
+            process, port = serve({**settings, "ENCODER_WORKERS": str(workers)})
             try:
                 for load in QUICK_MINILM_LOADS if args.quick else MINILM_LOADS:
                     bodies = bodies_of(sentences, load.per_request, 400 if load.per_request == 1 else 40)
@@ -409,7 +414,7 @@ def main() -> None:
         in_process, per_text = reference_long(path, texts, long_load.per_request, 1.0 if args.quick else 5.0)
         workers = max(args.workers)
         print(f"\n## BERT-base's shape (random weights), {long_load.name}, ENCODER_WORKERS={workers}\n")
-        process, port = serve({"ENCODER_WORKERS": str(workers), "ENCODER_MODEL_DIR": str(path)})
+        process, port = serve({**settings, "ENCODER_WORKERS": str(workers), "ENCODER_MODEL_DIR": str(path)})
         try:
             bodies = bodies_of(texts, long_load.per_request, 200)
             drive_processes(pool, port, bodies, long_load, args.processes, min(seconds, 2.0))
