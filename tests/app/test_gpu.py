@@ -4,6 +4,7 @@ tests/model/test_parity.py and test_families.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -62,6 +63,26 @@ async def test_the_service_on_cuda_equals_the_references(
             assert float(held.group(1)) <= 1.5 * weights
         peak = re.search(r'^encoder_gpu_memory_peak_bytes\{device="cuda[:0-9]*"\} (\S+)$', metrics, re.M)
         assert peak is not None and float(peak.group(1)) >= float(held.group(1))
+
+
+async def test_two_compute_lanes_on_cuda_give_each_request_its_own_rows(sentence_transformer) -> None:
+    """ENCODER_COMPUTE_LANES=2 on a GPU: one lane pads and copies its batch while the other's pass runs (the graphs'
+    replays serialised by their lock, every copy and pass in one stream's order). Concurrent requests of unlike
+    sizes each get their own rows, equal to the reference."""
+    texts = [f"{TEXTS[i % len(TEXTS)]} ({i})" for i in range(64)]
+    batches = [texts[k : k + 1 + k % 7] for k in range(48)]
+    async with serve(Settings(device="cuda", compute_lanes=2)) as client:
+
+        async def encoded(batch: list[str]) -> np.ndarray:
+            response = await client.post("/encode", json={"texts": batch})
+            assert response.status_code == 200, response.text
+            return np.array([item["embedding"] for item in response.json()["data"]])
+
+        answers = await asyncio.gather(*(encoded(batch) for batch in batches))
+    for batch, ours in zip(batches, answers, strict=True):
+        theirs = sentence_transformer.encode(batch, normalize_embeddings=True)
+        cosine = (ours * theirs).sum(axis=1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(theirs, axis=1))
+        assert cosine.min() >= 0.9999, (batch, cosine)
 
 
 EXPLAINED = [  # (model, target, method, steps): a cross-encoder, a classifier's label by name, a yes/no reranker
