@@ -42,17 +42,20 @@ def gauss_legendre(steps: int) -> tuple[np.ndarray, np.ndarray]:
     return alphas, weights
 
 
-def passes(lengths: list[int], steps: range, tokens: int) -> list[list[tuple[int, int]]]:
+def passes(lengths: list[int], steps: range, tokens: int, ends: bool = False) -> list[list[tuple[int, int]]]:
     """Every text's points of ``steps``, (text, step), text by text, cut into passes: as many points a pass as keep it
-    within ``tokens`` (points × the longest of their texts), one at least."""
+    within ``tokens`` (rows × the longest of their texts), one at least. With ``ends`` a text's first point counts
+    three rows: the pass that holds it scores the text at both ends too (``integrated_gradients``)."""
     cut: list[list[tuple[int, int]]] = [[]]
-    longest = 0
+    rows = longest = 0
     for text, length in enumerate(lengths):
         for step in steps:
-            if cut[-1] and (len(cut[-1]) + 1) * max(longest, length) > tokens:
+            need = 3 if ends and step == steps[0] else 1
+            if cut[-1] and (rows + need) * max(longest, length) > tokens:
                 cut.append([])
-                longest = 0
+                rows = longest = 0
             cut[-1].append((text, step))
+            rows += need
             longest = max(longest, length)
     return cut
 
@@ -65,30 +68,46 @@ def integrated_gradients(
     steps: int,
     tokens: int,
     span: range | None = None,
+    ends_in_passes: bool = False,
 ) -> list[Attribution]:
     """Integrated gradients of ``score`` from ``baseline`` to ``embedded`` (both (R, T, E): R texts, padded to T;
     ``lengths`` their real tokens), the points of every text computed together, ``tokens`` a pass at most (forward and
     backward; ``passes``); the score at both ends, for the answer and its convergence delta, in one pass of both.
     ``span``: the quadrature's points computed, of ``steps`` (all where None); the attributions of spans that cover
     the steps add up to the whole, and the caller takes the convergence delta of their sum (each span's own is of its
-    part)."""
+    part).
+
+    With ``ends_in_passes`` the ends are scored in the pass that holds a text's first point instead, as two more rows
+    that take no gradient. Why: on a GPU an explanation is bound by the host's launches (384 kernels taking 5.8 ms of
+    the device in 19-24 ms, docs/benchmarks/cuda.md), and a pass of their own was 28 % of its operations; on a CPU,
+    bound by the arithmetic, the two rows through the backward cost more than the small pass they save (1.00-1.03x)."""
     alphas, weights = gauss_legendre(steps)
+    computed, device, R = span or range(steps), embedded.device, len(lengths)
     difference = embedded - baseline  # (R, T, E)
     gradients = torch.zeros_like(embedded)  # Σ weight · ∇f over each text's points
-    for points_of in passes(lengths, span or range(steps), tokens):
-        texts = torch.tensor([text for text, _ in points_of], device=embedded.device)
+    both = torch.cat([embedded, baseline])  # (2R, T, E): text i's input, and at R + i its baseline
+    at_ends = embedded.new_zeros(2 * R)  # f at each text's input (i) and at its baseline (R + i)
+    for points_of in passes(lengths, computed, tokens, ends_in_passes):
+        texts = torch.tensor([text for text, _ in points_of], device=device)
         alpha, weight = (
-            torch.tensor([values[step] for _, step in points_of], dtype=embedded.dtype, device=embedded.device)
+            torch.tensor([values[step] for _, step in points_of], dtype=embedded.dtype, device=device)
             for values in (alphas, weights)
         )
         length = max(lengths[text] for text, _ in points_of)
         start, way = baseline[texts, :length], difference[texts, :length]  # (S, L, E) each
         points = (start + alpha[:, None, None] * way).requires_grad_(True)
-        (gradient,) = torch.autograd.grad(score(points, texts).sum(), points)
+        begin = [text for text, step in points_of if step == computed[0]] if ends_in_passes else []
+        if begin:  # the k texts whose points begin here, at both ends (texts ≥ R: scored with the baselines' ids)
+            ends = torch.tensor(begin + [text + R for text in begin], dtype=torch.long, device=device)  # (2k,)
+            scored = score(torch.cat([points, both[ends, :length]]), torch.cat([texts, ends]))  # (S + 2k,)
+            at_ends[ends] = scored[len(points_of) :].detach()
+        else:
+            scored = score(points, texts)  # (S,)
+        (gradient,) = torch.autograd.grad(scored[: len(points_of)].sum(), points)
         gradients[:, :length].index_add_(0, texts, gradient * weight[:, None, None])
-    everyone = torch.arange(len(lengths), device=embedded.device)
-    with torch.no_grad():  # f at the inputs and at the baselines (texts ≥ R), in one pass (2R,)
-        at_ends = score(torch.cat([embedded, baseline]), torch.cat([everyone, everyone + len(lengths)]))
+    if not ends_in_passes:
+        with torch.no_grad():  # f at the inputs and at the baselines (texts ≥ R), in one pass (2R,)
+            at_ends = score(both, torch.arange(2 * R, device=device))
     at_input, at_start = at_ends[: len(lengths)], at_ends[len(lengths) :]
     attributions = (difference * gradients).sum(-1)  # (R, T)
     return [

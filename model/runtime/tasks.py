@@ -299,7 +299,14 @@ def attribute(model: TextEncoder, encodings: Sequence[TokenSequence], options: A
             return gradient_x_input(score, embedded.detach(), lengths)
         span = None if options.span is None else range(*options.span)
         return integrated_gradients(
-            score, embedded.detach(), baseline.detach(), lengths, options.steps, options.tokens, span
+            score,
+            embedded.detach(),
+            baseline.detach(),
+            lengths,
+            options.steps,
+            options.tokens,
+            span,
+            ends_in_passes=model.device.type == "cuda",  # where the launches bound it (integrated_gradients)
         )
 
 
