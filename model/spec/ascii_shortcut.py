@@ -46,7 +46,8 @@ class AsciiShortcut:
             CONTROL + "|[" + "".join(re.escape(token[0]) for token in tokens) + "]" if tokens else CONTROL
         )
         self._whole = re.compile("|".join([CONTROL, *map(re.escape, tokens)]))
-        self._twins: dict[int, Tokenizer] = {}  # id of the tokenizer → its twin, made on first use
+        # id of the tokenizer → its twin, made on first use (TextTokenizer makes its truncating one as it loads)
+        self._twins: dict[int, Tokenizer] = {}
 
     @classmethod
     def of(cls, tokenizer: Tokenizer) -> AsciiShortcut | None:
