@@ -46,9 +46,10 @@ def encoded(request: EncodeRequest, embedded: Embedded) -> Reply:
     width = embedded.vectors.shape[1]
     data = []  # each an Embedding's fields as a dict, in its order: orjson writes them natively
     n_values = 0
-    for index, encoding in enumerate(embedded.encodings):
+    for index in range(len(embedded.vectors)):
         item: dict[str, Any] = {"index": index, "embedding": vectors[index]}
         if request.return_tokens:
+            encoding = embedded.encodings[index]
             assert isinstance(encoding, Encoding), "/encode's texts are tokenised here, never given as ids"
             item["tokens"] = token_infos(encoding)
         tokens = embedded.token_vectors[index]

@@ -26,6 +26,7 @@ from model import (
     EmbeddingSpec,
     MultiVectorOptions,
     MultiVectors,
+    PackedTokens,
     SparseOptions,
     SparseVector,
     TextEmbedding,
@@ -112,6 +113,8 @@ class SparseEncoded:
 
 
 def tokens_in(encodings: Sequence[TokenSequence]) -> int:
+    if isinstance(encodings, PackedTokens):
+        return int(encodings.starts[-1] - encodings.starts[0])
     return sum(len(e.ids) for e in encodings)
 
 
@@ -163,12 +166,14 @@ class Embeddings:
             skip=skip,
         )
         counted: Sequence[TokenSequence]
+        encodings: Sequence[TokenSequence]
         if request.chunking is not None:
             self.check_unprompted(served, request.prompt_name, request.prompt)
             if request.return_token_embeddings:
                 raise InvalidRequest("chunking", "not with return_token_embeddings (a text's tokens span windows)")
-            encodings = await served.tokens.encode(texts, param="texts", whole=True)
-            sentences, counted = await self.chunked(served, encodings, spec, request.chunking.overlap, timing)
+            whole = await served.tokens.encode(texts, param="texts", whole=True)
+            sentences, counted = await self.chunked(served, whole, spec, request.chunking.overlap, timing)
+            encodings = whole
             results: Sequence[TextEmbedding] = EmbeddedTexts(sentences)
         else:
             encodings = await served.tokens.encode(

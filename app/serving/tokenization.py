@@ -4,7 +4,9 @@ Requests that arrive in the same turn of the event loop are tokenised together, 
 reading (truncation, special tokens, token strings kept or not). A small turn (a few short texts, tens of
 microseconds of work) is tokenised right there on the event loop, since handing it to a thread and back costs
 more than the work; a large one goes to a tokenisation thread (the ``tokenizers`` library releases the GIL while
-it works), so that neither the event loop nor the inference thread is held up by it. If a merged call fails, each
+it works), so that neither the event loop nor the inference thread is held up by it. Single plain texts whose ids
+alone are read come by their words' pieces, kept in Python (``TextTokenizer.encode_packed``): a quarter of the
+library's CPU, though under the GIL. If a merged call fails, each
 request is tokenised alone: a text the tokenizer cannot take fails its own request with a 422 naming it, and
 nobody else's.
 """
@@ -17,6 +19,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from typing import Literal, overload
 
 from tokenizers import Encoding
 
@@ -24,7 +27,7 @@ from app import tracing
 from app.engine.messages import REQUEST_TIMING
 from app.engine.work_queue import QueueClosed
 from app.errors import InvalidRequest
-from model import TextTokenizer, TokenIdOutOfRange, TooManyTokensError
+from model import TextTokenizer, TokenIdOutOfRange, TokenSequence, TooManyTokensError
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +74,7 @@ class _Request:
     truncate: bool
     param: str
     indexed: bool
-    future: asyncio.Future[list[Encoding]] = field(repr=False)
+    future: asyncio.Future[Sequence[TokenSequence]] = field(repr=False)
     special_tokens: bool = True  # the post-processor's special tokens added (not for a template that writes its own)
     whole: bool = False  # not truncated, and a text longer than the maximum is no error (it is cut into windows)
     left: bool = False  # truncated at the start (Reading.left)
@@ -109,6 +112,34 @@ class Tokenization:
     def max_tokens(self) -> int:
         return self.tokenizer.max_tokens
 
+    @overload
+    async def encode(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str | None] | None = None,
+        *,
+        truncate: bool = True,
+        param: str = "texts",
+        indexed: bool = True,
+        special_tokens: bool = True,
+        whole: bool = False,
+        token_text: Literal[True] = True,
+    ) -> list[Encoding]: ...
+
+    @overload
+    async def encode(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str | None] | None = None,
+        *,
+        truncate: bool = True,
+        param: str = "texts",
+        indexed: bool = True,
+        special_tokens: bool = True,
+        whole: bool = False,
+        token_text: bool,
+    ) -> Sequence[TokenSequence]: ...
+
     async def encode(
         self,
         texts: Sequence[str],
@@ -120,14 +151,14 @@ class Tokenization:
         special_tokens: bool = True,
         whole: bool = False,
         token_text: bool = True,
-    ) -> list[Encoding]:
+    ) -> Sequence[TokenSequence]:
         """The encodings of ``texts`` (each optionally paired), or InvalidRequest naming the text at fault.
 
         ``param`` names the request field in errors, with the text's index when ``indexed``. Without
         ``special_tokens`` the tokenizer adds none of its own. ``whole``: every token of every text, however long
-        (``truncate`` is then not read). Without ``token_text`` the encodings hold ids, segment ids and
-        special-token marks only (no token strings, no offsets), tokenised faster: for a caller that reads nothing
-        else.
+        (``truncate`` is then not read). Without ``token_text`` the texts' ids and segment ids alone, tokenised
+        faster: tokenizers' encodings without token strings and offsets (with their special marks) for pairs, and
+        for single texts a ``PackedTokens`` (``TextTokenizer.encode_packed``), for a caller that reads nothing else.
         """
         loop = asyncio.get_running_loop()
         reading = self.reading
@@ -183,9 +214,9 @@ class Tokenization:
         except RuntimeError:  # the event loop has closed
             pass
 
-    def _outcomes(self, requests: list[_Request]) -> list[tuple[_Request, list[Encoding] | BaseException]]:
+    def _outcomes(self, requests: list[_Request]) -> list[tuple[_Request, Sequence[TokenSequence] | BaseException]]:
         """Each request with its encodings, or with the error that is its answer."""
-        outcomes: list[tuple[_Request, list[Encoding] | BaseException]] = []
+        outcomes: list[tuple[_Request, Sequence[TokenSequence] | BaseException]] = []
         try:
             groups: dict[tuple[bool, bool, bool, bool], list[_Request]] = {}
             for r in requests:
@@ -199,12 +230,16 @@ class Tokenization:
 
     def _tokenize_group(
         self, group: list[_Request], truncate: bool, special: bool = True, left: bool = False, token_text: bool = True
-    ) -> list[tuple[_Request, list[Encoding] | BaseException]]:
+    ) -> list[tuple[_Request, Sequence[TokenSequence] | BaseException]]:
         texts = [text for r in group for text in r.texts]
         paired = any(r.pairs is not None for r in group)
         pairs = [pair for r in group for pair in (r.pairs or [None] * len(r.texts))] if paired else None
+        encodings: Sequence[TokenSequence]
         try:
-            encodings = self.tokenizer.encode_unchecked(texts, pairs, truncate, special, left, token_text)
+            if pairs is None and not token_text:
+                encodings = self.tokenizer.encode_packed(texts, truncate, special, left)
+            else:
+                encodings = self.tokenizer.encode_unchecked(texts, pairs, truncate, special, left, token_text)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException:  # an Exception, or a panic of the Rust library (pyo3's PanicException)
@@ -214,7 +249,7 @@ class Tokenization:
             return [
                 outcome for r in group for outcome in self._tokenize_group([r], truncate, special, left, token_text)
             ]
-        outcomes: list[tuple[_Request, list[Encoding] | BaseException]] = []
+        outcomes: list[tuple[_Request, Sequence[TokenSequence] | BaseException]] = []
         start = 0
         for r in group:
             own = encodings[start : start + len(r.texts)]
@@ -222,7 +257,9 @@ class Tokenization:
             outcomes.append((r, own if truncate or r.whole else self._checked(r, own)))
         return outcomes
 
-    def _checked(self, request: _Request, encodings: list[Encoding]) -> list[Encoding] | BaseException:
+    def _checked(
+        self, request: _Request, encodings: Sequence[TokenSequence]
+    ) -> Sequence[TokenSequence] | BaseException:
         try:
             self.tokenizer.check_lengths(encodings)
         except TooManyTokensError as error:
@@ -249,7 +286,7 @@ class Tokenization:
         return InvalidRequest(request.param, "could not be tokenised")
 
 
-def _settle(outcomes: list[tuple[_Request, list[Encoding] | BaseException]]) -> None:
+def _settle(outcomes: list[tuple[_Request, Sequence[TokenSequence] | BaseException]]) -> None:
     """On the event loop: hand each request its encodings or its error."""
     for request, outcome in outcomes:
         if request.future.done():

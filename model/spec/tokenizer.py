@@ -12,7 +12,7 @@ from typing import Protocol
 import numpy as np
 from tokenizers import AddedToken, Encoding, Tokenizer
 
-from model.spec.ascii_shortcut import AsciiShortcut
+from model.spec.ascii_shortcut import AsciiShortcut, WordPieces
 
 
 class TooManyTokensError(ValueError):
@@ -74,6 +74,8 @@ class PackedTokens(Sequence[TokenIds]):
 
     @classmethod
     def of(cls, texts: Sequence[TokenSequence]) -> PackedTokens:
+        if isinstance(texts, PackedTokens):  # packed as it was tokenised (``TextTokenizer.encode_packed``)
+            return texts
         ids = [text.ids for text in texts]  # (an Encoding builds a new list each time it is asked)
         starts = np.frombuffer(array("q", accumulate(map(len, ids), initial=0)), dtype=np.int64)
         total = int(starts[-1])
@@ -190,8 +192,9 @@ class TextTokenizer:
             pad_token_id = next((i for i in found if i is not None), 0)
         self.pad_token_id = pad_token_id
         self._shortcut = AsciiShortcut.of(tokenizer)  # BERT's tokenizers: plain ASCII text the short way
+        self._words: WordPieces | None = None  # single plain texts by their words' pieces: ``encode_packed``
         if self._shortcut is not None:  # the truncating twin made now, at load, not on a client's first request
-            self._shortcut.twin(self._truncating)
+            self._words = WordPieces.of(self._shortcut.twin(self._truncating))
 
     def with_max_tokens(self, max_tokens: int) -> TextTokenizer:
         """The same tokenizer, truncating at another length."""
@@ -286,8 +289,41 @@ class TextTokenizer:
             return self._shortcut.encode_batch_fast(tokenizer, inputs, special_tokens)
         return tokenizer.encode_batch_fast(inputs, add_special_tokens=special_tokens)
 
-    def check_lengths(self, encodings: Sequence[Encoding]) -> None:
+    def encode_packed(
+        self, texts: Sequence[str], truncate: bool = True, special_tokens: bool = True, left: bool = False
+    ) -> PackedTokens:
+        """``encode_unchecked`` without ``token_text`` for single texts, packed: ids and segment ids alone. A BERT
+        tokenizer takes plain ASCII text by its words' pieces (``WordPieces``: the same ids at about a quarter of the
+        time); other texts, and a text longer than ``max_tokens`` where ``truncate`` cuts it, go through the
+        library."""
+        words, shortcut = self._words, self._shortcut
+        if words is None or shortcut is None:
+            return PackedTokens.of(self.encode_unchecked(texts, None, truncate, special_tokens, left, False))
+        prepared = [shortcut.prepared(text) for text in texts]
+        plain = [i for i, text in enumerate(prepared) if text is not None]
+        rows: list[list[int] | None] = [None] * len(texts)
+        limit = self.max_tokens if truncate else None
+        for i, row in zip(plain, words.ids([prepared[i] for i in plain], special_tokens)):  # type: ignore[misc]
+            if limit is None or len(row) <= limit:
+                rows[i] = row
+        rest = [i for i, row in enumerate(rows) if row is None] if len(plain) < len(texts) or limit is not None else []
+        if rest:
+            encodings = self.encode_unchecked([texts[i] for i in rest], None, truncate, special_tokens, left, False)
+            for i, encoding in zip(rest, encodings):
+                rows[i] = encoding.ids
+        done: list[list[int]] = rows  # type: ignore[assignment]  # every row filled above
+        starts = np.frombuffer(array("q", accumulate(map(len, done), initial=0)), dtype=np.int64)
+        total = int(starts[-1])
+        ids = np.frombuffer(array("i", chain.from_iterable(done)), dtype=np.int32) if total else np.empty(0, np.int32)
+        # a single text's segment ids are all 0 under the post-processors WordPieces takes
+        return PackedTokens(ids, np.zeros(total, dtype=np.int8), starts)
+
+    def check_lengths(self, encodings: Sequence[TokenSequence]) -> None:
         """TooManyTokensError for the first encoding longer than ``max_tokens``."""
+        if isinstance(encodings, PackedTokens):
+            lengths = encodings.lengths()
+            if max(lengths, default=0) <= self.max_tokens:
+                return
         for index, encoding in enumerate(encodings):
             if len(encoding.ids) > self.max_tokens:
                 raise TooManyTokensError(index, len(encoding.ids), self.max_tokens)

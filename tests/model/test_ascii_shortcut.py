@@ -7,11 +7,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from tokenizers import Tokenizer, normalizers
+from tokenizers import Tokenizer, normalizers, processors
 
 from model import TextEncoder
+from model.spec import ascii_shortcut
 from model.spec.ascii_shortcut import AsciiShortcut
-from model.spec.tokenizer import TextTokenizer
+from model.spec.tokenizer import PackedTokens, TextTokenizer
 
 # pieces that a plain text may hold, and pieces that must send a text the whole way (non-ASCII, control characters,
 # added tokens in any case)
@@ -130,3 +131,101 @@ def test_the_truncating_twin_is_made_at_load_not_on_the_first_request(bundled_pa
     made = shortcut._twins[id(tokenizer._truncating)]
     tokenizer.encode_unchecked(["a first request"], token_text=False)
     assert shortcut._twins == {id(tokenizer._truncating): made}  # used, not made again
+
+
+# ---- single texts by their words' pieces (WordPieces, TextTokenizer.encode_packed) ----
+
+
+def packed_rows(packed: PackedTokens) -> list[tuple[list[int], list[int]]]:
+    return [(text.ids, text.type_ids) for text in packed]
+
+
+@pytest.mark.parametrize("truncate", [True, False], ids=["truncated", "whole"])
+@pytest.mark.parametrize("special", [True, False], ids=["special tokens", "none"])
+def test_packed_single_texts_get_transformers_ids_and_segments(
+    bundled_model: TextEncoder, hf_tokenizer, monkeypatch, truncate: bool, special: bool
+) -> None:
+    tokenizer = bundled_model.card.tokenizer.with_max_tokens(40)
+    texts = generated(random.Random(13), 400)
+    packed = tokenizer.encode_packed(texts, truncate, special)
+    assert isinstance(packed, PackedTokens) and len(packed) == len(texts)
+    reference = hf_tokenizer(
+        texts,
+        truncation=truncate,
+        max_length=40 if truncate else None,
+        add_special_tokens=special,
+    )
+    expected = list(zip(reference["input_ids"], reference["token_type_ids"], strict=True))
+    assert packed_rows(packed) == expected
+    words = tokenizer._words
+    assert words is not None and len(words._kept) > 30  # the plain texts' words kept
+    assert max(len(text.ids) for text in packed) > 40 or truncate  # texts longer than the limit among them
+    # again, every plain text's words kept now (but the one longer than the kept ones): none asked of the library
+    again = [i for i, text in enumerate(texts) if "supercalifragilistic" not in text]
+    asked = []
+    monkeypatch.setattr(words, "_asking", lambda *args: asked.append(args))
+    assert packed_rows(tokenizer.encode_packed([texts[i] for i in again], truncate, special)) == [
+        expected[i] for i in again
+    ]
+    assert not asked and 200 < len(again) < len(texts)
+
+
+def test_packed_texts_cut_at_the_start_as_the_whole_pipeline_cuts(bundled_model: TextEncoder) -> None:
+    tokenizer = bundled_model.card.tokenizer.with_max_tokens(12)
+    texts = generated(random.Random(17), 150)
+    packed = tokenizer.encode_packed(texts, left=True)
+    whole = tokenizer.encode_unchecked(texts, left=True, token_text=True)  # the library's whole pipeline
+    assert [text.ids for text in packed] == [e.ids for e in whole]
+
+
+def test_kept_words_stay_bounded_and_right_as_the_store_starts_again(bundled_model: TextEncoder, monkeypatch) -> None:
+    """Words never seen twice (here random letters and digits) fill the store, which starts again at its bound;
+    words longer than the kept ones' bound are asked each time. Every text's ids stay the library's."""
+    monkeypatch.setattr(ascii_shortcut, "KEPT_WORDS", 64)
+    tokenizer = bundled_model.card.tokenizer.with_max_tokens(512)
+    words = tokenizer._words
+    assert words is not None
+    rng = random.Random(19)
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    long_word = "pneumonoultramicroscopicsilicovolcanoconiosis" * 2  # longer than LONGEST_KEPT
+    sizes = []
+    for _ in range(20):
+        texts = [
+            " ".join("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 9))) for _ in range(rng.randint(0, 12)))
+            + f" {long_word}, the end."
+            for _ in range(8)
+        ]
+        packed = tokenizer.encode_packed(texts)
+        assert [text.ids for text in packed] == [e.ids for e in tokenizer.encode_unchecked(texts, token_text=True)]
+        sizes.append(len(words._kept))
+    assert max(sizes) <= 64 and min(sizes) < max(sizes)  # bounded, and started again on the way
+    assert long_word not in words._kept
+
+
+@pytest.mark.parametrize(
+    ("single", "taken"),
+    [("[CLS] $A [SEP]", True), ("$A [SEP]", True), ("$A", True), ("[CLS]:1 $A:1 [SEP]:1", False)],
+    ids=["bert", "trailing only", "none", "segment 1"],
+)
+def test_words_pieces_only_for_a_template_of_segment_0(bundled_path, single: str, taken: bool) -> None:
+    library = Tokenizer.from_file(str(bundled_path / "tokenizer.json"))
+    library.no_padding()
+    library.post_processor = processors.TemplateProcessing(
+        single=single, pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 101), ("[SEP]", 102)]
+    )
+    tokenizer = TextTokenizer(library, 512)
+    assert (tokenizer._words is not None) is taken
+    texts = generated(random.Random(23), 60)
+    packed = tokenizer.encode_packed(texts)
+    whole = library.encode_batch(texts)
+    assert packed_rows(packed) == [(e.ids, e.type_ids) for e in whole]
+
+
+def test_a_tokenizer_without_the_shortcut_packs_the_library_s_encodings(bundled_path) -> None:
+    library = Tokenizer.from_file(str(bundled_path / "tokenizer.json"))
+    library.normalizer = normalizers.Lowercase()
+    library.no_padding()
+    tokenizer = TextTokenizer(library, 512)
+    assert tokenizer._shortcut is None and tokenizer._words is None
+    texts = generated(random.Random(29), 40)
+    assert [text.ids for text in tokenizer.encode_packed(texts)] == [e.ids for e in library.encode_batch(texts)]
