@@ -62,6 +62,17 @@ def write_tiny_bert(directory: Path) -> Path:
     return with_bundled_tokenizer(directory, BertModel(config))
 
 
+def write_tiny_cross_encoder(directory: Path) -> Path:
+    """``write_tiny_bert``'s model with a one-logit head: a cross-encoder whose pass costs next to nothing."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    config.num_labels = 1
+    torch.manual_seed(0)
+    return with_bundled_tokenizer(directory, BertForSequenceClassification(config))
+
+
 def connections_held(pid: int, port: int) -> int:
     """How many established TCP connections to ``port`` process ``pid`` holds (its descriptors' socket inodes,
     found in /proc/net/tcp and tcp6)."""

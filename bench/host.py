@@ -1,6 +1,7 @@
 """What the path between HTTP and the pass costs each process, a text: the engine's and the front ends' CPU.
 
-    .venv/bin/python -m bench.host [--seconds 8] [--rounds 3] [--workers 2] [--against ../before] [--queue | --spread]
+    .venv/bin/python -m bench.host [--seconds 8] [--rounds 3] [--workers 2] [--against ../before]
+                                   [--rerank | --queue | --spread]
 
 The service as ``python -m app.serve`` with ``ENCODER_WORKERS`` front ends around an engine, on the random BERT of
 one layer, 32 wide, of ``bench.frontend`` (a pass costs next to nothing: what is measured is everything else). Three
@@ -16,6 +17,9 @@ and the connections each front end holds.
 
 ``--against CHECKOUT`` starts another checkout's service beside this one (``git worktree add ../before <commit>``)
 and drives the two in turn, the order reversed every round: a change measured side by side.
+
+``--rerank`` drives /rerank instead, on a near-free cross-encoder (the same BERT with a one-logit head): 8 clients ×
+(one query, 32 documents), and 32 clients × (one query, one document); each figure a pair rather than a text.
 
 ``--queue`` measures instead, in a process of its own, the engine's own path without a pass: 16 concurrent requests
 of 32 texts (each a ``PackedTokens``, as a front end sends them) through a model's ``WorkQueue``, its ``Worker`` and
@@ -37,7 +41,7 @@ from pathlib import Path
 
 import orjson
 
-from bench.frontend import HOST, connections_held, process_tree, write_tiny_bert
+from bench.frontend import HOST, connections_held, process_tree, write_tiny_bert, write_tiny_cross_encoder
 from bench.run import ROOT, Connection, Run, cpu_seconds, drive, free_port, make_sentences, start_service, stop_all
 
 
@@ -93,13 +97,21 @@ async def drive_fresh(port: int, bodies: list[bytes], per_request: int, clients:
 
 
 async def phase(
-    pid: int, port: int, bodies: list[bytes], per_request: int, clients: int, seconds: float, fresh: bool = False
+    pid: int,
+    port: int,
+    bodies: list[bytes],
+    per_request: int,
+    clients: int,
+    seconds: float,
+    fresh: bool = False,
+    path: str = "/encode",
 ) -> Figures:
     engine_before, other_before = split_cpu(pid)
     if fresh:
         run = await drive_fresh(port, bodies, per_request, clients, seconds)
     else:
-        run = await drive("phase", HOST, port, "/encode", bodies, per_request, clients, seconds)
+        key = "results" if path == "/rerank" else "data"
+        run = await drive("phase", HOST, port, path, bodies, per_request, clients, seconds, key=key)
     engine_after, other_after = split_cpu(pid)
     if run.errors:
         raise RuntimeError(f"{run.errors} failed requests on port {port}")
@@ -121,11 +133,19 @@ LOADS = {
 }
 
 
-def table(results: dict[str, dict[str, list[Figures]]]) -> None:
+# documents a request, clients: /rerank's loads (one query a request)
+RERANK_LOADS = {
+    "8 clients × (1 query, 32 documents)": (32, 8, False),
+    "32 clients × (1 query, 1 document)": (1, 32, False),
+}
+
+
+def table(results: dict[str, dict[str, list[Figures]]], path: str = "/encode") -> None:
+    what = "pair" if path == "/rerank" else "text"
     for load, by_server in results.items():
-        print(f"\n{load}, /encode\n")
+        print(f"\n{load}, {path}\n")
         print(
-            "| service | texts/s (rounds) | median | engine µs a text | front ends µs a text "
+            f"| service | {what}s/s (rounds) | median | engine µs a {what} | front ends µs a {what} "
             "| front ends µs a request |"
         )
         print("|---|---|---:|---:|---:|---:|")
@@ -139,23 +159,34 @@ def table(results: dict[str, dict[str, list[Figures]]]) -> None:
             )
 
 
-async def compare(servers: dict[str, tuple[int, int]], rounds: int, seconds: float) -> None:
+def request_bodies(sentences: list[str], n: int, rerank: bool) -> list[bytes]:
+    """Bodies of ``n`` texts (or, for /rerank, a query and ``n`` documents) from ``sentences``, over and over."""
+    if rerank:
+        step = n + 1
+        return [
+            orjson.dumps({"query": sentences[i], "documents": sentences[i + 1 : i + step]})
+            for i in range(0, len(sentences) - step + 1, step)
+        ] * 400
+    return [orjson.dumps({"texts": sentences[i : i + n]}) for i in range(0, len(sentences) - n + 1, n)] * 400
+
+
+async def compare(servers: dict[str, tuple[int, int]], rounds: int, seconds: float, rerank: bool = False) -> None:
     sentences = make_sentences(4000)
-    bodies = {
-        load: [orjson.dumps({"texts": sentences[i : i + n]}) for i in range(0, len(sentences) - n + 1, n)] * 400
-        for load, (n, _, _) in LOADS.items()
-    }
+    loads, path = (RERANK_LOADS, "/rerank") if rerank else (LOADS, "/encode")
+    key = "results" if rerank else "data"
+    bodies = {load: request_bodies(sentences, n, rerank) for load, (n, _, _) in loads.items()}
     for _, port in servers.values():  # warm up
-        for load, (n, clients, _) in LOADS.items():
-            await drive("warm-up", HOST, port, "/encode", bodies[load][:300], n, clients, 3)
-    results: dict[str, dict[str, list[Figures]]] = {load: {name: [] for name in servers} for load in LOADS}
+        for load, (n, clients, _) in loads.items():
+            await drive("warm-up", HOST, port, path, bodies[load][:300], n, clients, 3, key=key)
+    results: dict[str, dict[str, list[Figures]]] = {load: {name: [] for name in servers} for load in loads}
     for round_ in range(rounds):
         order = list(servers) if round_ % 2 == 0 else list(reversed(servers))
-        for load, (n, clients, fresh) in LOADS.items():
+        for load, (n, clients, fresh) in loads.items():
             for name in order:
                 pid, port = servers[name]
-                results[load][name].append(await phase(pid, port, bodies[load], n, clients, seconds, fresh))
-    table(results)
+                figures = await phase(pid, port, bodies[load], n, clients, seconds, fresh, path)
+                results[load][name].append(figures)
+    table(results, path)
 
 
 QUEUE_SCRIPT = """
@@ -275,6 +306,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="ENCODER_WORKERS: the front ends")
     parser.add_argument("--env", nargs="*", default=[], help="NAME=value settings for the services")
     parser.add_argument("--against", type=Path, help="a checkout of the service to drive beside this one")
+    parser.add_argument("--rerank", action="store_true", help="/rerank on a near-free cross-encoder")
     parser.add_argument("--queue", action="store_true", help="the engine's queue path alone, in process")
     parser.add_argument("--spread", action="store_true", help="how the front ends share the connections")
     parser.add_argument("--connections", type=int, default=32, help="with --spread: connections a pool")
@@ -287,15 +319,16 @@ def main() -> None:
         checkouts = {"this checkout": ROOT, **({"before": args.against} if args.against is not None else {})}
         queue_path(checkouts, args.rounds)
         return
-    model = write_tiny_bert(Path(tempfile.mkdtemp(prefix="host-")) / "tiny")
+    directory = Path(tempfile.mkdtemp(prefix="host-"))
+    model = write_tiny_cross_encoder(directory / "ce") if args.rerank else write_tiny_bert(directory / "tiny")
     env = {
         "ENCODER_MODEL_DIR": str(model),
         "ENCODER_WORKERS": str(args.workers),
         **dict(item.split("=", 1) for item in args.env),
     }
     print(
-        f"ENCODER_WORKERS={args.workers}, the near-free model (1 layer, 32 wide), "
-        f"{args.rounds} rounds of {args.seconds:g} s"
+        f"ENCODER_WORKERS={args.workers}, the near-free {'cross-encoder' if args.rerank else 'model'} (1 layer, 32 "
+        f"wide), {args.rounds} rounds of {args.seconds:g} s"
     )
     processes: list[subprocess.Popen] = []
     try:
@@ -306,7 +339,7 @@ def main() -> None:
             port = free_port()
             processes.append(start_service(port, env, checkout=checkout, quiet=True, supervised=True))
             servers[name] = (processes[-1].pid, port)
-        asyncio.run(compare(servers, args.rounds, args.seconds))
+        asyncio.run(compare(servers, args.rounds, args.seconds, args.rerank))
     finally:
         stop_all(processes)
 

@@ -259,3 +259,16 @@ def test_services_taking_turns_read_their_settings_checkout_and_loads() -> None:
     assert parse_spec("ENCODER_DTYPE=a=b") == ({"ENCODER_DTYPE": "a=b"}, ROOT)
     assert parse_spec("") == ({}, ROOT)
     assert parse_load("4x32") == (4, 32) and parse_load("32X1") == (32, 1)
+
+
+def test_the_host_benchmark_sends_rerank_bodies_of_a_query_and_its_documents() -> None:
+    from bench.host import RERANK_LOADS, request_bodies
+
+    sentences = [f"sentence {i}" for i in range(100)]
+    (n, _, _) = RERANK_LOADS["8 clients × (1 query, 32 documents)"]
+    bodies = request_bodies(sentences, n, rerank=True)
+    first, second = orjson.loads(bodies[0]), orjson.loads(bodies[1])
+    assert first == {"query": "sentence 0", "documents": [f"sentence {i}" for i in range(1, 33)]}
+    assert second["query"] == "sentence 33" and len(second["documents"]) == 32
+    assert len(bodies) == 3 * 400  # as many whole requests as the sentences make, over and over
+    assert orjson.loads(request_bodies(sentences, 2, rerank=False)[1]) == {"texts": ["sentence 2", "sentence 3"]}

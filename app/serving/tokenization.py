@@ -4,9 +4,9 @@ Requests that arrive in the same turn of the event loop are tokenised together, 
 reading (truncation, special tokens, token strings kept or not). A small turn (a few short texts, tens of
 microseconds of work) is tokenised right there on the event loop, since handing it to a thread and back costs
 more than the work; a large one goes to a tokenisation thread (the ``tokenizers`` library releases the GIL while
-it works), so that neither the event loop nor the inference thread is held up by it. Single plain texts whose ids
-alone are read come by their words' pieces, kept in Python (``TextTokenizer.encode_packed``): a quarter of the
-library's CPU, though under the GIL. If a merged call fails, each
+it works), so that neither the event loop nor the inference thread is held up by it. Plain texts whose ids alone
+are read come by their words' pieces, kept in Python (``TextTokenizer.encode_packed``): a third of the library's
+CPU, though under the GIL. If a merged call fails, each
 request is tokenised alone: a text the tokenizer cannot take fails its own request with a 422 naming it, and
 nobody else's.
 """
@@ -157,8 +157,7 @@ class Tokenization:
         ``param`` names the request field in errors, with the text's index when ``indexed``. Without
         ``special_tokens`` the tokenizer adds none of its own. ``whole``: every token of every text, however long
         (``truncate`` is then not read). Without ``token_text`` the texts' ids and segment ids alone, tokenised
-        faster: tokenizers' encodings without token strings and offsets (with their special marks) for pairs, and
-        for single texts a ``PackedTokens`` (``TextTokenizer.encode_packed``), for a caller that reads nothing else.
+        faster, as a ``PackedTokens`` (``TextTokenizer.encode_packed``): for a caller that reads nothing else.
         """
         loop = asyncio.get_running_loop()
         reading = self.reading
@@ -236,8 +235,8 @@ class Tokenization:
         pairs = [pair for r in group for pair in (r.pairs or [None] * len(r.texts))] if paired else None
         encodings: Sequence[TokenSequence]
         try:
-            if pairs is None and not token_text:
-                encodings = self.tokenizer.encode_packed(texts, truncate, special, left)
+            if not token_text:
+                encodings = self.tokenizer.encode_packed(texts, pairs, truncate, special, left)
             else:
                 encodings = self.tokenizer.encode_unchecked(texts, pairs, truncate, special, left, token_text)
         except (KeyboardInterrupt, SystemExit):

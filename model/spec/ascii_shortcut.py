@@ -16,17 +16,19 @@ normalised text before all this.
 Only for callers that read ids, segment ids and special marks (``token_text`` false): the twin's token strings and
 offsets are not the ones the whole pipeline writes.
 
-Callers that read ids alone, of single texts, go shorter still (``WordPieces``): after that split a word's pieces
+Callers that read ids and segment ids alone go shorter still (``WordPieces``): after that split a word's pieces
 depend on the word alone, so each word's pieces are asked of the twin once and kept, and a text's ids are its
-words' pieces one after another between the post-processor's leading and trailing ids. Text repeats its words
-(of the 4,000 generated sentences of the benchmarks, 191 distinct): 6-8 against 26-38 µs of CPU a text, packing
-included (docs/benchmarks/host-path.md).
+words' pieces one after another inside the post-processor's fixed template (``[CLS] $A [SEP]``, ``[CLS] $A [SEP]
+$B:1 [SEP]:1``, found by probing it). Text repeats its words (of the 4,000 generated sentences of the benchmarks,
+191 distinct): 6.3-7.0 against 17.1-24.3 µs of CPU a text, 13.7 against 38.8 a reranker's pair, packing included
+(docs/benchmarks/host-path.md).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import chain
 
 from tokenizers import Encoding, Regex, Tokenizer, normalizers, pre_tokenizers
@@ -125,14 +127,81 @@ KEPT_WORDS = 1 << 15
 LONGEST_KEPT = 48
 
 
-class WordPieces:
-    """Single texts' ids by their words' pieces, each word's asked of a twin once and kept: for a BERT tokenizer
-    whose post-processor puts the same ids before and after every single text (``[CLS] $A [SEP]``), all of them in
-    segment 0. ``None`` where the tokenizer's post-processor is not of that form."""
+@dataclass(frozen=True)
+class Template:
+    """What a post-processor puts around a text's pieces, or a pair's, and the segment of each part: ``[CLS] $A
+    [SEP]``, ``[CLS] $A [SEP] $B:1 [SEP]:1``."""
 
-    def __init__(self, pieces: Tokenizer, lead: list[int], trail: list[int]) -> None:
+    lead: list[int]
+    lead_types: list[int]
+    first: int  # the first text's segment
+    mid: list[int]  # between a pair's texts (none for a single text)
+    mid_types: list[int]
+    second: int  # the second text's segment
+    trail: list[int]
+    trail_types: list[int]
+
+    @property
+    def zeros(self) -> bool:
+        """Every segment id 0 for a single text."""
+        return not (self.first or any(self.lead_types) or any(self.trail_types))
+
+    def ids(self, first: list[int], second: list[int] | None) -> list[int]:
+        if second is None:
+            return self.lead + first + self.trail
+        return self.lead + first + self.mid + second + self.trail
+
+    def types(self, first: list[int], second: list[int] | None) -> list[int]:
+        if second is None:
+            return self.lead_types + [self.first] * len(first) + self.trail_types
+        return (
+            self.lead_types
+            + [self.first] * len(first)
+            + self.mid_types
+            + [self.second] * len(second)
+            + self.trail_types
+        )
+
+    @classmethod
+    def of(cls, pieces: Tokenizer, pair: bool, special_tokens: bool) -> Template | None:
+        """The template ``pieces`` puts around a single text (or a pair), found by probing it, or None where its
+        output is not a fixed template around the texts' own pieces."""
+        a, b = (pieces.encode(probe, add_special_tokens=False).ids for probe in ("a", "b"))
+        probe = pieces.encode("a", "b" if pair else None, add_special_tokens=special_tokens)
+        ids, types = probe.ids, probe.type_ids
+        if len(a) != 1 or len(b) != 1 or a == b or ids.count(a[0]) != 1 or (pair and ids.count(b[0]) != 1):
+            return None
+        at = ids.index(a[0])
+        then = ids.index(b[0]) if pair else at
+        if then < at:
+            return None
+        template = cls(
+            ids[:at],
+            types[:at],
+            types[at],
+            ids[at + 1 : then],
+            types[at + 1 : then],
+            types[then],
+            ids[then + 1 :],
+            types[then + 1 :],
+        )
+        for first, second in (("", ""), ("two words", "a, b."), ("x", ""), ("", "y z")):  # it holds for any texts
+            whole = pieces.encode(first, second if pair else None, add_special_tokens=special_tokens)
+            content = [pieces.encode(text, add_special_tokens=False).ids for text in (first, second)]
+            made = (content[0], content[1] if pair else None)
+            if whole.ids != template.ids(*made) or whole.type_ids != template.types(*made):
+                return None
+        return template
+
+
+class WordPieces:
+    """Texts' ids by their words' pieces, each word's asked of a twin once and kept, between what the twin's
+    post-processor puts around a text or a pair (``Template``): for a BERT tokenizer whose post-processor is a fixed
+    template. ``None`` where it is not."""
+
+    def __init__(self, pieces: Tokenizer, templates: dict[tuple[bool, bool], Template]) -> None:
         self._pieces = pieces
-        self.lead, self.trail = lead, trail
+        self.templates = templates  # by (a pair, special tokens)
         self._kept: dict[str, list[int]] = {}
 
     @classmethod
@@ -140,40 +209,33 @@ class WordPieces:
         pieces = Tokenizer.from_str(twin.to_str())
         pieces.no_truncation()
         pieces.no_padding()
-        probe = pieces.encode("a", add_special_tokens=True)
-        bare = pieces.encode("a", add_special_tokens=False).ids
-        if len(bare) != 1 or probe.ids.count(bare[0]) != 1 or any(probe.type_ids):
-            return None
-        word = bare[0]
-        at = probe.ids.index(word)
-        made = cls(pieces, probe.ids[:at], probe.ids[at + 1 :])
-        for text in ("", "two words", "a, b."):  # the template holds for any single text
-            whole, content = pieces.encode(text, add_special_tokens=True), pieces.encode(text, add_special_tokens=False)
-            if any(whole.type_ids) or whole.ids != made.lead + content.ids + made.trail:
-                return None
-        return made
+        templates = {}
+        for pair in (False, True):
+            for special in (False, True):
+                template = Template.of(pieces, pair, special)
+                if template is None:
+                    return None
+                templates[(pair, special)] = template
+        return cls(pieces, templates)
 
-    def ids(self, texts: Sequence[str], special_tokens: bool) -> list[list[int]]:
-        """Each text's ids (``texts`` as ``AsciiShortcut.prepared`` gives them), with the template's where
-        ``special_tokens``; never cut."""
-        lead, trail = (self.lead, self.trail) if special_tokens else ([], [])
+    def content(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's pieces (``texts`` as ``AsciiShortcut.prepared`` gives them), no special tokens."""
         try:
-            return self._kept_words(texts, lead, trail)
+            return self._kept_words(texts)
         except KeyError:  # a word not kept yet
-            return self._asking(texts, lead, trail)
+            return self._asking(texts)
 
-    def _kept_words(self, texts: Sequence[str], lead: list[int], trail: list[int]) -> list[list[int]]:
+    def _kept_words(self, texts: Sequence[str]) -> list[list[int]]:
         kept, out = self._kept, []
         for text in texts:
-            ids = lead.copy()
+            ids: list[int] = []
             for word in WORD.findall(text):
                 ids += kept[word]
-            ids += trail
             out.append(ids)
         return out
 
-    def _asking(self, texts: Sequence[str], lead: list[int], trail: list[int]) -> list[list[int]]:
-        """``ids``, the words not kept asked of the twin in one call, and kept."""
+    def _asking(self, texts: Sequence[str]) -> list[list[int]]:
+        """``content``, the words not kept asked of the twin in one call, and kept."""
         words = [WORD.findall(text) for text in texts]
         kept = self._kept
         missing = {word for text in words for word in text if word not in kept}
@@ -185,12 +247,11 @@ class WordPieces:
         kept.update((word, ids) for word, ids in found.items() if len(word) <= LONGEST_KEPT)
         out = []
         for text in words:
-            ids = lead.copy()
+            ids: list[int] = []
             for word in text:
                 pieces = found.get(word) or kept.get(word)
                 if pieces is None:  # the store started again on another thread since
                     pieces = self._pieces.encode(word, add_special_tokens=False).ids
                 ids += pieces
-            ids += trail
             out.append(ids)
         return out

@@ -172,6 +172,19 @@ class Batch:
         return int(self.attention_mask.sum())
 
 
+def packed_rows(rows: Sequence[list[int]], types: Sequence[list[int] | None]) -> PackedTokens:
+    """Texts given as their ids and segment ids (None: all 0), packed."""
+    starts = np.frombuffer(array("q", accumulate(map(len, rows), initial=0)), dtype=np.int64)
+    total = int(starts[-1])
+    ids = np.frombuffer(array("i", chain.from_iterable(rows)), dtype=np.int32) if total else np.empty(0, np.int32)
+    if any(row is not None for row in types):
+        every = (bytes(len(row)) if row_types is None else row_types for row, row_types in zip(rows, types))
+        segments = np.frombuffer(array("b", chain.from_iterable(every)), dtype=np.int8)
+    else:
+        segments = np.zeros(total, dtype=np.int8)
+    return PackedTokens(ids, segments, starts)
+
+
 class TextTokenizer:
     """Batches of texts (or text pairs) to token ids, token strings, offsets and special-token masks."""
 
@@ -290,33 +303,66 @@ class TextTokenizer:
         return tokenizer.encode_batch_fast(inputs, add_special_tokens=special_tokens)
 
     def encode_packed(
-        self, texts: Sequence[str], truncate: bool = True, special_tokens: bool = True, left: bool = False
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str | None] | None = None,
+        truncate: bool = True,
+        special_tokens: bool = True,
+        left: bool = False,
     ) -> PackedTokens:
-        """``encode_unchecked`` without ``token_text`` for single texts, packed: ids and segment ids alone. A BERT
-        tokenizer takes plain ASCII text by its words' pieces (``WordPieces``: the same ids at about a quarter of the
-        time); other texts, and a text longer than ``max_tokens`` where ``truncate`` cuts it, go through the
-        library."""
+        """``encode_unchecked`` without ``token_text``, packed: ids and segment ids alone. A BERT tokenizer takes
+        plain ASCII text by its words' pieces (``WordPieces``: the same ids at about a third of the time); other
+        texts, and a text or pair longer than ``max_tokens`` where ``truncate`` cuts it, go through the library."""
+        if self._words is None:
+            return PackedTokens.of(self.encode_unchecked(texts, pairs, truncate, special_tokens, left, False))
+        seconds = pairs if pairs is not None else [None] * len(texts)
+        if len(seconds) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(seconds)} pairs")
+        rows, types = self._by_words(texts, seconds, special_tokens, self.max_tokens if truncate else None)
+        rest = [i for i, row in enumerate(rows) if row is None]
+        if rest:
+            encodings = self.encode_unchecked(
+                [texts[i] for i in rest],
+                [seconds[i] for i in rest] if pairs is not None else None,
+                truncate,
+                special_tokens,
+                left,
+                False,
+            )
+            for i, encoding in zip(rest, encodings):
+                rows[i], types[i] = encoding.ids, encoding.type_ids
+        return packed_rows(rows, types)  # type: ignore[arg-type]  # every row filled above
+
+    def _by_words(
+        self, texts: Sequence[str], seconds: Sequence[str | None], special_tokens: bool, limit: int | None
+    ) -> tuple[list[list[int] | None], list[list[int] | None]]:
+        """Each text's (or pair's) ids by its words' pieces and its segment ids (None: all 0); None for a row that
+        the shortcut does not take or that is longer than ``limit``."""
         words, shortcut = self._words, self._shortcut
-        if words is None or shortcut is None:
-            return PackedTokens.of(self.encode_unchecked(texts, None, truncate, special_tokens, left, False))
+        assert words is not None and shortcut is not None, "a WordPieces comes with its shortcut"
         prepared = [shortcut.prepared(text) for text in texts]
-        plain = [i for i, text in enumerate(prepared) if text is not None]
+        prepared_seconds = [None if pair is None else shortcut.prepared(pair) for pair in seconds]
+        plain = [
+            i
+            for i, (text, second) in enumerate(zip(prepared, seconds))
+            if text is not None and (second is None or prepared_seconds[i] is not None)
+        ]
+        # each distinct text's pieces once (a reranker's query is every pair's first text)
+        distinct = dict.fromkeys(prepared[i] for i in plain)
+        distinct.update(dict.fromkeys(prepared_seconds[i] for i in plain if seconds[i] is not None))
+        pieces = dict(zip(distinct, words.content(list(distinct))))  # type: ignore[arg-type]  # plain: prepared
+        single, pair = words.templates[(False, special_tokens)], words.templates[(True, special_tokens)]
         rows: list[list[int] | None] = [None] * len(texts)
-        limit = self.max_tokens if truncate else None
-        for i, row in zip(plain, words.ids([prepared[i] for i in plain], special_tokens)):  # type: ignore[misc]
+        types: list[list[int] | None] = [None] * len(texts)
+        for i in plain:
+            first, second = pieces[prepared[i]], None if seconds[i] is None else pieces[prepared_seconds[i]]
+            template = single if second is None else pair
+            row = template.ids(first, second)
             if limit is None or len(row) <= limit:
                 rows[i] = row
-        rest = [i for i, row in enumerate(rows) if row is None] if len(plain) < len(texts) or limit is not None else []
-        if rest:
-            encodings = self.encode_unchecked([texts[i] for i in rest], None, truncate, special_tokens, left, False)
-            for i, encoding in zip(rest, encodings):
-                rows[i] = encoding.ids
-        done: list[list[int]] = rows  # type: ignore[assignment]  # every row filled above
-        starts = np.frombuffer(array("q", accumulate(map(len, done), initial=0)), dtype=np.int64)
-        total = int(starts[-1])
-        ids = np.frombuffer(array("i", chain.from_iterable(done)), dtype=np.int32) if total else np.empty(0, np.int32)
-        # a single text's segment ids are all 0 under the post-processors WordPieces takes
-        return PackedTokens(ids, np.zeros(total, dtype=np.int8), starts)
+                if second is not None or not template.zeros:
+                    types[i] = template.types(first, second)
+        return rows, types
 
     def check_lengths(self, encodings: Sequence[TokenSequence]) -> None:
         """TooManyTokensError for the first encoding longer than ``max_tokens``."""

@@ -133,41 +133,51 @@ def test_the_truncating_twin_is_made_at_load_not_on_the_first_request(bundled_pa
     assert shortcut._twins == {id(tokenizer._truncating): made}  # used, not made again
 
 
-# ---- single texts by their words' pieces (WordPieces, TextTokenizer.encode_packed) ----
+# ---- texts and pairs by their words' pieces (WordPieces, TextTokenizer.encode_packed) ----
 
 
-def packed_rows(packed: PackedTokens) -> list[tuple[list[int], list[int]]]:
+def rows_of(packed: PackedTokens) -> list[tuple[list[int], list[int]]]:
     return [(text.ids, text.type_ids) for text in packed]
 
 
 @pytest.mark.parametrize("truncate", [True, False], ids=["truncated", "whole"])
 @pytest.mark.parametrize("special", [True, False], ids=["special tokens", "none"])
-def test_packed_single_texts_get_transformers_ids_and_segments(
-    bundled_model: TextEncoder, hf_tokenizer, monkeypatch, truncate: bool, special: bool
+@pytest.mark.parametrize("paired", [False, True], ids=["single", "pairs"])
+def test_packed_texts_get_transformers_ids_and_segments(
+    bundled_model: TextEncoder, hf_tokenizer, monkeypatch, truncate: bool, special: bool, paired: bool
 ) -> None:
     tokenizer = bundled_model.card.tokenizer.with_max_tokens(40)
-    texts = generated(random.Random(13), 400)
-    packed = tokenizer.encode_packed(texts, truncate, special)
+    rng = random.Random(13)
+    texts = generated(rng, 400)
+    # ("" as a pair: transformers reads none, the library an empty second segment; the library's pairs of "" are
+    # held to it in test_words_pieces_for_a_fixed_template)
+    pairs = [rng.choice([None, *generated(rng, 3)]) or None for _ in texts] if paired else None
+    packed = tokenizer.encode_packed(texts, pairs, truncate, special)
     assert isinstance(packed, PackedTokens) and len(packed) == len(texts)
-    reference = hf_tokenizer(
-        texts,
-        truncation=truncate,
-        max_length=40 if truncate else None,
-        add_special_tokens=special,
-    )
-    expected = list(zip(reference["input_ids"], reference["token_type_ids"], strict=True))
-    assert packed_rows(packed) == expected
+    expected = []
+    for text, pair in zip(texts, pairs or [None] * len(texts)):
+        reference = hf_tokenizer(
+            text,
+            pair,
+            truncation="longest_first" if truncate else False,
+            max_length=40 if truncate else None,
+            add_special_tokens=special,
+        )
+        expected.append((reference["input_ids"], reference["token_type_ids"]))
+    assert rows_of(packed) == expected
     words = tokenizer._words
     assert words is not None and len(words._kept) > 30  # the plain texts' words kept
     assert max(len(text.ids) for text in packed) > 40 or truncate  # texts longer than the limit among them
+    assert any(1 in text.type_ids for text in packed) is paired
     # again, every plain text's words kept now (but the one longer than the kept ones): none asked of the library
-    again = [i for i, text in enumerate(texts) if "supercalifragilistic" not in text]
+    again = [i for i, text in enumerate(texts) if "supercalifragilistic" not in text + str(pairs and pairs[i])]
     asked = []
     monkeypatch.setattr(words, "_asking", lambda *args: asked.append(args))
-    assert packed_rows(tokenizer.encode_packed([texts[i] for i in again], truncate, special)) == [
+    again_pairs = [pairs[i] for i in again] if pairs else None
+    assert rows_of(tokenizer.encode_packed([texts[i] for i in again], again_pairs, truncate, special)) == [
         expected[i] for i in again
     ]
-    assert not asked and 200 < len(again) < len(texts)
+    assert not asked and 150 < len(again) < len(texts)
 
 
 def test_packed_texts_cut_at_the_start_as_the_whole_pipeline_cuts(bundled_model: TextEncoder) -> None:
@@ -203,22 +213,34 @@ def test_kept_words_stay_bounded_and_right_as_the_store_starts_again(bundled_mod
 
 
 @pytest.mark.parametrize(
-    ("single", "taken"),
-    [("[CLS] $A [SEP]", True), ("$A [SEP]", True), ("$A", True), ("[CLS]:1 $A:1 [SEP]:1", False)],
-    ids=["bert", "trailing only", "none", "segment 1"],
+    ("single", "pair", "taken"),
+    [
+        ("[CLS] $A [SEP]", "[CLS] $A [SEP] $B:1 [SEP]:1", True),
+        ("$A [SEP]", "$A [SEP] $B [SEP]", True),
+        ("$A", "$A $B:1", True),
+        ("[CLS]:1 $A:1 [SEP]:1", "[CLS]:1 $A:1 [SEP]:0 $B:0 [SEP]:1", True),
+        ("$A [SEP] $A", "[CLS] $A [SEP] $B:1 [SEP]:1", False),
+        ("[CLS] $A [SEP]", "[CLS] $B:1 [SEP] $A [SEP]", False),
+    ],
+    ids=["bert", "trailing only", "none", "other segments", "a text twice", "the second first"],
 )
-def test_words_pieces_only_for_a_template_of_segment_0(bundled_path, single: str, taken: bool) -> None:
+def test_words_pieces_for_a_fixed_template(bundled_path, single: str, pair: str, taken: bool) -> None:
     library = Tokenizer.from_file(str(bundled_path / "tokenizer.json"))
     library.no_padding()
     library.post_processor = processors.TemplateProcessing(
-        single=single, pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 101), ("[SEP]", 102)]
+        single=single, pair=pair, special_tokens=[("[CLS]", 101), ("[SEP]", 102)]
     )
     tokenizer = TextTokenizer(library, 512)
     assert (tokenizer._words is not None) is taken
-    texts = generated(random.Random(23), 60)
-    packed = tokenizer.encode_packed(texts)
-    whole = library.encode_batch(texts)
-    assert packed_rows(packed) == [(e.ids, e.type_ids) for e in whole]
+    rng = random.Random(23)
+    texts = generated(rng, 60)
+    pairs = [rng.choice([None, "", *generated(rng, 3)]) for _ in texts]
+    for given in (None, pairs):
+        packed = tokenizer.encode_packed(texts, given)
+        whole = library.encode_batch(
+            texts if given is None else [t if p is None else (t, p) for t, p in zip(texts, given)]
+        )
+        assert rows_of(packed) == [(e.ids, e.type_ids) for e in whole]
 
 
 def test_a_tokenizer_without_the_shortcut_packs_the_library_s_encodings(bundled_path) -> None:
