@@ -84,6 +84,8 @@ def test_a_cased_tokenizer_keeps_its_case(bundled_path) -> None:
     whole = library.encode_batch(texts)
     assert [e.ids for e in fast] == [e.ids for e in whole]
     assert any(100 in e.ids for e in fast)  # upper-case words are [UNK] in the lower-case vocabulary, both ways
+    assert [text.ids for text in tokenizer.encode_packed(texts, truncate=False)] == [e.ids for e in whole]
+    assert tokenizer._words is not None and "QUICK" in tokenizer._words._kept  # kept as written, not lowered
 
 
 def test_an_added_token_is_matched_as_the_whole_pipeline_matches_it(bundled_model: TextEncoder) -> None:
