@@ -264,7 +264,9 @@ class Embeddings:
         chunked = inputs.chunk_overlap is not None
         if inputs.texts is not None and inputs.one:
             text, skip = self.prompted(served, inputs.texts, inputs.prompt_name, inputs.prompt)
-            encodings = list(await served.tokens.encode(text, param="input", indexed=False, whole=chunked))
+            encodings = list(
+                await served.tokens.encode(text, param="input", indexed=False, whole=chunked, token_text=chunked)
+            )
         elif inputs.texts is not None:
             self.check_batch(len(inputs.texts), "input")
             texts, skip = self.prompted(served, inputs.texts, inputs.prompt_name, inputs.prompt)
