@@ -6,9 +6,8 @@ microseconds of work) is tokenised right there on the event loop, since handing 
 more than the work; a large one goes to a tokenisation thread (the ``tokenizers`` library releases the GIL while
 it works), so that neither the event loop nor the inference thread is held up by it. Plain texts whose ids alone
 are read come by their words' pieces, kept in Python (``TextTokenizer.encode_packed``): a third of the library's
-CPU, though under the GIL. If a merged call fails, each
-request is tokenised alone: a text the tokenizer cannot take fails its own request with a 422 naming it, and
-nobody else's.
+CPU, though under the GIL. If a merged call fails, each request is tokenised alone: a text the tokenizer cannot
+take fails its own request with a 422 naming it, and nobody else's.
 """
 
 from __future__ import annotations
