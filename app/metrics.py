@@ -27,6 +27,7 @@ HTTP_METRICS = frozenset(
 )
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+PHASES = ("tokenization", "queue", "inference", "serialization")  # a request's, as encoder_request_seconds has them
 BATCH_TEXT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 BATCH_TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -91,6 +92,27 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        # Each route's labelled series, kept (app/web: every request observes seven of them)
+        self._answered: dict[tuple[str, str, int | str], tuple[Counter, Histogram]] = {}
+        self._phases: dict[str, tuple[Histogram, ...]] = {}
+
+    def observe_request(self, route: str, method: str, status: int | str, seconds: float) -> None:
+        """A request answered: counted by route, method and status, its whole time in the latency histogram."""
+        children = self._answered.get((route, method, status))
+        if children is None:  # labels() is looked up once a route, method and status: it costs as much as the count
+            children = self.requests.labels(route, method, str(status)), self.latency.labels(route, "total")
+            self._answered[route, method, status] = children
+        count, total = children
+        count.inc()
+        total.observe(seconds)
+
+    def observe_phases(self, route: str, *seconds: float) -> None:
+        """A request's time by phase (``PHASES``, in order) in the latency histogram."""
+        children = self._phases.get(route)
+        if children is None:
+            children = self._phases[route] = tuple(self.latency.labels(route, phase) for phase in PHASES)
+        for child, value in zip(children, seconds, strict=True):
+            child.observe(value)
 
     def observe_batch(self, texts: int, tokens: int, seconds: float) -> None:
         """Called on the inference thread after each forward pass (prometheus_client is thread-safe)."""

@@ -314,8 +314,7 @@ class RequestLog:
             seconds = time.perf_counter() - started
             route = scope.get("route")
             label = getattr(route, "path", None) or "unmatched"  # never the raw path: bounded label values
-            self.metrics.requests.labels(label, scope["method"], str(status)).inc()
-            self.metrics.latency.labels(label, "total").observe(seconds)
+            self.metrics.observe_request(label, scope["method"], status, seconds)
             timing = scope.get("state", {}).get("timing")
             extra = {"method": scope["method"], "path": scope["path"], "status": status, "ms": round(seconds * 1000, 2)}
             if timing is not None:

@@ -525,8 +525,7 @@ class TeiServicer:
     def _count(self, method: str, code: grpc.StatusCode, started: float, traced: TracedCall | None) -> None:
         seconds = time.perf_counter() - started
         route = f"/tei.v1.{method}"
-        self.state.metrics.requests.labels(route, "GRPC", code.name).inc()
-        self.state.metrics.latency.labels(route, "total").observe(seconds)
+        self.state.metrics.observe_request(route, "GRPC", code.name, seconds)
         extra = {} if traced is None else {"trace_id": traced.end(code)}
         access.info("GRPC %s %s %.1f ms", route, code.name, seconds * 1000, extra=extra)
 
