@@ -9,6 +9,7 @@ import select
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -25,10 +26,43 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+class SecondsKept:
+    """A time's text to the second, as ``strftime`` writes it through ``convert``, kept for the second it names:
+    a line a request asks it many times a second."""
+
+    def __init__(self, form: str, convert: Callable[[float], time.struct_time]) -> None:
+        self.form = form
+        self.convert = convert
+        self.second = -1
+        self.text = ""
+
+    def __call__(self, created: float) -> str:
+        second = int(created)
+        if second != self.second:
+            self.text = time.strftime(self.form, self.convert(second))
+            self.second = second
+        return self.text
+
+
+class TextFormatter(logging.Formatter):
+    """logging's own Formatter, its asctime (local time, to the millisecond) written once a second."""
+
+    def __init__(self, fmt: str) -> None:
+        super().__init__(fmt)
+        self.seconds = SecondsKept(self.default_time_format, time.localtime)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (logging's name)
+        return f"{self.seconds(record.created)},{int(record.msecs):03d}"  # as default_msec_format writes it
+
+
 class JsonFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds = SecondsKept("%Y-%m-%dT%H:%M:%S", time.gmtime)
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "time": f"{self.seconds(record.created)}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -126,7 +160,11 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
+    # What neither format writes is not looked up for each record (the logging HOWTO's "Optimization"): the caller's
+    # file and line (a walk up the stack), the thread, the process and its name.
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

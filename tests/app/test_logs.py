@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import select
 import threading
+import time
 
-from app.logs import BufferedStderrHandler
+from app.logs import BufferedStderrHandler, JsonFormatter, TextFormatter
 
 
 def read_available(fd: int, wait: float = 0.0) -> bytes:
@@ -30,6 +32,21 @@ def pipe_logger(name: str, interval: float) -> tuple[logging.Logger, BufferedStd
     logger.propagate = False
     logger.setLevel(logging.INFO)
     return logger, handler, read
+
+
+def test_times_written_once_a_second_equal_loggings_own_across_seconds() -> None:
+    """The text format's asctime as logging's Formatter writes it, the JSON's as time.strftime in UTC, for times within
+    one second, across a second's and a minute's turn, and back again (a clock set back)."""
+    form = "%(asctime)s %(levelname)s %(name)s %(message)s"
+    text, json_lines, reference = TextFormatter(form), JsonFormatter(), logging.Formatter(form)
+    start = 1_764_800_000.0  # 2025-12-03T22:13:20Z
+    for offset in (0.001, 0.5, 0.999, 1.0, 59.9996, 60.25, 0.75):
+        created = start + offset
+        record = logging.LogRecord("app.access", logging.INFO, __file__, 1, "a line", (), None)
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        assert text.format(record) == reference.format(record)
+        written = json.loads(json_lines.format(record))["time"]
+        assert written == time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(record.msecs):03d}Z"
 
 
 def test_request_lines_wait_and_any_other_line_writes_everything_at_once() -> None:
