@@ -54,10 +54,10 @@ def frame(message: Any) -> list[bytes | memoryview]:
     return parts
 
 
-def write(transport: asyncio.WriteTransport, message: Any) -> None:
-    """Send a message. Its arrays must not change afterwards: a transport may send from their memory later (from
-    Python 3.12 it keeps what the socket did not take at once without copying it)."""
-    parts = frame(message)
+def write_parts(transport: asyncio.WriteTransport, parts: list[bytes | memoryview]) -> None:
+    """A frame's parts written: joined where small, else each as it is. Its arrays must not change afterwards: a
+    transport may send from their memory later (from Python 3.12 it keeps what the socket did not take at once
+    without copying it)."""
     if len(parts) == 3 or sum(len(part) for part in parts) < ONE_WRITE_BYTES:
         transport.write(b"".join(parts))
     else:
@@ -85,7 +85,12 @@ def unframe(view: memoryview, own: bool) -> Any:
 class FrameReader(asyncio.BufferedProtocol):
     """A connection's protocol: each message read is handed to ``received``; ``lost`` is called once the
     connection ends (with its error, or None). Writing goes through ``send``. A frame that cannot be read, or
-    whose handling raises, is logged and dropped: the connection serves on (its request meets its deadline)."""
+    whose handling raises, is logged and dropped: the connection serves on (its request meets its deadline).
+
+    Small frames sent in one turn of the event loop go out together at its end, in one system call: under many
+    small requests a front end sends several tasks a turn, and the engine answers a pass's requests in one
+    (docs/benchmarks/host-path.md, "Per request: metrics, the watch, the log line, frames a turn (CPU)").
+    """
 
     def __init__(self, received: Callable[[Any], None], lost: Callable[[Exception | None], None]) -> None:
         self.received = received
@@ -97,21 +102,40 @@ class FrameReader(asyncio.BufferedProtocol):
         self.end = 0
         self.large: bytearray | None = None  # a large frame being read into its own memory
         self.filled = 0
+        self.held: list[bytes] = []  # small frames sent this turn of the loop, written at its end
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.loop = asyncio.get_running_loop()
 
     def connection_lost(self, error: Exception | None) -> None:
         self.transport = None
         self.lost(error)
 
     def send(self, message: Any) -> None:
+        """Send a message: a small one at the end of this turn of the loop, with the others sent in it; a large one
+        at once, after those."""
         if self.transport is None or self.transport.is_closing():
             raise ConnectionError("the connection has closed")
-        write(self.transport, message)
+        parts = frame(message)
+        if len(parts) > 3 and sum(len(part) for part in parts) >= ONE_WRITE_BYTES:
+            self.flush()
+            write_parts(self.transport, parts)
+            return
+        if not self.held and self.loop is not None:
+            self.loop.call_soon(self.flush)
+        self.held.append(b"".join(parts))
+
+    def flush(self) -> None:
+        """Write the frames held, in one system call."""
+        held, self.held = self.held, []
+        if held and self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(held)
 
     def close(self) -> None:
         if self.transport is not None:
+            self.flush()
             self.transport.close()
 
     def get_buffer(self, sizehint: int) -> memoryview:

@@ -108,6 +108,63 @@ async def test_over_a_unix_socket_each_side_gets_what_the_other_sent(tmp_path: P
         client.send(messages()[0])
 
 
+class RecordingTransport(asyncio.WriteTransport):
+    """A transport that keeps each write call's bytes, one entry a system call's worth."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[bytes] = []
+
+    def write(self, data: Any) -> None:
+        self.calls.append(bytes(data))
+
+    def writelines(self, list_of_data: Any) -> None:
+        self.calls.append(b"".join(bytes(data) for data in list_of_data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.calls.append(b"<closed>")
+
+
+def read_back(written: bytes) -> list[Any]:
+    reader = FrameReader(lambda _: None, lambda _: None)
+    got: list[Any] = []
+    reader.received = got.append
+    while written:  # fed in the reader's own buffers, as a socket would
+        view = reader.get_buffer(len(written))
+        n = min(len(view), len(written))
+        view[:n] = written[:n]
+        reader.buffer_updated(n)
+        written = written[n:]
+    return got
+
+
+async def test_small_frames_of_one_turn_go_out_in_one_write_and_a_large_one_after_them_in_order() -> None:
+    transport = RecordingTransport()
+    wire = FrameReader(lambda _: None, lambda _: None)
+    wire.connection_made(transport)
+    small = [messages()[0], messages()[1], messages()[3]]
+    for message in small:
+        wire.send(message)
+    assert transport.calls == []  # held until the turn ends
+    await asyncio.sleep(0)
+    assert len(transport.calls) == 1
+    assert all(same(a, b) for a, b in zip(small, read_back(transport.calls[0]), strict=True))
+    transport.calls.clear()
+    wire.send(messages()[0])
+    wire.send(messages()[2])  # 4.7 MB: at once, what was held written before it
+    assert len(transport.calls) > 1
+    assert all(
+        same(a, b) for a, b in zip([messages()[0], messages()[2]], read_back(b"".join(transport.calls)), strict=True)
+    )
+    await asyncio.sleep(0)  # nothing left to write at the turn's end
+    wire.send(messages()[5])
+    wire.close()  # what is held goes out before the connection closes
+    assert transport.calls[-1] == b"<closed>" and same(read_back(transport.calls[-2]), [messages()[5]])
+
+
 def test_a_frame_that_cannot_be_read_is_dropped_and_the_next_one_arrives(caplog: pytest.LogCaptureFixture) -> None:
     """A pickle naming a module this process lacks (as a result type of a module a front end never imports would):
     that message is lost, logged, and the connection reads on."""
