@@ -148,6 +148,11 @@ class Task:
     def batched(self) -> bool:
         return KINDS[self.kind].batched
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by its fields, as it is built: a slotted dataclass's own state sets each field by hand on the way
+        back, a task's largest cost in crossing after its texts."""
+        return Task, (self.kind, self.texts, self.options)
+
 
 # What a pass of a kind runs: its function of the loaded model (model/runtime/tasks.py, through the package face, which
 # imports it and torch on the first pass: a front end never does), given the pass's texts and options (for a batched

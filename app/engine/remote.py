@@ -72,6 +72,9 @@ class _Small:
     dtype: str
     shape: tuple[int, ...]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _Small, (self.data, self.dtype, self.shape)  # not a slotted dataclass's state, field by field
+
 
 def _restored(value: Any) -> np.ndarray:
     return _array(value.data, value.dtype, value.shape) if isinstance(value, _Small) else value
@@ -108,15 +111,17 @@ def _scored_rows(logits: Any, probabilities: Any) -> ScoredRows:
 
 
 def packed(kind: TaskKind, results: Sequence[Any]) -> Any:
-    """A task's results as they cross back: the batched kinds of fixed width in arrays, the rest as they are."""
-    if len(results) < PACK_AT:
-        return results
+    """A task's results as they cross back: the batched kinds of fixed width in arrays, the rest as they are. A
+    pass's answer in arrays already crosses as them however few its rows: a lone text's vector in an EmbeddedRows
+    costs about half the pickling of the EmbeddedTexts around it (numpy's own reduction of its array)."""
     if kind == "embed" and isinstance(results, EmbeddedTexts) and results.token_vectors is None:
         return EmbeddedRows(results.sentences)
-    if kind == "embed" and all(result.tokens is None for result in results):
-        return EmbeddedRows(np.stack([result.sentence for result in results]))
     if kind == "classify" and isinstance(results, ScoredTexts):
         return ScoredRows(results.logits, results.probabilities)
+    if len(results) < PACK_AT:
+        return results
+    if kind == "embed" and all(result.tokens is None for result in results):
+        return EmbeddedRows(np.stack([result.sentence for result in results]))
     if kind == "classify":
         return ScoredRows(
             np.stack([result.logits for result in results]), np.stack([result.probabilities for result in results])

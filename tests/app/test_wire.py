@@ -201,6 +201,8 @@ def test_a_batched_kinds_answer_crosses_in_arrays_and_arrives_equal() -> None:
         # a pass's own answers, as a request gets its slice of them
         ("embed", EmbeddedTexts(sentences)[1:5], EmbeddedRows),
         ("classify", ScoredTexts(logits, probabilities)[2:], ScoredRows),
+        ("embed", EmbeddedTexts(sentences)[3:4], EmbeddedRows),  # however few: a lone text's row too
+        ("classify", ScoredTexts(logits, probabilities)[5:], ScoredRows),
         ("embed", EmbeddedTexts(sentences, [None, tokens, None, None, None])[:4], EmbeddedTexts),
     ):
         sent = packed(kind, results)  # type: ignore[arg-type]
