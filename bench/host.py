@@ -9,7 +9,9 @@ loads on /encode, each for ``seconds`` a round: 16 clients × 32 texts and 32 cl
 connections, and 16 clients × 1 text opening a connection for each request. Over each phase the
 CPU time (user + system, every thread) of the engine process (``encoder-engine``) and of the rest of the service's
 processes (the front ends and their supervisor) is read from /proc: microseconds of CPU a text for each, and a
-request for the front ends under the one-text load, with the texts a second the whole service reached.
+request for the front ends under the one-text load, with the texts a second the whole service reached; and the CPU a
+request of the engine's event loop alone (its main thread: reading tasks, queueing them, writing answers), the part
+of the engine that one core must carry for every request whatever computes the passes.
 
 ``--spread`` measures instead how a service's front ends share the connections: the service started afresh (each
 checkout in turn), three pools of ``--connections`` keep-alive connections opened at once, one request on each,
@@ -51,6 +53,7 @@ class Figures:
     engine_us_a_text: float
     front_us_a_text: float
     front_us_a_request: float
+    engine_loop_us_a_request: float
 
 
 def comm(pid: int) -> str:
@@ -60,15 +63,17 @@ def comm(pid: int) -> str:
         return ""
 
 
-def split_cpu(pid: int) -> tuple[float, float]:
-    """CPU seconds of the engine and of the service's other processes (front ends, supervisor)."""
-    engine = other = 0.0
+def split_cpu(pid: int) -> tuple[float, float, float]:
+    """CPU seconds of the engine, of its event loop's thread (its main thread) alone, and of the service's other
+    processes (front ends, supervisor)."""
+    engine = loop = other = 0.0
     for member in process_tree(pid):
         if comm(member) == "encoder-engine":
             engine += cpu_seconds(member)
+            loop += cpu_seconds(member, thread=member)
         else:
             other += cpu_seconds(member)
-    return engine, other
+    return engine, loop, other
 
 
 async def drive_fresh(port: int, bodies: list[bytes], per_request: int, clients: int, seconds: float) -> Run:
@@ -106,13 +111,13 @@ async def phase(
     fresh: bool = False,
     path: str = "/encode",
 ) -> Figures:
-    engine_before, other_before = split_cpu(pid)
+    engine_before, loop_before, other_before = split_cpu(pid)
     if fresh:
         run = await drive_fresh(port, bodies, per_request, clients, seconds)
     else:
         key = "results" if path == "/rerank" else "data"
         run = await drive("phase", HOST, port, path, bodies, per_request, clients, seconds, key=key)
-    engine_after, other_after = split_cpu(pid)
+    engine_after, loop_after, other_after = split_cpu(pid)
     if run.errors:
         raise RuntimeError(f"{run.errors} failed requests on port {port}")
     texts = max(run.sentences, 1)
@@ -122,6 +127,7 @@ async def phase(
         1e6 * (engine_after - engine_before) / texts,
         1e6 * (other_after - other_before) / texts,
         1e6 * (other_after - other_before) / requests,
+        1e6 * (loop_after - loop_before) / requests,
     )
 
 
@@ -146,16 +152,17 @@ def table(results: dict[str, dict[str, list[Figures]]], path: str = "/encode") -
         print(f"\n{load}, {path}\n")
         print(
             f"| service | {what}s/s (rounds) | median | engine µs a {what} | front ends µs a {what} "
-            "| front ends µs a request |"
+            "| front ends µs a request | the engine's loop µs a request |"
         )
-        print("|---|---|---:|---:|---:|---:|")
+        print("|---|---|---:|---:|---:|---:|---:|")
         for name, figures in by_server.items():
             rates = [f.texts_per_s for f in figures]
             print(
                 f"| {name} | {', '.join(f'{r:.0f}' for r in rates)} | {statistics.median(rates):.0f} | "
                 f"{statistics.median(f.engine_us_a_text for f in figures):.1f} | "
                 f"{statistics.median(f.front_us_a_text for f in figures):.1f} | "
-                f"{statistics.median(f.front_us_a_request for f in figures):.0f} |"
+                f"{statistics.median(f.front_us_a_request for f in figures):.0f} | "
+                f"{statistics.median(f.engine_loop_us_a_request for f in figures):.1f} |"
             )
 
 

@@ -105,7 +105,7 @@ class Cpu:
 
     @classmethod
     def read(cls, service: int, clients: Sequence[int]) -> Cpu:
-        engine, front_ends = split_cpu(service)
+        engine, _, front_ends = split_cpu(service)
         busy, total = host_seconds()
         return cls(engine, front_ends, sum(cpu_seconds(pid) for pid in clients), busy, total, time.perf_counter())
 

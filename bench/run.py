@@ -136,7 +136,7 @@ def get(port: int, path: str) -> bytes:
     return reply.split(b"\r\n\r\n", 1)[1]
 
 
-def process_stat(pid: int) -> list[str] | None:
+def process_stat(pid: int | str) -> list[str] | None:
     """The fields of /proc/<pid>/stat after the command's name (state, ppid, …); None once the process is gone."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -144,9 +144,10 @@ def process_stat(pid: int) -> list[str] | None:
         return None
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of one process (every thread), in seconds; 0 once it is gone."""
-    fields = process_stat(pid)
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU time of one process (every thread), or of one of its threads (``thread``, its id: the
+    process's own id is its main thread), in seconds; 0 once it is gone."""
+    fields = process_stat(pid if thread is None else f"{pid}/task/{thread}")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else 0.0
 
 

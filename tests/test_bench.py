@@ -272,3 +272,27 @@ def test_the_host_benchmark_sends_rerank_bodies_of_a_query_and_its_documents() -
     assert second["query"] == "sentence 33" and len(second["documents"]) == 32
     assert len(bodies) == 3 * 400  # as many whole requests as the sentences make, over and over
     assert orjson.loads(request_bodies(sentences, 2, rerank=False)[1]) == {"texts": ["sentence 2", "sentence 3"]}
+
+
+def test_a_threads_cpu_time_is_its_own_and_the_process_holds_every_threads() -> None:
+    """bench.host's engine loop figure: the main thread's CPU read apart from the process's, which a busy other
+    thread adds to and the main thread's does not."""
+    import os
+    import threading
+    import time
+
+    from bench.run import cpu_seconds
+
+    pid = os.getpid()
+    process_before, main_before = cpu_seconds(pid), cpu_seconds(pid, thread=pid)
+
+    def burn() -> None:
+        started = time.thread_time()
+        while time.thread_time() - started < 0.3:
+            pass
+
+    worker = threading.Thread(target=burn)
+    worker.start()
+    worker.join()
+    process, main = cpu_seconds(pid) - process_before, cpu_seconds(pid, thread=pid) - main_before
+    assert process >= 0.25 and main < process - 0.2
