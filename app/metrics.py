@@ -92,7 +92,7 @@ class Metrics:
             ["model"],
             registry=r,
         )
-        # Each route's labelled series, kept (app/web: every request observes seven of them)
+        # Each route's labelled series, kept (app/web: every request observes six of them)
         self._answered: dict[tuple[str, str, int | str], tuple[Counter, Histogram]] = {}
         self._phases: dict[str, tuple[Histogram, ...]] = {}
 
