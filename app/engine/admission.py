@@ -16,7 +16,7 @@ from app.metrics import Metrics
 class Admission:
     """The one bound on the texts the service holds. Where the engine is a process of its own, a front end's
     admission has no ``limit`` (None): it counts its requests' texts, and the engine holds the bound for every
-    front end's tasks at once (app/engine/remote.py, ``Engine.run``), refusing past it as here."""
+    front end's tasks at once (app/engine/remote.py, ``Engine.start``), refusing past it as here."""
 
     def __init__(self, limit: int | None, seconds_per_text: Callable[[], float | None], metrics: Metrics) -> None:
         self.limit = limit
@@ -26,7 +26,15 @@ class Admission:
 
     @contextmanager
     def admit(self, n_texts: int) -> Iterator[None]:
-        """Count a request's texts in for the duration of the block; QueueFull when they would pass the limit.
+        """Count a request's texts in for the duration of the block (``enter``, then ``leave``)."""
+        self.enter(n_texts)
+        try:
+            yield
+        finally:
+            self.leave(n_texts)
+
+    def enter(self, n_texts: int) -> None:
+        """Count a request's texts in until ``leave``; QueueFull when they would pass the limit.
 
         A single request larger than the whole limit is still admitted when nothing else is in, so that a
         limit below max_batch_texts cannot make a valid request impossible.
@@ -38,10 +46,10 @@ class Admission:
                 retry_after_s=self.retry_after(),
             )
         self.admitted += n_texts
-        try:
-            yield
-        finally:
-            self.admitted -= n_texts
+
+    def leave(self, n_texts: int) -> None:
+        """Count out the texts of a request ``enter`` counted in (answered, failed or gone)."""
+        self.admitted -= n_texts
 
     def retry_after(self) -> int:
         """Seconds until what is admitted has likely been computed (1 to 60)."""

@@ -6,6 +6,7 @@ And what the engine asks of the served models (``Models``; app/serving/registry.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
@@ -16,6 +17,11 @@ class Runner(Protocol):
     async def run(self, task: Task, timing: Timing | None = None) -> Sequence[Any]:
         """The task's results, one per text (or one for a task that is not batched), once computed; ``timing`` is
         given where and how long it waited and computed, and carries the request's deadline."""
+        ...
+
+    def submit(self, task: Task, timing: Timing | None = None) -> asyncio.Future[Sequence[Any]]:
+        """The task queued at once, the future of ``run``'s value: for a caller that answers from a callback (the
+        engine's connections) rather than from a task of its own. Cancelling the future drops the task."""
         ...
 
     async def run_in_turn(self, tasks: Sequence[Task], timing: Timing | None = None) -> list[Any]:

@@ -146,7 +146,7 @@ class Connection:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.running: dict[int, asyncio.Task[None]] = {}
+        self.running: dict[int, asyncio.Future[Sequence[Any]]] = {}  # each task's results, by the request's id
         self.wire = FrameReader(self.received, self.lost)
         engine.connections.add(self)
 
@@ -160,9 +160,7 @@ class Connection:
     def dispatch(self, message: tuple[Any, ...]) -> None:
         kind, request_id = message[0], message[1]
         if kind == "task":
-            work = asyncio.ensure_future(self.engine.run(self, *message[1:]))
-            self.running[request_id] = work
-            work.add_done_callback(lambda _: self.running.pop(request_id, None))
+            self.engine.start(self, *message[1:])
         elif kind == "cancel":
             cancelled = self.running.pop(request_id, None)
             if cancelled is not None:
@@ -219,7 +217,7 @@ class Engine:
     def describe(self) -> dict[str, ModelFacts]:
         return {served.name: served.facts for served in self.registry}
 
-    async def run(
+    def start(
         self,
         connection: Connection,
         request_id: int,
@@ -228,30 +226,88 @@ class Engine:
         left_s: float,
         sent: tracing.Carried | None = None,  # the front end's span, where the request is traced
     ) -> None:
-        timing = Timing()
+        """Queue a front end's task within the admission bound and its request's time left, and reply once its future
+        is done (``Answer``): a future and a timer a request, no task of the event loop, whose creation and steps cost
+        the engine's loop about a tenth of its CPU a request (docs/benchmarks/host-path.md, "The engine answers from
+        callbacks, not a task a request (CPU)")."""
         traced = tracing.continued(sent) if sent is not None and tracing.TRACER is not None else None
+        timing = Timing()
+        n_texts = len(task.texts) if task.batched else 1
         try:
-            served = self.registry.get(model)
-            with self.admission.admit(len(task.texts) if task.batched else 1):
-                async with asyncio.timeout(left_s):
-                    result = await served.queue.run(task, timing)
-        except asyncio.CancelledError:
-            return  # cancelled by its front end: nobody waits for an answer
-        except TimeoutError:
-            # the request's own deadline, reached here first: its front end words and counts it (Responder.answer)
-            passed = DeadlinePassed("the request was not answered in time")
-            reply: tuple[Any, ...] = (request_id, "error", passed)
-        except EngineError as error:
-            reply = (request_id, "error", error)
+            queue = self.registry.get(model).queue
+            self.admission.enter(n_texts)
+            try:
+                future = queue.submit(task, timing)  # its spans go under the front end's, where traced
+            except BaseException:
+                self.admission.leave(n_texts)
+                raise
+        except EngineError as error:  # the admission's refusal, a queue closed by the stop
+            connection.reply((request_id, "error", error))
+            return
         except Exception:
             logger.exception("a %s task failed in the engine", task.kind)
-            reply = (request_id, "error", ComputeFailed("the model failed to compute this request"))
-        else:
-            reply = (request_id, "ok", packed(task.kind, result), (timing.queue_s, timing.inference_s))
+            connection.reply((request_id, "error", ComputeFailed("the model failed to compute this request")))
+            return
         finally:
             if traced is not None:
                 tracing.left(traced)
-        connection.reply(reply)
+        connection.running[request_id] = future
+        Answer(self.admission, connection, request_id, task.kind, n_texts, timing, future, left_s)
+
+
+class Answer:
+    """One task's way back to its front end: its reply once its future is done, ``DeadlinePassed`` if its request's
+    time runs out first (the future is then cancelled, its texts not yet taken dropped), none if its front end
+    cancelled it; its texts counted out of the admission either way."""
+
+    __slots__ = ("admission", "connection", "request_id", "kind", "n_texts", "timing", "future", "timer", "expired")
+
+    def __init__(
+        self,
+        admission: Admission,
+        connection: Connection,
+        request_id: int,
+        kind: TaskKind,
+        n_texts: int,
+        timing: Timing,
+        future: asyncio.Future[Sequence[Any]],
+        left_s: float,
+    ) -> None:
+        self.admission, self.connection, self.request_id = admission, connection, request_id
+        self.kind, self.n_texts, self.timing, self.future = kind, n_texts, timing, future
+        self.expired = False
+        self.timer = asyncio.get_running_loop().call_later(left_s, self.expire)
+        future.add_done_callback(self.done)
+
+    def expire(self) -> None:
+        if not self.future.done():
+            self.expired = True
+            self.future.cancel()
+
+    def done(self, future: asyncio.Future[Sequence[Any]]) -> None:
+        self.timer.cancel()
+        self.admission.leave(self.n_texts)
+        self.connection.running.pop(self.request_id, None)
+        if future.cancelled():
+            if self.expired:  # its own deadline, reached here first: its front end words and counts it
+                passed = DeadlinePassed("the request was not answered in time")
+                self.connection.reply((self.request_id, "error", passed))
+            return  # else cancelled by its front end, or its connection lost: nobody waits for an answer
+        error = future.exception()
+        reply: tuple[Any, ...]
+        if isinstance(error, EngineError):  # a failed pass's, or the queue's at the stop
+            reply = (self.request_id, "error", error)
+        elif error is not None:
+            logger.error("a %s task failed in the engine", self.kind, exc_info=error)
+            reply = (self.request_id, "error", ComputeFailed("the model failed to compute this request"))
+        else:
+            try:
+                times = (self.timing.queue_s, self.timing.inference_s)
+                reply = (self.request_id, "ok", packed(self.kind, future.result()), times)
+            except Exception:
+                logger.exception("a %s task's answer could not be packed", self.kind)
+                reply = (self.request_id, "error", ComputeFailed("the model failed to compute this request"))
+        self.connection.reply(reply)
 
 
 # ---- the front end's side ----
@@ -360,6 +416,9 @@ class EngineQueue:
             timing.queue_s += queue_s
             timing.inference_s += inference_s
         return result
+
+    def submit(self, task: Task, timing: Timing | None = None) -> asyncio.Future[Sequence[Any]]:
+        return asyncio.ensure_future(self.run(task, timing))
 
     async def run_in_turn(self, tasks: Sequence[Task], timing: Timing | None = None) -> list[Any]:
         results = []

@@ -281,17 +281,22 @@ class WorkQueue:
 
     async def run(self, task: Task, timing: Timing | None = None) -> Sequence[Any]:
         """The task's results: one per text, in the request's order, for a batched kind; else its one result."""
-        if task.batched and not task.texts:
-            return []
+        return await self.submit(task, timing)
+
+    def submit(self, task: Task, timing: Timing | None = None) -> asyncio.Future[Sequence[Any]]:
+        """The task queued now (QueueClosed once the queue is closed), its results' future (``run``'s value): cancelled,
+        its texts not yet taken are dropped unseen. Where the calling context is traced, its queue and inference spans
+        are recorded once the future is done."""
+        loop = asyncio.get_running_loop()
         parent = tracing.current()
-        ticket = Ticket(asyncio.get_running_loop(), len(task.texts) if task.batched else 1, timing, parent)
+        ticket = Ticket(loop, len(task.texts) if task.batched else 1, timing, parent)
+        if task.batched and not task.texts:
+            ticket.future.set_result([])
+            return ticket.future
         self.put([entry(ticket, task)])
-        if parent is None:
-            return await ticket.future
-        try:
-            return await ticket.future
-        finally:
-            ticket.traced(task.kind, len(task.texts))
+        if parent is not None:
+            ticket.future.add_done_callback(lambda _: ticket.traced(task.kind, len(task.texts)))
+        return ticket.future
 
     async def run_in_turn(self, tasks: Sequence[Task], timing: Timing | None = None) -> list[Any]:
         """The one result of each task (none batched), each queued only once the one before it is done, so that

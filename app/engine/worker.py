@@ -24,6 +24,7 @@ load) needs it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -281,6 +282,9 @@ class Computing:
 
     async def run(self, task: Task, timing: Timing | None = None) -> Sequence[Any]:
         return await self.queue.run(task, timing)
+
+    def submit(self, task: Task, timing: Timing | None = None) -> asyncio.Future[Sequence[Any]]:
+        return self.queue.submit(task, timing)
 
     async def run_in_turn(self, tasks: Sequence[Task], timing: Timing | None = None) -> list[Any]:
         return await self.queue.run_in_turn(tasks, timing)

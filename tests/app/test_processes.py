@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from app.engine.admission import Admission
-from app.engine.errors import ComputeFailed, QueueFull
+from app.engine.errors import ComputeFailed, DeadlinePassed, QueueFull
 from app.engine.messages import Task, Timing
 from app.engine.remote import Engine, EngineClient, EngineQueue, unpacked, wire_task
 from app.engine.work_queue import WorkQueue
@@ -499,6 +499,60 @@ async def test_the_engine_admits_every_front_ends_tasks_against_one_bound(
         blocking.release.set()
         await first.close()
         await second.close()
+        server.close()
+        worker.stop()
+
+
+async def test_the_engine_answers_a_task_out_of_time_and_drops_cancelled_and_orphaned_ones_uncomputed(
+    tmp_path: Path, tiny_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a pass that holds the lane: a task whose request's time runs out in the engine is answered
+    DeadlinePassed; one its front end cancels, and those of a front end whose connection closes, are dropped. None of
+    their texts is computed, each is counted out of the admission bound at once, and the connections serve on."""
+    blocking = Blocking()
+    standing_in(blocking, monkeypatch)
+    queue = WorkQueue()
+    worker = Worker(queue, tiny_model)
+    admission = Admission(100, lambda: None, Metrics())
+    path = str(tmp_path / "engine.sock")
+    engine = Engine(OneModel(queue), admission, Metrics())
+    server = await engine.serve(path)
+    first, second, third = EngineClient(path), EngineClient(path), EngineClient(path)
+    spec = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
+
+    def task(n: int) -> Task:
+        return wire_task(Task("embed", tiny_model.card.tokenizer.encode([f"text {i}" for i in range(n)]), spec))
+
+    waiting: list[asyncio.Future] = []
+    try:
+        for client in (first, second, third):
+            await client.start()
+        held = asyncio.ensure_future(first.request("task", "tiny", task(3), 30.0))
+        assert await asyncio.to_thread(blocking.computing.wait, 30)
+        with pytest.raises(DeadlinePassed):
+            async with asyncio.timeout(10):  # (not answered at all: a TimeoutError fails the test)
+                await second.request("task", "tiny", task(2), 0.2)  # its request's time runs out in the queue
+        assert admission.admitted == 3
+        cancelled = asyncio.ensure_future(second.request("task", "tiny", task(5), 30.0))
+        orphaned = asyncio.ensure_future(third.request("task", "tiny", task(7), 30.0))
+        waiting += [cancelled, orphaned]
+        await wait_until(lambda: admission.admitted == 15)
+        cancelled.cancel()  # the front end tells the engine
+        await wait_until(lambda: admission.admitted == 10)
+        await third.close()  # its front end gone with a task queued
+        await wait_until(lambda: admission.admitted == 3)
+        blocking.release.set()
+        (three, _) = await held
+        (one, _) = await second.request("task", "tiny", task(1), 30.0)
+        assert (len(unpacked(three)), len(unpacked(one))) == (3, 1)
+        assert (worker.stats.texts, queue.dropped, admission.admitted) == (4, 2 + 5 + 7, 0)
+        assert not any(connection.running for connection in engine.connections)  # none kept once answered or gone
+    finally:
+        blocking.release.set()
+        for future in waiting:
+            future.cancel()
+        for client in (first, second, third):
+            await client.close()
         server.close()
         worker.stop()
 
