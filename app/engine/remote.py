@@ -228,8 +228,8 @@ class Engine:
     ) -> None:
         """Queue a front end's task within the admission bound and its request's time left, and reply once its future
         is done (``Answer``): a future and a timer a request, no task of the event loop, whose creation and steps cost
-        the engine's loop about a tenth of its CPU a request (docs/benchmarks/host-path.md, "The engine answers from
-        callbacks, not a task a request (CPU)")."""
+        the engine's loop a tenth to a sixth of its CPU a request (docs/benchmarks/host-path.md, "The engine answers
+        from callbacks, not a task a request (CPU)")."""
         traced = tracing.continued(sent) if sent is not None and tracing.TRACER is not None else None
         timing = Timing()
         n_texts = len(task.texts) if task.batched else 1
