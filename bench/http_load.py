@@ -19,7 +19,8 @@ them as a log).
 
 Beside each load's rate, where its CPU went (``Cpu``, read from /proc as the clients start and once they finish):
 the cores the engine process, the front ends (with their supervisor) and the client processes kept busy, the
-engine's and the front ends' CPU µs a text, and how busy the host's cores were in all. Which of them is at its limit
+engine's and the front ends' CPU µs a text, the engine's event loop's CPU µs a request (its main thread), and how busy
+the host's cores were in all. Which of them is at its limit
 says what bounds the rate: the engine near one core, the front ends near their count, the clients, or the host
 itself. With ``ENCODER_WORKERS=1`` one process does everything: its CPU shows as the front ends', the engine's as 0.
 
@@ -97,6 +98,7 @@ class Cpu:
     client processes, and the host's busy and total time over every core (/proc/stat)."""
 
     engine: float
+    loop: float  # the engine's event loop's thread alone (its main thread)
     front_ends: float
     clients: float
     host_busy: float
@@ -105,12 +107,14 @@ class Cpu:
 
     @classmethod
     def read(cls, service: int, clients: Sequence[int]) -> Cpu:
-        engine, _, front_ends = split_cpu(service)
+        engine, loop, front_ends = split_cpu(service)
         busy, total = host_seconds()
-        return cls(engine, front_ends, sum(cpu_seconds(pid) for pid in clients), busy, total, time.perf_counter())
+        clients_s = sum(cpu_seconds(pid) for pid in clients)
+        return cls(engine, loop, front_ends, clients_s, busy, total, time.perf_counter())
 
-    def since(self, before: Cpu, texts: int) -> Spent:
-        """What each part spent between ``before`` and this reading, over which ``texts`` were answered."""
+    def since(self, before: Cpu, texts: int, requests: int) -> Spent:
+        """What each part spent between ``before`` and this reading, over which ``texts`` in ``requests`` were
+        answered."""
         seconds = max(self.at - before.at, 1e-9)
         return Spent(
             (self.engine - before.engine) / seconds,
@@ -118,6 +122,7 @@ class Cpu:
             (self.clients - before.clients) / seconds,
             1e6 * (self.engine - before.engine) / max(texts, 1),
             1e6 * (self.front_ends - before.front_ends) / max(texts, 1),
+            1e6 * (self.loop - before.loop) / max(requests, 1),
             (self.host_busy - before.host_busy) / max(self.host_total - before.host_total, 1e-9),
         )
 
@@ -125,19 +130,22 @@ class Cpu:
 @dataclass
 class Spent:
     """Over one load: the cores the engine, the front ends and the clients kept busy, the engine's and the front
-    ends' CPU µs a text, and the host's cores' share busy."""
+    ends' CPU µs a text, the engine's event loop's µs a request (the part of the engine every request costs whatever
+    computes its pass), and the host's cores' share busy."""
 
     engine_cores: float
     front_end_cores: float
     client_cores: float
     engine_us_a_text: float
     front_ends_us_a_text: float
+    loop_us_a_request: float
     host_busy: float
 
     def cells(self) -> str:
         return (
             f"{self.engine_cores:.2f} / {self.front_end_cores:.2f} / {self.client_cores:.2f} | "
-            f"{self.engine_us_a_text:.1f} / {self.front_ends_us_a_text:.1f} | {100 * self.host_busy:.0f} %"
+            f"{self.engine_us_a_text:.1f} / {self.front_ends_us_a_text:.1f} | {self.loop_us_a_request:.1f} | "
+            f"{100 * self.host_busy:.0f} %"
         )
 
 
@@ -304,7 +312,7 @@ def measured(
         seconds,
         at_start_and_end=lambda: readings.append(Cpu.read(service, clients)),
     )
-    return figures, readings[1].since(readings[0], figures.texts)
+    return figures, readings[1].since(readings[0], figures.texts, figures.requests)
 
 
 def spy(py_spy: str, pid: int, seconds: float, output: Path) -> subprocess.Popen:
@@ -385,9 +393,10 @@ def main() -> None:
     print(f"sentence-transformers in process: batch 32 {rates[32]:,.0f} texts/s, batch 256 {rates[256]:,.0f}\n")
     print(
         "| ENCODER_WORKERS, load | texts/s | requests/s | p50 ms | p99 ms | errors "
-        "| cores: engine / front ends / clients | CPU µs a text: engine / front ends | host busy |"
+        "| cores: engine / front ends / clients | CPU µs a text: engine / front ends "
+        "| the engine's loop µs a request | host busy |"
     )
-    print("|---|---:|---:|---:|---:|---:|---|---|---:|")
+    print("|---|---:|---:|---:|---:|---:|---|---|---:|---:|")
     context = multiprocessing.get_context("spawn")
     with context.Pool(args.processes) as pool:
         for workers in args.workers:
@@ -427,7 +436,7 @@ def main() -> None:
             f"p50 {figures.percentile_ms(50):.0f} ms, errors {figures.errors}); "
             f"the same pass in process {in_process:,.0f} tokens/s: "
             f"{tokens / in_process:.2f}×; cores engine / front ends / clients, CPU µs a text engine / front ends, "
-            f"host busy: {cpu.cells().replace(' | ', '; ')}"
+            f"the engine's loop µs a request, host busy: {cpu.cells().replace(' | ', '; ')}"
         )
 
 

@@ -24,6 +24,9 @@
 #   8. only where GPU_CHECK_STEPS names it, "profile": where the host's time goes, under py-spy (carry its wheel):
 #      the engine and a front end over each MiniLM load at 8 front ends (bench.http_load --profile), and /explain's
 #      pass in process under torch's and Python's profilers (bench.explain --profile)
+#   9. only where GPU_CHECK_STEPS names it, "lanes": step 5's MiniLM loads at 8 front ends with two compute lanes
+#      (ENCODER_COMPUTE_LANES=2: one lane pads the next batch while the other's pass runs), to hold against step 5's
+#      rows of one lane in the same run
 #
 # Each step has a time limit, so the run ends whatever a step does; each writes its log to $OUT (default
 # build/gpu-check) and a line to the summary printed at the end: eight logs (a lent machine hands back no more
@@ -102,6 +105,13 @@ if [[ " $STEPS " == *" profile "* ]]; then  # named alone: not part of the 8 min
     step profile 240 bash -c "$PY -m bench.http_load --profile --workers 8 --seconds 6 --py-spy $SPY && \
         $PY -m bench.explain --profile --rounds 5"
 fi
+if [[ " $STEPS " == *" lanes "* ]]; then  # named alone, beside "http": not part of the 8 minutes
+    if [ "$QUICK" = 1 ]; then
+        step lanes 120 "$PY" -m bench.http_load --quick --workers 2 --no-long --env ENCODER_COMPUTE_LANES=2
+    else
+        step lanes 120 "$PY" -m bench.http_load --seconds 4 --workers 8 --no-long --env ENCODER_COMPUTE_LANES=2
+    fi
+fi
 step cpu 90 env CUDA_VISIBLE_DEVICES= bash -c "$PY -m bench.run --quick --no-write --cases a,b,idle && \
     if $PY -c 'import openvino' 2>/dev/null; then $PY -m bench.runtimes --no-write; fi"
 
@@ -116,6 +126,8 @@ echo "== tests"
 tail -n 5 "$OUT/tests.log" 2>/dev/null
 echo "== http"
 grep -E '^## |^\| [0-9]|in process|over HTTP' "$OUT/http.log" 2>/dev/null
+echo "== lanes"
+grep -E '^## |^settings|^\| [0-9]' "$OUT/lanes.log" 2>/dev/null
 echo "== decoder"
 grep -E '^\||on cuda|on cpu' "$OUT/decoder.log" 2>/dev/null | tail -n 12
 echo "== explain"

@@ -233,7 +233,7 @@ def test_the_http_load_sums_what_its_client_processes_sent_and_got() -> None:
             assert len(figures.latencies) == figures.requests and figures.seconds > 0
             # the route is one process, not an engine: its CPU counts as a front end's; the clients' is their own
             assert spent.engine_cores == 0 and spent.front_end_cores > 0.05 and spent.client_cores > 0.05
-            assert 0 < spent.host_busy <= 1 and spent.front_ends_us_a_text > 0
+            assert 0 < spent.host_busy <= 1 and spent.front_ends_us_a_text > 0 and spent.loop_us_a_request == 0
             refused = [orjson.dumps({"texts": 7})] * 50  # not texts: 422 from the route
             bad = drive_processes(pool, port, refused, Load("1 × 1", 1, 1), 2, 0.3)
             assert bad.texts == 0 and bad.errors == bad.requests > 0
