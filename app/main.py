@@ -144,6 +144,10 @@ def create_app(
         lifespan=loading.lifespan,
         docs_url=None,  # served below from a package's files, not a CDN: /docs works offline
         redoc_url=None,  # ReDoc's page asks a CDN for its logo
+        # FastAPI's own OpenTelemetry spans, metrics and logs, off: the service traces its requests itself
+        # (app/tracing.py, across its processes), so a global provider that an agent sets would get each request
+        # twice; and FastAPI would ask OpenTelemetry for its three global providers on every request (3 µs each time).
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     offline_docs(app)
     app.state.settings = settings

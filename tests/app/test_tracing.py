@@ -151,6 +151,34 @@ async def test_each_request_span_holds_its_phases_and_its_pass_is_shared(
     assert shared, "no pass carried more than one request"
 
 
+async def test_a_global_provider_gets_no_second_span_from_the_framework(
+    receiver: Receiver, tiny_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent that sets OpenTelemetry's global tracer provider (opentelemetry-instrument does) gets no spans from
+    FastAPI's own instrumentation: each request is traced once, by the service."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    framework = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(framework))
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)  # the global, put back after the test
+    assert trace.get_tracer_provider() is provider
+    async with serving(Settings(), tiny_model) as service:
+        heads = {path: traceparent() for path in ("/encode", "/tokenize")}
+        for path, (head, _, _) in heads.items():
+            response = await service.client.post(path, json={"texts": ["a lazy dog"]}, headers={"traceparent": head})
+            assert response.status_code == 200, response.text
+        traced = {trace_id for _, trace_id, _ in heads.values()}
+        spans = receiver.wait_for(lambda spans: traced <= {span.trace_id for span in spans})
+    assert framework.get_finished_spans() == ()
+    for path, (_, trace_id, _) in heads.items():
+        (request,) = [span for span in spans if span.trace_id == trace_id and span.kind == SERVER]
+        assert request.name == f"POST {path}"
+
+
 def by_trace_request(spans: list[ReceivedSpan], trace_id: str) -> str:
     """The span id of the request span in ``trace_id``."""
     (request,) = [span for span in spans if span.trace_id == trace_id and span.kind == SERVER]
