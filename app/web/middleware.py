@@ -315,15 +315,22 @@ class RequestLog:
             route = scope.get("route")
             label = getattr(route, "path", None) or "unmatched"  # never the raw path: bounded label values
             self.metrics.observe_request(label, scope["method"], status, seconds)
-            timing = scope.get("state", {}).get("timing")
-            extra = {"method": scope["method"], "path": scope["path"], "status": status, "ms": round(seconds * 1000, 2)}
-            if timing is not None:
-                extra |= {
-                    "tokenization_ms": round(timing.tokenization_s * 1000, 2),
-                    "queue_ms": round(timing.queue_s * 1000, 2),
-                    "inference_ms": round(timing.inference_s * 1000, 2),
-                }
-            if span is not None:
-                extra["trace_id"] = span.end(label, status)
-            access.info("%s %s %d %.1f ms", scope["method"], scope["path"], status, seconds * 1000, extra=extra)
+            trace_id = None if span is None else span.end(label, status)
+            if access.isEnabledFor(logging.INFO):  # the line's fields only where it is written
+                self.log(scope, status, seconds, trace_id)
             request_id.reset(token)
+
+    @staticmethod
+    def log(scope: Scope, status: int, seconds: float, trace_id: str | None) -> None:
+        """The request's access line, its fields beside it for the JSON format."""
+        timing = scope.get("state", {}).get("timing")
+        extra = {"method": scope["method"], "path": scope["path"], "status": status, "ms": round(seconds * 1000, 2)}
+        if timing is not None:
+            extra |= {
+                "tokenization_ms": round(timing.tokenization_s * 1000, 2),
+                "queue_ms": round(timing.queue_s * 1000, 2),
+                "inference_ms": round(timing.inference_s * 1000, 2),
+            }
+        if trace_id is not None:
+            extra["trace_id"] = trace_id
+        access.info("%s %s %d %.1f ms", scope["method"], scope["path"], status, seconds * 1000, extra=extra)

@@ -119,6 +119,13 @@ async def test_one_log_line_per_request_with_its_id_and_never_its_body(
     everything = " ".join(f"{r.getMessage()} {vars(r)}" for r in caplog.records)
     assert secret not in everything
     assert vars(lines[0])["request_id"] == "log-check"
+    caplog.clear()
+    labels = {"method": "POST", "route": "/encode", "status": "200"}
+    counted = metric((await client.get("/metrics")).text, "encoder_requests_total", 0.0, **labels)
+    with caplog.at_level(logging.WARNING):  # ENCODER_LOG_LEVEL=warning: no access line, the request counted still
+        assert (await client.post("/encode", json={"texts": "quiet"})).status_code == 200
+    assert not [r for r in caplog.records if r.name == "app.access"]
+    assert metric((await client.get("/metrics")).text, "encoder_requests_total", **labels) == counted + 1
 
 
 def test_json_log_lines_carry_the_request_id_and_extra_fields() -> None:

@@ -7,6 +7,7 @@ and a misconfiguration said in one line at start."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import subprocess
@@ -152,10 +153,10 @@ async def test_each_request_span_holds_its_phases_and_its_pass_is_shared(
 
 
 async def test_a_global_provider_gets_no_second_span_from_the_framework(
-    receiver: Receiver, tiny_model: TextEncoder, monkeypatch: pytest.MonkeyPatch
+    receiver: Receiver, tiny_model: TextEncoder, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An agent that sets OpenTelemetry's global tracer provider (opentelemetry-instrument does) gets no spans from
-    FastAPI's own instrumentation: each request is traced once, by the service."""
+    FastAPI's own instrumentation: each request is traced once, by the service, and its log line names that trace."""
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -166,6 +167,7 @@ async def test_a_global_provider_gets_no_second_span_from_the_framework(
     provider.add_span_processor(SimpleSpanProcessor(framework))
     monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)  # the global, put back after the test
     assert trace.get_tracer_provider() is provider
+    caplog.set_level(logging.INFO, logger="app.access")
     async with serving(Settings(), tiny_model) as service:
         heads = {path: traceparent() for path in ("/encode", "/tokenize")}
         for path, (head, _, _) in heads.items():
@@ -174,9 +176,11 @@ async def test_a_global_provider_gets_no_second_span_from_the_framework(
         traced = {trace_id for _, trace_id, _ in heads.values()}
         spans = receiver.wait_for(lambda spans: traced <= {span.trace_id for span in spans})
     assert framework.get_finished_spans() == ()
+    lines = {record.getMessage().split()[1]: vars(record) for record in caplog.records if record.name == "app.access"}
     for path, (_, trace_id, _) in heads.items():
         (request,) = [span for span in spans if span.trace_id == trace_id and span.kind == SERVER]
         assert request.name == f"POST {path}"
+        assert lines[path]["trace_id"] == trace_id and lines[path]["status"] == 200
 
 
 def by_trace_request(spans: list[ReceivedSpan], trace_id: str) -> str:
