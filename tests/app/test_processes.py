@@ -461,6 +461,10 @@ async def test_a_task_sent_to_the_engine_carries_the_time_its_request_has_left(t
     left = [message[-1] for message in sent]
     assert 1.5 < left[0] <= 2.0 and left[1:] == [0.0, 30.0, 30.0], left
     assert [message[:2] for message in sent] == [("task", "tiny")] * 4
+    # ``submit`` (the Runner's way to answer from a callback) queues the same task at once, its future run's value
+    submitted = queue.submit(task, Timing(deadline=now + 2.0))
+    assert isinstance(submitted, asyncio.Future) and await submitted == ["done"]
+    assert sent[-1][:2] == ("task", "tiny") and 1.5 < sent[-1][-1] <= 2.0
 
 
 async def test_the_engine_admits_every_front_ends_tasks_against_one_bound(
