@@ -1,7 +1,7 @@
 """The C allocator (glibc's malloc) bounded, so that what a burst of requests takes goes back to the system.
 
 Measured with bench/soak.py (docs/benchmarks/memory.md, "The allocator bounded (CPU)"): under 16 clients sending
-every endpoint, the service held 400-500 MiB more than when idle, and about 100 MiB of it after the load. Two of
+every endpoint, the service held 400-500 MiB more than when idle, and about 100 MiB of it after the load. Three of
 glibc's habits are bounded here:
 
 - each thread that allocates may get an arena of its own, up to eight a core (the service runs a dozen threads:
@@ -11,9 +11,16 @@ glibc's habits are bounded here:
   freed so far, up to 32 MiB: fixed at 16 MiB, the large answers and inspection tensors are always returned, while
   a pass's activations (a few MiB for all-MiniLM-L6-v2) stay in the heap, reused pass after pass. At glibc's
   initial 128 KiB the service held half as much under load, but make bench's passes of 32 texts ran 0.68-0.79 times
-  as fast (every activation mapped and faulted in afresh); MALLOC_MMAP_THRESHOLD_=131072 chooses that instead.
+  as fast (every activation mapped and faulted in afresh); MALLOC_MMAP_THRESHOLD_=131072 chooses that instead;
+- a fixed mapping threshold also fixes the threshold above which free() hands the heap's top back to the system at
+  its initial 128 KiB (glibc raises it to twice the mapping threshold only while that one rises by itself): each
+  pass's activations, freed at the top of the heap, were handed back and faulted in again by the next pass (a pass
+  of 32 texts on torch, all-MiniLM-L6-v2: 12,500-19,600 page faults, 1.09-1.17 times the time). It is bounded at
+  32 MiB, twice the mapping threshold as glibc's own rule has it; what the heap holds beyond its size when ready
+  the watch below hands back.
 
-The environment's own MALLOC_ARENA_MAX and MALLOC_MMAP_THRESHOLD_ win, and other C libraries are left alone.
+The environment's own MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ win, and other C
+libraries are left alone.
 
 Under a steady load the heap still grows: blocks freed between live ones cannot be reused for larger requests, and
 glibc hands nothing back in the middle of its heap unless asked (a process computing passes of 1 to 64 texts one
@@ -35,8 +42,12 @@ from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
-M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # mallopt's parameters (malloc.h)
-BOUNDS = {"MALLOC_MMAP_THRESHOLD_": (M_MMAP_THRESHOLD, 16 * 2**20), "MALLOC_ARENA_MAX": (M_ARENA_MAX, 2)}
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8  # mallopt's parameters (malloc.h)
+BOUNDS = {
+    "MALLOC_MMAP_THRESHOLD_": (M_MMAP_THRESHOLD, 16 * 2**20),
+    "MALLOC_TRIM_THRESHOLD_": (M_TRIM_THRESHOLD, 32 * 2**20),
+    "MALLOC_ARENA_MAX": (M_ARENA_MAX, 2),
+}
 
 
 def _glibc() -> ctypes.CDLL | None:
