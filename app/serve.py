@@ -203,9 +203,11 @@ def front_end_main(listener: socket.socket, path: str, parent: int, keep_alive_s
     import uvicorn
 
     from app.main import create_app, exit_process
+    from app.metrics import defer_writes
 
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)
+    defer_writes()  # its counts written once a loop turn, before its metrics are made
     app = create_app(settings, on_load_failure=exit_process, engine=path)  # once it serves, its count is in held
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=keep_alive_s)
     sharing_server(config, listener, held, index).run(sockets=[])
