@@ -12,7 +12,7 @@ from typing import Any
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import tracing
+from app import logs, tracing
 from app.errors import error_response
 from app.logs import request_id
 from app.metrics import Metrics
@@ -333,4 +333,8 @@ class RequestLog:
             }
         if trace_id is not None:
             extra["trace_id"] = trace_id
-        access.info("%s %s %d %.1f ms", scope["method"], scope["path"], status, seconds * 1000, extra=extra)
+        lines = logs.INFO_LINES
+        if lines is not None and lines.stands(access):  # the same line, the short way (app/logs.py)
+            lines.write(access.name, f"{scope['method']} {scope['path']} {status:d} {seconds * 1000:.1f} ms", extra)
+        else:
+            access.info("%s %s %d %.1f ms", scope["method"], scope["path"], status, seconds * 1000, extra=extra)

@@ -6,8 +6,12 @@ import json
 import logging
 import os
 import select
+import subprocess
+import sys
 import threading
 import time
+
+import pytest
 
 from app.logs import BufferedStderrHandler, JsonFormatter, TextFormatter
 
@@ -120,3 +124,72 @@ def test_lines_of_several_writers_on_one_pipe_never_mix() -> None:
         for line in mine:
             i = int(line[1:5])
             assert line == f"{tag}{i:04d}" + tag * lengths[i % len(lengths)]
+
+
+SHORT_AND_LONG_WAY = """
+import json, logging, sys, time
+from app import logs
+from app.web.middleware import RequestLog, access
+
+logs.configure_logging("info", sys.argv[1])
+time.time = lambda: 1_764_800_000.25  # one instant for both ways (the one LogRecord takes on 3.11)
+time.time_ns = lambda: 1_764_800_000_250_000_000  # and on 3.12 and later
+logs.request_id.set("4f1c2a")
+
+
+class Timing:
+    tokenization_s, queue_s, inference_s = 0.0001, 0.00231, 0.0004
+
+
+scope = {"method": "POST", "path": "/encode", "state": {"timing": Timing()}}
+assert logs.INFO_LINES is not None and logs.INFO_LINES.stands(access)  # the service's own configuration: short
+RequestLog.log(scope, 200, 0.00123, "0af7651916cd43dd8448eb211c80319c")
+keep_all = logging.Filter()
+access.addFilter(keep_all)  # something on logging's way: it is taken
+assert not logs.INFO_LINES.stands(access)
+RequestLog.log(scope, 200, 0.00123, "0af7651916cd43dd8448eb211c80319c")
+access.removeFilter(keep_all)
+seen = []
+caught = logging.Handler()
+caught.emit = seen.append
+logging.getLogger().addHandler(caught)  # a handler added to the root (a test's capture) gets the line
+RequestLog.log(scope, 404, 0.002, None)
+assert [record.getMessage() for record in seen] == ["POST /encode 404 2.0 ms"], seen
+logging.getLogger().removeHandler(caught)
+logging.getLogger().handlers[0].flush()
+"""
+
+
+@pytest.mark.parametrize("form", ["text", "json"])
+def test_the_access_line_the_short_way_is_the_line_loggings_way_writes(form: str) -> None:
+    """A request's line written the short way (app/logs.py's InfoLines) and the same through logging's own Logger,
+    LogRecord, filter and formatter, at one instant, in each format: the same line; and with a handler added to the
+    root, the record reaches it."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ".", "TZ": "UTC"}
+    done = subprocess.run(
+        [sys.executable, "-c", SHORT_AND_LONG_WAY, form], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 3, lines
+    short, long, caught = lines
+    assert short == long
+    if form == "text":
+        assert short == "2025-12-03 22:13:20,250 INFO app.access [4f1c2a] POST /encode 200 1.2 ms"
+    else:
+        assert json.loads(short) == {
+            "time": "2025-12-03T22:13:20.250Z",
+            "level": "info",
+            "logger": "app.access",
+            "message": "POST /encode 200 1.2 ms",
+            "request_id": "4f1c2a",
+            "method": "POST",
+            "path": "/encode",
+            "status": 200,
+            "ms": 1.23,
+            "tokenization_ms": 0.1,
+            "queue_ms": 2.31,
+            "inference_ms": 0.4,
+            "trace_id": "0af7651916cd43dd8448eb211c80319c",
+        }
+    assert "404 2.0 ms" in caught
