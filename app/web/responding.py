@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -70,39 +71,71 @@ class ClientGone(Exception):
 # a task a request, started and cancelled, cost the front ends several per cent of their CPU under many small
 # requests. A client that leaves sooner is noticed then, its texts computed meanwhile if their turn came.
 WATCH_AFTER_S = 0.1
+TICK_S = 0.05  # how often the requests in flight are looked at: a deadline is kept, and a watch starts, within a tick
 
 
-async def until_disconnected(request: Request, work: Awaitable[Any]) -> Any:
-    """Await ``work`` in the calling task; if the client goes away first, cancel it (its queued texts are then never
-    computed) and raise ClientGone. Once the work has run ``WATCH_AFTER_S``, one task watches the connection: the work
-    needs none of its own."""
-    current = asyncio.current_task()
-    assert current is not None, "called from a task"
-    loop = asyncio.get_running_loop()
-    gone = False
-    watcher: asyncio.Task[None] | None = None
+class Flight:
+    """A request being worked on: its task, its deadline and, for HTTP, its request, watched from ``watch_at``."""
 
-    async def watch() -> None:
-        nonlocal gone
-        await disconnected(request)
-        gone = True
-        current.cancel()
+    __slots__ = ("task", "deadline", "watch_at", "request", "watcher", "reason")
 
-    def start_watching() -> None:
-        nonlocal watcher
-        watcher = loop.create_task(watch())
+    def __init__(self, task: asyncio.Task[Any], deadline: float, watch_at: float, request: Request | None) -> None:
+        self.task, self.deadline, self.watch_at, self.request = task, deadline, watch_at, request
+        self.watcher: asyncio.Task[None] | None = None
+        self.reason: str | None = None  # why InFlight cancelled its task: "deadline" or "gone"
 
-    timer = loop.call_later(WATCH_AFTER_S, start_watching)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if gone and current.uncancel() == 0:  # the watcher's cancellation alone (not a deadline's, not a shutdown's)
-            raise ClientGone from None
-        raise
-    finally:
-        timer.cancel()
-        if watcher is not None:
-            watcher.cancel()
+
+class InFlight:
+    """The requests an event loop works on, looked at every TICK_S by one task that runs while any is in flight,
+    rather than by two timers a request, a deadline's and the connection watch's: those cost 6.7 µs of the loop a
+    request (``asyncio.timeout`` 4.3, ``call_later`` and its cancel 2.4), an entry here about 1 (measured in process,
+    100,000 requests; docs/benchmarks/host-path.md).
+
+    Past its deadline a request's task is cancelled (``Responder.run`` answers 503 timeout); one that has run
+    WATCH_AFTER_S gets a task that watches its client's connection, and the client gone, the request's task is
+    cancelled (its queued texts are then never computed; ``Responder.answer`` answers 499)."""
+
+    def __init__(self) -> None:
+        self.flights: set[Flight] = set()
+        self.sweeper: asyncio.Task[None] | None = None
+
+    def enter(self, now: float, deadline: float, request: Request | None) -> Flight:
+        """The calling task's request, in flight from ``now`` (its loop's time) until ``leave``."""
+        task = asyncio.current_task()
+        assert task is not None, "called from a task"
+        flight = Flight(task, deadline, now + WATCH_AFTER_S if request is not None else math.inf, request)
+        self.flights.add(flight)
+        sweeper = self.sweeper
+        if sweeper is None or sweeper.done() or sweeper.get_loop() is not task.get_loop():
+            self.sweeper = task.get_loop().create_task(self.sweep())
+        return flight
+
+    def leave(self, flight: Flight) -> None:
+        self.flights.discard(flight)
+        if flight.watcher is not None:
+            flight.watcher.cancel()
+
+    async def sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.flights:
+            await asyncio.sleep(TICK_S)
+            now = loop.time()
+            for flight in list(self.flights):
+                if flight.reason is not None or flight.task.get_loop() is not loop:
+                    continue
+                if flight.deadline <= now:
+                    flight.reason = "deadline"
+                    flight.task.cancel()
+                elif flight.watch_at <= now and flight.watcher is None:
+                    flight.watcher = loop.create_task(self.watch(flight))
+
+    @staticmethod
+    async def watch(flight: Flight) -> None:
+        assert flight.request is not None
+        await disconnected(flight.request)
+        if flight.reason is None:
+            flight.reason = "gone"
+            flight.task.cancel()
 
 
 async def disconnected(request: Request) -> None:
@@ -116,6 +149,7 @@ class Responder:
         self.admission = admission
         self.metrics = metrics
         self.request_timeout_s = request_timeout_s
+        self.in_flight = InFlight()
 
     async def serve(
         self,
@@ -129,19 +163,31 @@ class Responder:
         served = registry.get(getattr(body, "model", None))
         return await self.answer(request, lambda timing: work(served, body, timing), body.admitted_texts)
 
-    async def run(self, work: Callable[[Timing], Awaitable[R]], n_texts: int = 1) -> tuple[R, Timing]:
+    async def run(
+        self, work: Callable[[Timing], Awaitable[R]], n_texts: int = 1, request: Request | None = None
+    ) -> tuple[R, Timing]:
         """Admit ``n_texts`` (429 overloaded past the limit) and await ``work(timing)`` within the deadline (503
         timeout past it): its value, and where its time went. What every transport's answer is made of (HTTP here,
-        gRPC in app/api/tei/grpc)."""
-        timing = Timing(deadline=asyncio.get_running_loop().time() + self.request_timeout_s)
+        gRPC in app/api/tei/grpc). With ``request``, its client's leaving cancels the work (ClientGone)."""
+        now = asyncio.get_running_loop().time()
+        deadline = now + self.request_timeout_s
+        timing = Timing(deadline=deadline)
         current = REQUEST_TIMING.set(timing)  # the tokenisation stage adds its time to it
         try:
             with self.admission.admit(n_texts):
+                flight = self.in_flight.enter(now, deadline, request)
                 try:
-                    async with asyncio.timeout(self.request_timeout_s):  # no task of its own, unlike wait_for
-                        return await work(timing), timing
-                except (TimeoutError, DeadlinePassed):  # the deadline here, or where the engine runs apart
+                    return await work(timing), timing
+                except asyncio.CancelledError:
+                    if flight.reason is None or flight.task.uncancel() > 0:  # not InFlight's alone (a shutdown's)
+                        raise
+                    if flight.reason == "gone":
+                        raise ClientGone from None
                     raise self.timed_out() from None
+                except (TimeoutError, DeadlinePassed):  # the deadline where the engine runs apart
+                    raise self.timed_out() from None
+                finally:
+                    self.in_flight.leave(flight)
         except EngineError as error:  # admission's refusal, the engine's failure or its stop: the client's words
             raise client_error(error) from None
         finally:
@@ -179,12 +225,12 @@ class Responder:
         The response carries the time spent queued, computing and serialising, in milliseconds.
         """
 
-        async def watched(timing: Timing) -> Reply:
+        def timed(timing: Timing) -> Awaitable[Reply]:
             request.state.timing = timing  # the request log reads it
-            return await until_disconnected(request, work(timing))
+            return work(timing)
 
         try:
-            reply, timing = await self.run(watched, n_texts)
+            reply, timing = await self.run(timed, n_texts, request)
         except ClientGone:
             logger.info("client gone: %s %s dropped", request.method, request.url.path)
             return Response(status_code=499)
