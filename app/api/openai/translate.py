@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.api.openai.types import OpenAIEmbeddingsRequest, OpenAIEmbeddingsResponse
+from app.api.openai.types import OpenAIEmbeddingsRequest
 from app.schemas import Reply, usage_of
-from app.serialization import construct, vectors_as
+from app.serialization import vectors_as
 from app.services.embeddings import Embedded, Pooled
 
 
@@ -40,7 +40,6 @@ def openai_embeddings(request: OpenAIEmbeddingsRequest, embedded: Embedded) -> R
         {"object": "embedding", "index": index, "embedding": embedding}
         for index, embedding in enumerate(vectors_as(request.encoding_format, embedded.vectors))
     ]
-    response = construct(
-        OpenAIEmbeddingsResponse, object="list", data=data, model=embedded.model, usage=usage_of(embedded.tokens_used)
-    )
+    # an OpenAIEmbeddingsResponse's fields as a dict, in its order, as its data's items are
+    response = {"object": "list", "data": data, "model": embedded.model, "usage": usage_of(embedded.tokens_used)}
     return Reply(response, int(embedded.vectors.size))
