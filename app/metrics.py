@@ -155,8 +155,8 @@ class TurnWrites:
     value is counted in the process's memory, and the values changed during a turn of the event loop are written
     when it ends (a callback the loop runs next): by then the turn's answers have been written, and a scrape,
     which reads the files, writes this process's own first (``front_ends_exposition``). What a front end killed
-    outright had not yet written is lost: at most one turn's counts. An increment made where no event loop runs
-    (no front end counts there) is written at once. The front ends do not fork once they count."""
+    outright had not yet written is lost: at most one turn's counts. An increment made on a thread where no event
+    loop runs (no front end counts there) is written at once. The front ends do not fork once they count."""
 
     def __init__(self, base: Any) -> None:
         self.changed: set[Any] = set()
@@ -171,9 +171,13 @@ class TurnWrites:
 
             def inc(self, amount: float) -> None:
                 self.value += amount
-                if not writes.changed and not writes.soon():
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:  # no event loop on this thread (none of a front end's counts is made there)
                     self.file.set(self.value)
                     return
+                if not writes.changed:
+                    loop.call_soon(writes.write)
                 writes.changed.add(self)
 
             def set(self, value: float, timestamp: float | None = None) -> None:
@@ -190,14 +194,6 @@ class TurnWrites:
                 return None
 
         self.value_class = Value
-
-    def soon(self) -> bool:
-        """Ask the running event loop to write the changed values at its turn's end; False where none runs."""
-        try:
-            asyncio.get_running_loop().call_soon(self.write)
-        except RuntimeError:
-            return False
-        return True
 
     def write(self) -> None:
         changed, self.changed = self.changed, set()

@@ -5,6 +5,7 @@ same requests."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,3 +90,17 @@ def test_where_no_event_loop_runs_an_increment_is_written_at_once(deferred: Turn
     metrics.timeouts.inc()
     metrics.timeouts.inc(2)
     assert in_files(tmp_path)[("encoder_timeouts_total", ())] == 3
+
+
+async def test_an_increment_on_a_thread_without_a_loop_is_written_at_once_beside_the_turns(
+    deferred: TurnWrites, tmp_path: Path
+) -> None:
+    metrics = Metrics()
+    count(metrics)  # this turn's, held
+    thread = threading.Thread(target=metrics.timeouts.inc)  # no loop runs there
+    thread.start()
+    thread.join()  # within the turn
+    assert in_files(tmp_path)[("encoder_timeouts_total", ())] == 2  # written at once, with the loop's own so far
+    assert in_files(tmp_path)[("encoder_short_way_requests_total", (("route", "/encode"),))] == 0
+    await asyncio.sleep(0)
+    assert in_files(tmp_path)[("encoder_short_way_requests_total", (("route", "/encode"),))] == 2
