@@ -193,6 +193,7 @@ class InfoLines:
         self.handler = handler
         self.formatter = formatter
         self.filters = list(handler.filters)
+        self.fields = isinstance(formatter, JsonFormatter)  # whether a line's extra fields are written at all
 
     def stands(self, logger: logging.Logger) -> bool:
         """Whether an info line of ``logger`` (enabled for info, as its caller knows) would meet nothing but the

@@ -322,19 +322,27 @@ class RequestLog:
 
     @staticmethod
     def log(scope: Scope, status: int, seconds: float, trace_id: str | None) -> None:
-        """The request's access line, its fields beside it for the JSON format."""
-        timing = scope.get("state", {}).get("timing")
-        extra = {"method": scope["method"], "path": scope["path"], "status": status, "ms": round(seconds * 1000, 2)}
-        if timing is not None:
-            extra |= {
-                "tokenization_ms": round(timing.tokenization_s * 1000, 2),
-                "queue_ms": round(timing.queue_s * 1000, 2),
-                "inference_ms": round(timing.inference_s * 1000, 2),
-            }
-        if trace_id is not None:
-            extra["trace_id"] = trace_id
+        """The request's access line, its fields beside it where they are written: the JSON format, or anything
+        on logging's way."""
         lines = logs.INFO_LINES
         if lines is not None and lines.stands(access):  # the same line, the short way (app/logs.py)
+            extra = access_fields(scope, status, seconds, trace_id) if lines.fields else {}
             lines.write(access.name, f"{scope['method']} {scope['path']} {status:d} {seconds * 1000:.1f} ms", extra)
         else:
+            extra = access_fields(scope, status, seconds, trace_id)
             access.info("%s %s %d %.1f ms", scope["method"], scope["path"], status, seconds * 1000, extra=extra)
+
+
+def access_fields(scope: Scope, status: int, seconds: float, trace_id: str | None) -> dict[str, Any]:
+    """An access line's fields: the request, its status and time, its phases' times, its trace."""
+    timing = scope.get("state", {}).get("timing")
+    extra = {"method": scope["method"], "path": scope["path"], "status": status, "ms": round(seconds * 1000, 2)}
+    if timing is not None:
+        extra |= {
+            "tokenization_ms": round(timing.tokenization_s * 1000, 2),
+            "queue_ms": round(timing.queue_s * 1000, 2),
+            "inference_ms": round(timing.inference_s * 1000, 2),
+        }
+    if trace_id is not None:
+        extra["trace_id"] = trace_id
+    return extra
