@@ -123,17 +123,6 @@ def error_body(type_: str, message: str, param: str | None = None, code: str | N
     return {"error": body}
 
 
-def error_response(
-    status: int,
-    type_: str,
-    message: str,
-    param: str | None = None,
-    headers: dict | None = None,
-    code: str | None = None,
-) -> Response:
-    return json_response(error_body(type_, message, param, code), status_code=status, headers=headers)
-
-
 @dataclass(frozen=True)
 class Failure:
     """An error to write: its status, our error type, the message, the request field at fault, headers, a code, and
@@ -204,10 +193,11 @@ def api_error_response(error: ApiError, shape: ErrorShape = native_errors) -> Re
     return response
 
 
-def internal_error_response(method: str, path: str) -> Response:
-    """The 500 envelope of an error nobody expected; its traceback is logged (call it in the except block)."""
+def internal_error_response(method: str, path: str, shape: ErrorShape = native_errors) -> Response:
+    """The 500 envelope of an error nobody expected, in ``shape``; its traceback is logged (call it in the except
+    block)."""
     logger.exception("unhandled error on %s %s", method, path)
-    return error_response(500, "internal_error", "internal error: the service logged the details")
+    return shape(Failure(500, "internal_error", "internal error: the service logged the details"))
 
 
 UNION_MEMBER_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "tuple"})
@@ -360,4 +350,4 @@ def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected_error(request: Request, exc: Exception) -> Response:
-        return internal_error_response(request.method, request.url.path)
+        return internal_error_response(request.method, request.url.path, shapes.of(request.scope))

@@ -63,7 +63,8 @@ class Service(FastAPI):
     def build_middleware_stack(self) -> ASGIApp:
         settings: Settings = getattr(self.state, "settings", None) or Settings()  # create_app sets it
         stack = FastPath(super().build_middleware_stack(), self, HOT_ROUTES)
-        return OneWriteResponses(BodyTimeout(stack, settings.body_timeout_s, settings.max_body_bytes))
+        shapes = getattr(self.state, "error_shapes", None)  # add_routes sets it
+        return OneWriteResponses(BodyTimeout(stack, settings.body_timeout_s, settings.max_body_bytes, shapes))
 
 
 DOCS_FILES = "/static/docs"  # Swagger UI 5, from the fastapi-offline package
@@ -241,6 +242,7 @@ def add_routes(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     """The middleware, and every API's routers, each behind the API key unless open, each answering errors in its
     API's shape."""
     error_shapes = ErrorShapes()  # each router's routes answer in its API's shape; a path none serves, by prefix
+    app.state.error_shapes = error_shapes  # the layers that answer before routing (BodySizeLimit, BodyTimeout)
     install_error_handlers(app, error_shapes)
 
     @app.exception_handler(EngineError)
@@ -248,7 +250,7 @@ def add_routes(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         """The engine's error where no responder worded it (/metrics asking an engine that has gone)."""
         return api_error_response(client_error(exc), error_shapes.of(request.scope))
 
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, shapes=error_shapes)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

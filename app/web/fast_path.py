@@ -111,7 +111,7 @@ class FastPath:
         except ValidationError as error:  # the body translated into a native request that refused it (TEI's, Cohere's)
             response = api_error_response(refusal(error), hot.error_shape)
         except Exception:  # as the framework answers one: the 500 envelope, the traceback logged
-            response = internal_error_response(scope["method"], scope["path"])
+            response = internal_error_response(scope["method"], scope["path"], hot.error_shape)
         await response(scope, receive, send)
 
 

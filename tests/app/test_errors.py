@@ -295,3 +295,32 @@ def test_naming_the_field_of_a_union_failure_warns_of_nothing() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert errors.telling(failures)["loc"] == ("body", "inputs", 0, 0)
+
+
+async def test_errors_made_before_routing_take_the_shape_of_the_api_the_path_belongs_to(
+    limited: httpx.AsyncClient,
+) -> None:
+    """The body's limit (413) and a Content-Length that is no number (400) are answered before any route is
+    reached: under TEI's prefix in TEI's shape, under Cohere's in Cohere's, elsewhere ours."""
+    over = b'{"inputs": "' + b"a" * 5000 + b'"}'
+    json_type = {"content-type": "application/json"}
+    for path in ("/tei/embed", "/models/a/tei/embed"):
+        response = await limited.post(path, content=over, headers=json_type)
+        assert response.status_code == 413, (path, response.text)
+        assert response.json() == {
+            "error": "request body is 5,014 bytes; the limit is 4,096 bytes",
+            "error_type": "Validation",
+        }, path
+    cohere = await limited.post("/v2/embed", content=over, headers=json_type)
+    assert (cohere.status_code, cohere.json()) == (
+        413,
+        {"message": "request body is 5,014 bytes; the limit is 4,096 bytes"},
+    )
+    assert_error(await limited.post("/encode", content=over, headers=json_type), 413, "payload_too_large")
+    bad_length = {**json_type, "content-length": "many"}
+    tei = await limited.post("/tei/embed", content=b"{}", headers=bad_length)
+    assert (tei.status_code, tei.json()) == (
+        400,
+        {"error": "invalid Content-Length header", "error_type": "Validation"},
+    )
+    assert_error(await limited.post("/encode", content=b"{}", headers=bad_length), 400, "bad_request")

@@ -170,8 +170,14 @@ async def test_an_unexpected_failure_is_the_500_envelope_and_the_service_goes_on
             short, framework = await both_ways(client, "/encode", b'{"texts": "x"}')
             assert_same(short, framework, request_ids=False)  # the framework's 500 comes from outside the log's layer
             assert_error(short, 500, "internal_error")
+            tei_short, tei_framework = await both_ways(client, "/tei/embed", b'{"inputs": "x"}')
+            assert_same(tei_short, tei_framework, request_ids=False)  # in TEI's shape, as its routes answer
+            assert tei_short.json() == {
+                "error": "Backend error: internal error: the service logged the details",
+                "error_type": "Backend",
+            }
         assert (await service.client.post("/encode", json={"texts": "x"})).status_code == 200
-        assert await short_way(service.client) == Counter(["/encode", "/encode"])
+        assert await short_way(service.client) == Counter(["/encode", "/encode", "/tei/embed"])
 
 
 # TEI's and Cohere's embedding routes go the short way too, each answering in its own shape

@@ -77,3 +77,18 @@ def test_a_body_that_stalls_is_answered_408_and_its_connection_closed_others_una
         "param": None,
     }
     assert 0.9 <= waited < 8, waited
+
+
+def test_a_tei_body_that_stalls_is_answered_408_in_teis_shape(server: str) -> None:
+    address = urlsplit(server)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as stalled:
+        stalled.sendall(
+            b"POST /tei/embed HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"inputs": ['
+        )
+        data = b""
+        while chunk := stalled.recv(65536):  # until the service closes the connection
+            data += chunk
+    status, _, body = data.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 408"), data
+    assert json.loads(body) == {"error": "the request body did not arrive within 1 s", "error_type": "Validation"}

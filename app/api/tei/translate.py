@@ -26,6 +26,7 @@ TEI_ERRORS: dict[str, tuple[str, int]] = {
     "overloaded": ("Overloaded", 429),
     "not_ready": ("Unhealthy", 503),
     "timeout": ("Overloaded", 503),
+    "internal_error": ("Backend", 500),
 }
 
 
