@@ -35,6 +35,7 @@ from tests.helpers import (
     server_log,
     serving,
     start_server,
+    until_metric,
     wait_until,
     write_tiny_model,
 )
@@ -385,7 +386,8 @@ async def test_a_full_queue_is_resource_exhausted_and_an_expired_deadline_deadli
     async with grpc_serving(model, max_queue_texts=1, request_timeout_s=0.5) as running:
         async with busy(running.service.model):
             waiting = asyncio.ensure_future(running.predict.Predict(pb.PredictRequest(inputs="first")))
-            await asyncio.sleep(0.1)  # admitted, queued behind the held inference threads
+            client = running.service.client  # admitted, queued behind the held inference threads:
+            await until_metric(client, "encoder_queue_texts", lambda queued: queued >= 1)
             code, message = await status_of(running.predict.Predict(pb.PredictRequest(inputs="second")))
             assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, message
             code, message = await status_of(waiting)

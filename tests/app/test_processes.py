@@ -44,6 +44,7 @@ from tests.helpers import (
     start_server,
     tiny_tokenizer,
     wait_until,
+    wait_until_ready,
     write_tiny_model,
 )
 
@@ -184,8 +185,7 @@ async def test_front_ends_answer_every_endpoint_as_one_process_does(
             httpx.AsyncClient(transport=transport, base_url="http://one") as one,
             httpx.AsyncClient(base_url=url, timeout=30) as split,
         ):
-            while (await one.get("/health")).status_code != 200:
-                await asyncio.sleep(0.05)
+            await wait_until_ready(one)
             for path, body in REQUESTS:
                 expected, got = await one.post(path, json=body), await split.post(path, json=body)
                 assert got.status_code == expected.status_code, (path, got.text)

@@ -15,6 +15,7 @@ import pytest
 from app.engine.remote import EmbeddedRows, ScoredRows, packed, unpacked
 from app.engine.wire import COUNTS, LARGE_FRAME_BYTES, LENGTH, FrameReader, frame
 from model import EmbeddedTexts, ScoredTexts, Scores, TextEmbedding, score_rows, sentence_rows, token_rows
+from tests.helpers import wait_until
 
 
 def messages() -> list[Any]:
@@ -97,8 +98,7 @@ async def test_over_a_unix_socket_each_side_gets_what_the_other_sent(tmp_path: P
     await loop.create_unix_connection(lambda: client, path)
     for message in messages():
         client.send(message)
-    while len(replies) < len(messages()):
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: len(replies) >= len(messages()))
     assert all(same(a, b) for a, b in zip(messages(), at_server, strict=True))
     assert all(same(a, b) for a, b in zip(messages(), replies, strict=True))
     server.close()
