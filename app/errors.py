@@ -275,6 +275,16 @@ def refusal(error: ValidationError) -> InvalidRequest:
     return refused
 
 
+def route_error_response(error: Exception, shape: ErrorShape, method: str, path: str) -> Response:
+    """The envelope in ``shape`` of what a route raised: an ApiError's own, a translated request's refusal (a 422),
+    anything else the 500 with its traceback logged (call it in the except block)."""
+    if isinstance(error, ApiError):
+        return api_error_response(error, shape)
+    if isinstance(error, ValidationError):
+        return api_error_response(refusal(error), shape)
+    return internal_error_response(method, path, shape)
+
+
 def is_json(content_type: str | None) -> bool:
     """Whether a Content-Type header declares JSON (application/json, or any type ending in +json)."""
     if not content_type:
@@ -301,9 +311,9 @@ def allowed_methods(request: Request) -> str:
 def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
     """Every error as an envelope in the shape of the API the request went to (``shapes``)."""
 
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError) -> Response:
-        return api_error_response(exc, shapes.of(request.scope))
+    @app.exception_handler(ApiError)  # and a translated request's refusal (ValidationError), the 500 (Exception)
+    async def route_error(request: Request, exc: Exception) -> Response:
+        return route_error_response(exc, shapes.of(request.scope), request.method, request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def request_validation_error(request: Request, exc: RequestValidationError) -> Response:
@@ -320,11 +330,7 @@ def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
         logger.info("422 validation_error: %s", message)  # the problem, never the body
         return shapes.of(request.scope)(Failure(422, "validation_error", message, param))
 
-    @app.exception_handler(ValidationError)
-    async def translated_request_error(request: Request, exc: ValidationError) -> Response:
-        """A request in another API's shape (TEI's) whose translation into the native one was refused: the client's
-        values, so a 422 as the native route gives."""
-        return api_error_response(refusal(exc), shapes.of(request.scope))
+    app.add_exception_handler(ValidationError, route_error)  # TEI's request refused in translation: a 422
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -348,6 +354,4 @@ def install_error_handlers(app: FastAPI, shapes: ErrorShapes) -> None:
             headers = {**(headers or {}), "Allow": allowed}
         return shapes.of(request.scope)(Failure(exc.status_code, type_, message, None, headers))
 
-    @app.exception_handler(Exception)
-    async def unexpected_error(request: Request, exc: Exception) -> Response:
-        return internal_error_response(request.method, request.url.path, shapes.of(request.scope))
+    app.add_exception_handler(Exception, route_error)

@@ -23,15 +23,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.errors import (
-    ApiError,
-    ErrorShape,
-    api_error_response,
-    internal_error_response,
-    is_json,
-    native_errors,
-    refusal,
-)
+from app.errors import ErrorShape, is_json, native_errors, route_error_response
 from app.web.dependencies import get_registry, require_api_key
 from app.web.middleware import RequestLog, replay
 
@@ -106,12 +98,8 @@ class FastPath:
             response = await hot.endpoint(
                 body=body, request=request, registry=registry, embeddings=state.embeddings, responder=state.responder
             )
-        except ApiError as error:
-            response = api_error_response(error, hot.error_shape)
-        except ValidationError as error:  # the body translated into a native request that refused it (TEI's, Cohere's)
-            response = api_error_response(refusal(error), hot.error_shape)
-        except Exception:  # as the framework answers one: the 500 envelope, the traceback logged
-            response = internal_error_response(scope["method"], scope["path"], hot.error_shape)
+        except Exception as error:  # as the framework's handlers answer it (install_error_handlers)
+            response = route_error_response(error, hot.error_shape, scope["method"], scope["path"])
         await response(scope, receive, send)
 
 

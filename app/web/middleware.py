@@ -22,7 +22,7 @@ access = logging.getLogger("app.access")
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")  # an incoming id is echoed only if it is this tame
 
 
-def refusal(shapes: ErrorShapes | None, scope: Scope, failure: Failure) -> Response:
+def early_error(shapes: ErrorShapes | None, scope: Scope, failure: Failure) -> Response:
     """An error answered before any route is reached, in the shape of the API whose prefix the path is under
     (``ErrorShapes``), else ours."""
     return (native_errors if shapes is None else shapes.of(scope))(failure)
@@ -50,7 +50,7 @@ class BodySizeLimit:
                 size = int(declared)
             except ValueError:
                 invalid = Failure(400, "bad_request", "invalid Content-Length header")
-                await refusal(self.shapes, scope, invalid)(scope, receive, send)
+                await early_error(self.shapes, scope, invalid)(scope, receive, send)
                 return
             if size > self.max_bytes:
                 await self._reject(size, scope, receive, send)
@@ -77,7 +77,7 @@ class BodySizeLimit:
     async def _reject(self, size: int | None, scope: Scope, receive: Receive, send: Send) -> None:
         what = f"{size:,} bytes" if size is not None else "more than that"
         message = f"request body is {what}; the limit is {self.max_bytes:,} bytes"
-        await refusal(self.shapes, scope, Failure(413, "payload_too_large", message))(scope, receive, send)
+        await early_error(self.shapes, scope, Failure(413, "payload_too_large", message))(scope, receive, send)
 
 
 class BodyTimeout:
@@ -140,7 +140,7 @@ class BodyTimeout:
             )
             message_text = f"the request body did not arrive within {self.timeout_s:g} s"
             late = Failure(408, "request_timeout", message_text, headers={"Connection": "close"})
-            await refusal(self.shapes, scope, late)(scope, receive, send)
+            await early_error(self.shapes, scope, late)(scope, receive, send)
             return
         finally:
             self.reading.pop(task, None)
