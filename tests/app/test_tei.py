@@ -171,6 +171,12 @@ def test_tokenize_counts_bytes_and_decode_and_info_describe_the_model(server: st
 
 def test_errors_take_teis_body_and_statuses(server: str) -> None:
     tei_error(httpx.post(f"{server}/tei/embed", json={"inputs": []}), 400, "Empty", "`inputs` cannot be empty")
+    for inputs in ([[101, 102], []], ["a text", []]):  # a row of token ids with none in it, among ids or texts
+        empty_row = httpx.post(f"{server}/tei/embed", json={"inputs": inputs})
+        tei_error(empty_row, 400, "Empty", "Input validation error: `inputs` cannot be empty")
+    for ids in ([], [[2088], []]):
+        empty_ids = httpx.post(f"{server}/tei/decode", json={"ids": ids})
+        tei_error(empty_ids, 400, "Empty", "Input validation error: `input_ids` cannot be empty")
     tei_error(httpx.post(f"{server}/tei/rerank", json={"query": "q", "texts": []}), 400, "Empty")
     long = {"inputs": ["fine", "word " * 400], "truncate": False}
     tei_error(httpx.post(f"{server}/tei/embed", json=long), 422, "Validation", "more than the maximum")

@@ -14,6 +14,7 @@ from app.api.tei.translate import (
     Empty,
     can_embed,
     can_embed_all,
+    check_id_rows,
     kind,
     need_embedding,
     reading,
@@ -46,7 +47,6 @@ from app.schemas import ClassifyRequest, EncodeRequest, RerankRequest, Similarit
 from app.serialization import json_response
 from app.services.embeddings import Embeddings, Pooled
 from app.serving.registry import ModelRegistry, ServedModel
-from app.serving.tokenization import check_token_ids
 from app.web.dependencies import EmbeddingsDep, InspectionDep, Registry, ResponderDep, TasksDep, get_registry
 from app.web.responding import answer_value as answer
 
@@ -82,10 +82,8 @@ async def embed(
         text_rows = [index for index, item in enumerate(items) if isinstance(item, str)]
         if any(blank(items[index]) for index in text_rows):
             raise Empty("Input validation error: `inputs` cannot be empty")
-        if any(not items[index] for index in id_rows):
-            raise Empty("Input validation error: `inputs` cannot be empty")
         # named by their place in `inputs`, not in the batch of ids handed on
-        check_token_ids(served.card.tokenizer, [items[index] for index in id_rows], "inputs", places=id_rows)
+        check_id_rows(served.card.tokenizer, [items[index] for index in id_rows], "inputs", "inputs", places=id_rows)
         native_ids = Pooled(ids=[items[i] for i in id_rows], dimensions=body.dimensions)
         native_texts = (
             EncodeRequest(texts=[items[i] for i in text_rows], truncate=truncates(body), dimensions=body.dimensions)
@@ -289,10 +287,8 @@ async def decode(body: DecodeRequest, served: Model) -> Response:
     ids = body.ids
     bare = not ids or isinstance(ids[0], int)  # one row of ids, not a list of rows
     rows: list[list[int]] = [ids] if bare else ids  # type: ignore[list-item,assignment]
-    if not rows or any(not row for row in rows):
-        raise Empty("Input validation error: `input_ids` cannot be empty")
     tokenizer = served.card.tokenizer
-    check_token_ids(tokenizer, rows, "ids", bare=bare)
+    check_id_rows(tokenizer, rows, "ids", "input_ids", bare=bare)
     return json_response([tokenizer.decode(row, skip_special_tokens=body.skip_special_tokens) for row in rows])
 
 

@@ -3,6 +3,7 @@ kind of model it sees, how it reads texts and token ids, its tokens and its /inf
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from starlette.responses import Response
@@ -15,6 +16,7 @@ from app.serialization import json_response
 from app.serving.registry import ServedModel
 from app.serving.tokenization import Reading, check_token_ids
 from app.settings import Settings
+from model import TextTokenizer
 
 # our error type → text-embeddings-inference's error_type and status
 TEI_ERRORS: dict[str, tuple[str, int]] = {
@@ -70,6 +72,21 @@ class Empty(ApiError):
 
     status_code = 400
     type = "empty"
+
+
+def check_id_rows(
+    tokenizer: TextTokenizer,
+    rows: Sequence[Sequence[int]],
+    param: str,
+    field: str,
+    places: Sequence[int] | None = None,
+    bare: bool = False,
+) -> None:
+    """Token ids given to TEI's routes, as TEI checks them: no row empty (its 400 naming ``field``), then every id
+    inside the vocabulary (our 422 naming the first outside it: ``check_token_ids``)."""
+    if any(not row for row in rows):
+        raise Empty(f"Input validation error: `{field}` cannot be empty")
+    check_token_ids(tokenizer, rows, param, places=places, bare=bare)
 
 
 def kind(served: ServedModel) -> Literal["classifier", "reranker", "embedding"]:
@@ -137,9 +154,7 @@ def strings(inputs: Input, served: ServedModel | None = None) -> tuple[list[str]
     elif served is not None and all(not isinstance(item, str) for item in inputs):
         rows: list[list[int]] = [inputs] if isinstance(inputs[0], int) else inputs  # type: ignore[assignment]
         tokenizer = served.card.tokenizer
-        if any(not row for row in rows):
-            raise Empty("Input validation error: `inputs` cannot be empty")
-        check_token_ids(tokenizer, rows, "inputs")
+        check_id_rows(tokenizer, rows, "inputs", "inputs")
         return [tokenizer.decode(row, skip_special_tokens=False) for row in rows], True
     else:
         raise InvalidRequest("inputs", "texts or token ids, not both in one batch")

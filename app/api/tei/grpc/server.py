@@ -44,6 +44,7 @@ from app.api.tei.translate import (
     backend_error,
     can_embed,
     can_embed_all,
+    check_id_rows,
     kind,
     simple_tokens,
     strings,
@@ -54,7 +55,7 @@ from app.errors import ApiError, CannotDo, InvalidRequest
 from app.schemas import ClassifyRequest, EncodeRequest, RerankRequest, SparseEncodeRequest, blank
 from app.services.embeddings import Embeddings
 from app.serving.registry import ServedModel
-from app.serving.tokenization import Reading, check_token_ids
+from app.serving.tokenization import Reading
 from app.settings import Settings
 from app.web.dependencies import check_api_key, registry_of
 
@@ -760,10 +761,8 @@ class TeiServicer:
 
     async def _decode(self, request: pb.DecodeRequest, served: ServedModel) -> pb.DecodeResponse:
         ids = list(request.ids)
-        if not ids:
-            raise Empty("Input validation error: `input_ids` cannot be empty")
         tokenizer = served.card.tokenizer
-        check_token_ids(tokenizer, [ids], "ids", bare=True)
+        check_id_rows(tokenizer, [ids], "ids", "input_ids", bare=True)
         return pb.DecodeResponse(text=tokenizer.decode(ids, skip_special_tokens=request.skip_special_tokens))
 
     Tokenize = unary("Tokenize/Tokenize", _tokenize)
