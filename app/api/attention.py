@@ -6,7 +6,6 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.engine.messages import Timing
 from app.schemas import (
     ERROR_RESPONSES,
     AttentionRequest,
@@ -53,8 +52,8 @@ async def attention(
     rolled out, merged into words; as JSON, or as a NumPy .npz archive with `Accept: application/x-npz`."""
     binary = accepts_npz(request.headers.get("accept"))
 
-    async def attended(served: ServedModel, body: AttentionRequest, timing: Timing) -> Reply:
-        result = await inspection.attention(served, body, timing, binary)
+    async def attended(served: ServedModel, body: AttentionRequest) -> Reply:
+        result = await inspection.attention(served, body, binary)
         return attention_archive(result) if binary else attention_answer(body, result)
 
     return await responder.serve(request, registry, body, attended)

@@ -5,7 +5,6 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from app.engine.messages import Timing
 from app.schemas import ERROR_RESPONSES, PositionalEncodingResponse, Reply
 from app.serialization import construct
 from app.services.inspection import Positions
@@ -43,7 +42,7 @@ async def positional_encoding(
     """Positional encodings: the sinusoid of "Attention Is All You Need", the model's learned table, rotary
     angles, or the relative-position buckets."""
 
-    async def work(_: Timing) -> Reply:
+    async def work() -> Reply:
         return positions_answer(await inspection.positional_encoding(model, kind, length, d_model, base))
 
     return await responder.answer(request, work)

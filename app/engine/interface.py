@@ -16,7 +16,8 @@ from app.engine.messages import ModelFacts, Task, Timing
 class Runner(Protocol):
     async def run(self, task: Task, timing: Timing | None = None) -> Sequence[Any]:
         """The task's results, one per text (or one for a task that is not batched), once computed; ``timing`` is
-        given where and how long it waited and computed, and carries the request's deadline."""
+        given where and how long it waited and computed, and carries the request's deadline: by default the calling
+        request's (``REQUEST_TIMING``, which the responder sets for the request's work)."""
         ...
 
     def submit(self, task: Task, timing: Timing | None = None) -> asyncio.Future[Sequence[Any]]:

@@ -64,8 +64,9 @@ class Timing:
         return max(0.0, self.deadline - asyncio.get_running_loop().time())
 
 
-# The Timing of the request the calling task works for (set by the responder for the request's work): how the
-# tokenisation stage, which every service calls without a Timing, adds its time to the request's
+# The Timing of the request the calling task works for (set by the responder for the request's work): where the
+# tokenisation stage adds its time, and the queue (a Runner) its wait, its computing and the request's deadline; no
+# service passes a Timing by hand.
 REQUEST_TIMING: contextvars.ContextVar[Timing | None] = contextvars.ContextVar("request_timing", default=None)
 
 

@@ -30,7 +30,7 @@ from app import tracing
 from app.engine.admission import Admission
 from app.engine.errors import ComputeFailed, DeadlinePassed, EngineError, EngineStopped
 from app.engine.interface import Models
-from app.engine.messages import ModelFacts, Task, TaskKind, Timing
+from app.engine.messages import REQUEST_TIMING, ModelFacts, Task, TaskKind, Timing
 from app.engine.wire import FrameReader
 from app.metrics import Metrics
 from model import EmbeddedTexts, PackedTokens, ScoredTexts, TokenIds
@@ -397,6 +397,7 @@ class EngineQueue:
     async def run(self, task: Task, timing: Timing | None = None) -> Sequence[Any]:
         if task.batched and not task.texts:
             return []
+        timing = REQUEST_TIMING.get() if timing is None else timing  # by default the calling request's
         # The engine drops what is still queued once the request's time is up: the time left, not the whole timeout
         left_s = timing.left_s(self.deadline_s) if timing is not None else self.deadline_s
         parent = tracing.current()

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from app import tracing
 from app.engine.errors import EngineStopped
-from app.engine.messages import KINDS, Options, Task, TaskKind, Timing
+from app.engine.messages import KINDS, REQUEST_TIMING, Options, Task, TaskKind, Timing
 from model import PackedTokens, TokenSequence, joined_results
 
 if TYPE_CHECKING:
@@ -286,9 +286,10 @@ class WorkQueue:
     def submit(self, task: Task, timing: Timing | None = None) -> asyncio.Future[Sequence[Any]]:
         """The task queued now (QueueClosed once the queue is closed), its results' future (``run``'s value): cancelled,
         its texts not yet taken are dropped unseen. Where the calling context is traced, its queue and inference spans
-        are recorded once the future is done."""
+        are recorded once the future is done. ``timing``: by default the calling request's (``REQUEST_TIMING``)."""
         loop = asyncio.get_running_loop()
         parent = tracing.current()
+        timing = REQUEST_TIMING.get() if timing is None else timing
         ticket = Ticket(loop, len(task.texts) if task.batched else 1, timing, parent)
         if task.batched and not task.texts:
             ticket.future.set_result([])
@@ -303,6 +304,7 @@ class WorkQueue:
         the requests that arrive meanwhile are computed between them (the slices of a large inspection request
         do not hold the model for its whole length), and nothing more is queued once the request fails or is
         gone."""
+        timing = REQUEST_TIMING.get() if timing is None else timing
         results = []
         for task in tasks:
             assert not task.batched, "run_in_turn takes tasks that run alone"

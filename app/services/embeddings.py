@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from tokenizers import Encoding
 
-from app.engine.messages import Task, Timing
+from app.engine.messages import Task
 from app.errors import InvalidRequest, ModelLacks
 from app.schemas import (
     EncodeRequest,
@@ -148,7 +148,7 @@ class Embeddings:
         if n_texts > self.max_batch_texts:
             raise InvalidRequest(param, f"at most {self.max_batch_texts} texts per request, got {n_texts}")
 
-    async def encode(self, served: ServedModel, request: EncodeRequest, timing: Timing | None = None) -> Embedded:
+    async def encode(self, served: ServedModel, request: EncodeRequest) -> Embedded:
         """/encode's embeddings (pooled as the request asks, prompted, chunked, cut to ``dimensions``)."""
         model = served.card
         self.check_batch(len(request.texts))
@@ -172,14 +172,14 @@ class Embeddings:
             if request.return_token_embeddings:
                 raise InvalidRequest("chunking", "not with return_token_embeddings (a text's tokens span windows)")
             whole = await served.tokens.encode(texts, param="texts", whole=True)
-            sentences, counted = await self.chunked(served, whole, spec, request.chunking.overlap, timing)
+            sentences, counted = await self.chunked(served, whole, spec, request.chunking.overlap)
             encodings = whole
             results: Sequence[TextEmbedding] = EmbeddedTexts(sentences)
         else:
             encodings = await served.tokens.encode(
                 texts, truncate=request.truncate, param="texts", token_text=request.return_tokens
             )
-            results = await served.queue.run(Task("embed", encodings, spec), timing)
+            results = await served.queue.run(Task("embed", encodings, spec))
             sentences, counted = sentence_rows(results), encodings  # (B, D)
         if request.dimensions is not None:
             sentences = keep_dimensions(sentences, request.dimensions, normalize_again=request.normalize)
@@ -192,7 +192,6 @@ class Embeddings:
         encodings: Sequence[Encoding],
         spec: EmbeddingSpec,
         overlap: int,
-        timing: Timing | None,
         param: str = "texts",
     ) -> tuple[np.ndarray, list[TokenSequence]]:
         """Each text's embedding from windows of the model's length (``TextTokenizer.windows``): each window pooled
@@ -210,7 +209,7 @@ class Embeddings:
                 f"the texts make {len(flat)} windows of {tokenizer.max_tokens} tokens, at most {self.max_batch_texts} "
                 "a request: send fewer or shorter texts",
             )
-        pooled = await served.queue.run(Task("embed", flat, replace(spec, normalize=False)), timing)
+        pooled = await served.queue.run(Task("embed", flat, replace(spec, normalize=False)))
         sentences, start = [], 0
         for text in windows:
             vectors = sentence_rows(pooled[start : start + len(text)])  # (k, D)
@@ -254,7 +253,7 @@ class Embeddings:
                 "dimensions", f"must be a multiple of 8 with encoding_format {encoding_format}, got {dimensions}"
             )
 
-    async def pooled(self, served: ServedModel, inputs: Pooled, timing: Timing | None = None) -> Embedded:
+    async def pooled(self, served: ServedModel, inputs: Pooled) -> Embedded:
         """The model's pooled, normalised embeddings of texts (truncated) or of token ids (as they are), errors
         naming ``input``: what OpenAI's /v1/embeddings and TEI's token ids compute."""
         model = served.card
@@ -282,17 +281,15 @@ class Embeddings:
         if inputs.chunk_overlap is not None and len(texts_given) == len(encodings):  # token ids go as they are
             self.check_unprompted(served, inputs.prompt_name, inputs.prompt)
             overlap = inputs.chunk_overlap
-            sentences, counted = await self.chunked(served, texts_given, spec, overlap, timing, "input")
+            sentences, counted = await self.chunked(served, texts_given, spec, overlap, "input")
         else:
-            results = await served.queue.run(Task("embed", encodings, spec), timing)
+            results = await served.queue.run(Task("embed", encodings, spec))
             sentences = sentence_rows(results)  # (B, D)
         if inputs.dimensions is not None:
             sentences = keep_dimensions(sentences, inputs.dimensions)
         return Embedded(served.name, sentences, encodings, [None] * len(encodings), tokens_in(counted))
 
-    async def late_chunks(
-        self, served: ServedModel, request: LateChunksRequest, timing: Timing | None = None
-    ) -> Chunked:
+    async def late_chunks(self, served: ServedModel, request: LateChunksRequest) -> Chunked:
         """Late chunking: one pass over the whole text (in windows overlapping by half where it is longer than the
         model's), then each chunk the mean of the final vectors of the tokens wholly inside it."""
         model = served.card
@@ -353,7 +350,7 @@ class Embeddings:
                 )
             placed.append((best[1], best[2]))
         spec = EmbeddingSpec(layer=model.config.n_layers, pooling="mean", normalize=False, token_vectors=True)
-        results = await served.queue.run(Task("embed", windows, spec), timing)
+        results = await served.queue.run(Task("embed", windows, spec))
         embeddings = []
         for (_, _, inside), (window, shift) in zip(chunks, placed):
             vectors = results[window].tokens[[position + shift for position in inside]]  # (n, D)
@@ -362,9 +359,7 @@ class Embeddings:
         spans = [(start, end) for start, end, _ in chunks]
         return Chunked(served.name, spans, embeddings, tokens_in(windows))
 
-    async def multi_vector(
-        self, served: ServedModel, request: MultiVectorRequest, timing: Timing | None = None
-    ) -> TokenVectors:
+    async def multi_vector(self, served: ServedModel, request: MultiVectorRequest) -> TokenVectors:
         """A multi-vector model's vectors (a ColBERT checkpoint's, BGE-M3's), with the token each is of."""
         model = served.card
         if model.multi_vector is None:
@@ -373,7 +368,7 @@ class Embeddings:
             )
         self.check_batch(len(request.texts))
         sides, results, tokens = await self.late_vectors(
-            served, request.texts, query=request.is_query, truncate=request.truncate, timing=timing
+            served, request.texts, query=request.is_query, truncate=request.truncate
         )
         return TokenVectors(served.name, [result.vectors for result in results], list(tokens), tokens_in(sides))
 
@@ -386,7 +381,6 @@ class Embeddings:
         truncate: bool,
         param: str = "texts",
         indexed: bool = True,
-        timing: Timing | None = None,
     ) -> tuple[list[SideTokens], list[MultiVectors], list[list[str]]]:
         """A multi-vector model's vectors of texts read as queries or as documents (``side_tokens``), and the token
         each vector is of (the expansion token for a query's filler)."""
@@ -400,7 +394,7 @@ class Embeddings:
                 f"these texts would give {vectors:,} token vectors, more than the limit of {limit:,} a request: send "
                 "fewer or shorter texts",
             )
-        results = await served.queue.run(Task("multi_vector", sides, MultiVectorOptions(query=query)), timing)
+        results = await served.queue.run(Task("multi_vector", sides, MultiVectorOptions(query=query)))
         tokenizer = served.card.tokenizer
         filler = (
             "" if late is None or late.expansion_id is None else tokenizer.vocabulary_entries([late.expansion_id])[0]
@@ -441,9 +435,7 @@ class Embeddings:
             sides.append(SideTokens([ids[p] for p in kept], [types[p] for p in kept], [tokens[p] for p in kept]))
         return sides
 
-    async def sparse(
-        self, served: ServedModel, request: SparseEncodeRequest, timing: Timing | None = None
-    ) -> SparseEncoded:
+    async def sparse(self, served: ServedModel, request: SparseEncodeRequest) -> SparseEncoded:
         """A sparse model's vectors (SPLADE's, BGE-M3's): vocabulary ids and weights (and, on request, the vocabulary
         entries)."""
         model = served.card
@@ -458,7 +450,7 @@ class Embeddings:
             request.texts, truncate=request.truncate, param="texts", token_text=False
         )
         options = SparseOptions(request.top_k)
-        vectors = await served.queue.run(Task("sparse", encodings, options), timing)
+        vectors = await served.queue.run(Task("sparse", encodings, options))
         weights = sum(vector.indices.size for vector in vectors)
         if weights > self.max_sparse_weights:
             raise InvalidRequest(
@@ -471,8 +463,8 @@ class Embeddings:
             entries = [model.tokenizer.vocabulary_entries(vector.indices.tolist()) for vector in vectors]
         return SparseEncoded(served.name, list(vectors), entries, tokens_in(encodings))
 
-    async def tokenize(self, served: ServedModel, request: TokenizeRequest, timing: Timing | None = None) -> Tokenised:
-        """The texts (or pairs) tokenised; nothing is computed, so ``timing`` stays as it is."""
+    async def tokenize(self, served: ServedModel, request: TokenizeRequest) -> Tokenised:
+        """The texts (or pairs) tokenised; nothing is computed."""
         self.check_batch(len(request.texts))
         pairs = second_segments(request.texts, request.text_pair)
         encodings = await served.tokens.encode(request.texts, pairs, truncate=request.truncate, param="texts")

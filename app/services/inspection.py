@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 from tokenizers import Encoding
 
-from app.engine.messages import ExplainInputs, HeadChoice, KeyMarks, Task, Timing
+from app.engine.messages import ExplainInputs, HeadChoice, KeyMarks, Task
 from app.errors import InvalidRequest
 from app.schemas import (
     AttentionRequest,
@@ -166,9 +166,7 @@ class Inspection:
         self.settings = settings
         self.embeddings = embeddings  # for its batch limit
 
-    async def attention(
-        self, served: ServedModel, request: AttentionRequest, timing: Timing | None = None, binary: bool = False
-    ) -> Attended:
+    async def attention(self, served: ServedModel, request: AttentionRequest, binary: bool = False) -> Attended:
         """The selected maps; with ``binary`` (for a NumPy .npz archive) under its own, larger bound."""
         config = served.card.config
         (encoding,) = await served.attention_tokens.encode(
@@ -194,13 +192,13 @@ class Inspection:
                 f"tokens), more than the limit of {limit:,}: select fewer layers or heads, use aggregate 'mean', "
                 f"send a shorter text{hint}",
             )
-        (weights,) = await served.queue.run(Task("attention", [encoding], selection), timing)
+        (weights,) = await served.queue.run(Task("attention", [encoding], selection))
         if request.decimals is not None:
             weights = np.round(weights, request.decimals)
         tokens = [word.text for word in words] if words is not None else list(encoding.tokens)
         return Attended(served.name, weights, tokens, encoding, words, selection)
 
-    async def neuron(self, served: ServedModel, request: NeuronRequest, timing: Timing | None = None) -> Steps:
+    async def neuron(self, served: ServedModel, request: NeuronRequest) -> Steps:
         """One head of one layer, step by step (the seeds' computation on the real weights)."""
         config = served.card.config
         (layer,) = resolve([request.layer], config.n_layers, "layer")
@@ -208,12 +206,10 @@ class Inspection:
         (encoding,) = await served.attention_tokens.encode(
             [request.text], [request.text_pair], truncate=request.truncate, param="text", indexed=False
         )
-        (steps,) = await served.queue.run(Task("neuron", [encoding], HeadChoice(layer, head)), timing)
+        (steps,) = await served.queue.run(Task("neuron", [encoding], HeadChoice(layer, head)))
         return Steps(served.name, encoding, layer, head, steps)
 
-    async def head_statistics(
-        self, served: ServedModel, request: HeadStatisticsRequest, timing: Timing | None = None
-    ) -> HeadMeans:
+    async def head_statistics(self, served: ServedModel, request: HeadStatisticsRequest) -> HeadMeans:
         """API.md's statistics of every layer and head, averaged over the texts: the texts are cut into slices
         of at most ``inspection_slice_values`` attention weights, each one pass of the explicit path."""
         settings = self.settings
@@ -234,16 +230,14 @@ class Inspection:
         tasks = await asyncio.to_thread(  # the key marks, a Python loop over the tokens, off the event loop
             lambda: [statistics_task([encodings[i] for i in rows], [request.texts[i] for i in rows]) for rows in slices]
         )
-        parts = await served.queue.run_in_turn(tasks, timing)
+        parts = await served.queue.run_in_turn(tasks)
         per_text_statistics = np.concatenate(parts, axis=1)  # (S, N, L, H), the texts in slice order
         with warnings.catch_warnings():  # a statistic no text has (to_next of one-token texts) stays NaN → null
             warnings.simplefilter("ignore", RuntimeWarning)
             means = np.nanmean(per_text_statistics, axis=1)  # (S, L, H)
         return HeadMeans(served.name, config.n_layers, config.n_heads, len(encodings), means)
 
-    async def similarity(
-        self, served: ServedModel, request: SimilarityRequest, timing: Timing | None = None
-    ) -> Similarities:
+    async def similarity(self, served: ServedModel, request: SimilarityRequest) -> Similarities:
         """Cosine similarity of the source's sentence embedding with each text's, from one shared pass; with
         ``explain`` each score split into source token × text token contributions (explain_similarity)."""
         settings = self.settings
@@ -254,7 +248,7 @@ class Inspection:
                 raise InvalidRequest(
                     "prompt_name", "a multi-vector model reads the source and texts with its own prompts"
                 )
-            return await self.late_similarity(served, request, timing)
+            return await self.late_similarity(served, request)
         # Dense modules after pooling go through a weighted sum whose weights sum to 1 only where they are affine
         # (no activation), and not through a max or a sum scaled by √n
         pooled_apart = model.pooling.mode in ("max", "mean_sqrt_len_tokens")
@@ -285,13 +279,13 @@ class Inspection:
             token_vectors=request.explain,
             skip=skip,
         )
-        results = await served.queue.run(Task("embed", [source_encoding, *encodings], spec), timing)
+        results = await served.queue.run(Task("embed", [source_encoding, *encodings], spec))
         sentences = sentence_rows(results)  # (1 + N, D), unit length
         scores = sentences[1:] @ sentences[0]  # (N,)
         explanations = None
         if request.explain:
             inputs = ExplainInputs(results[0].tokens, tuple(result.tokens for result in results[1:]), skip)
-            (explained,) = await served.queue.run(Task("explain", options=inputs), timing)
+            (explained,) = await served.queue.run(Task("explain", options=inputs))
             explanations = [
                 Explained(list(source_encoding.tokens), list(encoding.tokens), contributions, method)
                 for encoding, (contributions, method) in zip(encodings, explained, strict=True)
@@ -299,9 +293,7 @@ class Inspection:
         used = tokens_in([source_encoding, *encodings])
         return Similarities(served.name, [float(score) for score in scores], explanations, used, n_values)
 
-    async def late_similarity(
-        self, served: ServedModel, request: SimilarityRequest, timing: Timing | None = None
-    ) -> Similarities:
+    async def late_similarity(self, served: ServedModel, request: SimilarityRequest) -> Similarities:
         """/similarity on a multi-vector model: MaxSim of the source read as a query with each text read as a
         document (as /rerank scores them); with ``explain`` each score's terms, [i][j] the dot product of the
         source's vector i and the text's vector j where j is i's best match and 0 elsewhere (divided by the
@@ -309,7 +301,7 @@ class Inspection:
         vectors = self.embeddings.late_vectors
         ((source,), sources, (source_tokens,)), (documents, results, tokens) = await asyncio.gather(
             vectors(served, [request.source], query=True, truncate=request.truncate, param="source", indexed=False),
-            vectors(served, request.texts, query=False, truncate=request.truncate, timing=timing),
+            vectors(served, request.texts, query=False, truncate=request.truncate),
         )
         query = sources[0].vectors  # (q, D')
         n_values = len(query) * sum(len(result.vectors) for result in results) if request.explain else 0

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from tokenizers import Encoding
 
-from app.engine.messages import Task, Timing
+from app.engine.messages import Task
 from app.errors import CannotDo, InvalidRequest, ModelLacks
 from app.schemas import (
     ClassifyRequest,
@@ -156,17 +156,15 @@ def step_spans(length: int, steps: int, tokens: int) -> list[tuple[int, int]]:
     return [(first, min(first + each, steps)) for first in range(0, steps, each)]
 
 
-async def attributed(
-    served: ServedModel, encoding: TokenSequence, options: AttributionOptions, timing: Timing | None
-) -> Attribution:
+async def attributed(served: ServedModel, encoding: TokenSequence, options: AttributionOptions) -> Attribution:
     """One text's attribution, integrated gradients' steps in spans of a quarter of a pass (``step_spans``,
     ``EXPLAIN_POINT_COST``), their attributions summed and the convergence delta taken of the sum."""
     spans = step_spans(len(encoding.ids), options.steps, max(1, options.tokens // EXPLAIN_POINT_COST))
     if options.method != "integrated_gradients" or len(spans) == 1:
-        ((attribution,),) = await served.queue.run(Task("attribute", [encoding], options), timing)
+        ((attribution,),) = await served.queue.run(Task("attribute", [encoding], options))
         return attribution
     tasks = [Task("attribute", [encoding], replace(options, span=span)) for span in spans]
-    parts = [part for (part,) in await served.queue.run_in_turn(tasks, timing)]
+    parts = [part for (part,) in await served.queue.run_in_turn(tasks)]
     attributions = np.stack([part.attributions for part in parts]).sum(axis=0)
     score, baseline_score = parts[0].score, parts[0].baseline_score
     assert baseline_score is not None
@@ -180,7 +178,7 @@ class Tasks:
         self.max_explain_steps = max_explain_steps
         self.max_explained_texts = max_explained_texts
 
-    async def rerank(self, served: ServedModel, request: RerankRequest, timing: Timing | None = None) -> Ranked:
+    async def rerank(self, served: ServedModel, request: RerankRequest) -> Ranked:
         """Documents by relevance to the query: a cross-encoder's score of each (query, document) pair, a yes/no
         reranker's answer to each pair formatted in its template, or the similarity of the query's and each
         document's vectors (sparse or dense)."""
@@ -196,7 +194,7 @@ class Tasks:
             if request.instruction is not None:
                 raise InvalidRequest("instruction", f"applies to yes-no rerankers; model {served.name!r} is not one")
             by = {"cosine": self.cosine, "sparse-dot": self.sparse_dot, "maxsim": self.maxsim}[method]
-            scores, counted = await by(served, request, timing)
+            scores, counted = await by(served, request)
             return self.ranked(served, request, method, scores, counted)
         encodings: Sequence[TokenSequence]
         if method == "yes-no":
@@ -212,7 +210,7 @@ class Tasks:
             )
         if request.explain:
             self.check_explained(len(encodings))
-        scored = await served.queue.run(Task("classify", encodings), timing)
+        scored = await served.queue.run(Task("classify", encodings))
         rows = score_rows(scored)
         scores = (rows.logits if request.raw_scores else rows.probabilities)[:, 0]  # (B,)
         ranked = self.ranked(served, request, method, scores, encodings)
@@ -233,9 +231,7 @@ class Tasks:
         order = [int(i) for i in np.argsort(-scores, kind="stable")[: request.top_n]]
         return Ranked(served.name, method, order, scores, tokens_in(encodings))
 
-    async def cosine(
-        self, served: ServedModel, request: RerankRequest, timing: Timing | None
-    ) -> tuple[np.ndarray, list[TokenSequence]]:
+    async def cosine(self, served: ServedModel, request: RerankRequest) -> tuple[np.ndarray, list[TokenSequence]]:
         """An embedding model's scores: the cosine of the query's and each document's embeddings, each encoded as
         sentence-transformers' encode_query and encode_document encode them (their prompts where the model has
         them)."""
@@ -257,14 +253,12 @@ class Tasks:
         )
         query_vector, document_vectors = await asyncio.gather(
             served.queue.run(Task("embed", [query_encoding], specs[0])),
-            served.queue.run(Task("embed", encodings, specs[1]), timing),
+            served.queue.run(Task("embed", encodings, specs[1])),
         )
         documents_matrix = sentence_rows(document_vectors)  # (B, D)
         return documents_matrix @ query_vector[0].sentence, [query_encoding, *encodings]
 
-    async def maxsim(
-        self, served: ServedModel, request: RerankRequest, timing: Timing | None
-    ) -> tuple[np.ndarray, list[TokenSequence]]:
+    async def maxsim(self, served: ServedModel, request: RerankRequest) -> tuple[np.ndarray, list[TokenSequence]]:
         """A multi-vector model's scores, the query read as a query and each document as a document: for each of
         the query's vectors the best dot product with a document's, summed (ColBERT, as MultiVectorEncoder and
         PyLate score) or averaged over the query's vectors (BGE-M3, as FlagEmbedding scores it; a ColBERT
@@ -272,24 +266,20 @@ class Tasks:
         vectors = self.embeddings.late_vectors
         ((query,), queries, _), (documents, results, _) = await asyncio.gather(
             vectors(served, [request.query], query=True, truncate=request.truncate, param="query", indexed=False),
-            vectors(
-                served, request.documents, query=False, truncate=request.truncate, param="documents", timing=timing
-            ),
+            vectors(served, request.documents, query=False, truncate=request.truncate, param="documents"),
         )
         late = served.card.late_interaction
         mean = late is None or late.mean
         scores = [maxsim(queries[0].vectors, document.vectors, mean) for document in results]
         return np.array(scores, dtype=np.float32), [query, *documents]
 
-    async def sparse_dot(
-        self, served: ServedModel, request: RerankRequest, timing: Timing | None
-    ) -> tuple[np.ndarray, list[TokenSequence]]:
+    async def sparse_dot(self, served: ServedModel, request: RerankRequest) -> tuple[np.ndarray, list[TokenSequence]]:
         """A SPLADE model's scores: the dot product of the query's and each document's sparse vectors."""
         (query_encoding,) = await served.tokens.encode(
             [request.query], param="query", indexed=False, truncate=request.truncate
         )
         encodings = await served.tokens.encode(request.documents, param="documents", truncate=request.truncate)
-        vectors = await served.queue.run(Task("sparse", [query_encoding, *encodings], SparseOptions()), timing)
+        vectors = await served.queue.run(Task("sparse", [query_encoding, *encodings], SparseOptions()))
         query = vectors[0]
         scores = []
         for document in vectors[1:]:
@@ -330,7 +320,7 @@ class Tasks:
                     )
         return [model.tokenizer.around(prefix, encoding.ids, suffix) for encoding in encodings]
 
-    async def explain(self, served: ServedModel, request: ExplainRequest, timing: Timing | None = None) -> Explained:
+    async def explain(self, served: ServedModel, request: ExplainRequest) -> Explained:
         """Which tokens of a text (or pair) made the model's score (API.md, "POST /explain"): integrated gradients
         or gradient × input at the embedding block's output, for a classifier's label or a yes/no reranker's
         yes − no."""
@@ -360,20 +350,18 @@ class Tasks:
             (encoding,) = await served.tokens.encode(
                 [request.text], pairs, truncate=request.truncate, param="text", indexed=False
             )
-            target = await self.target(served, request.target, encoding, timing)
+            target = await self.target(served, request.target, encoding)
         tokenizer = card.tokenizer
         baseline = baseline_of(encoding, tokenizer)
         steps = request.steps if request.method == "integrated_gradients" else None
         index = 0 if target is None else target[0]
         options = AttributionOptions((index,), request.method, steps or 1, (baseline,), served.facts.max_batch_tokens)
-        attribution = await attributed(served, encoding, options, timing)
+        attribution = await attributed(served, encoding, options)
         tokens = tokenizer.vocabulary_entries(encoding.ids)
         return Explained(served.name, target, request.method, steps, tokens, attribution, len(encoding.ids))
 
     @staticmethod
-    async def target(
-        served: ServedModel, asked: int | str | None, encoding: TokenSequence, timing: Timing | None
-    ) -> tuple[int, str]:
+    async def target(served: ServedModel, asked: int | str | None, encoding: TokenSequence) -> tuple[int, str]:
         """The label an explanation is of: the one asked for by index or name, else the only one, else the one the
         model scores highest for the text (one pass more); a 422 naming ``target`` with the labels."""
         labels = head_of(served, "explain").labels
@@ -393,11 +381,11 @@ class Tasks:
             return asked, labels[asked]
         if len(labels) == 1:
             return 0, labels[0]
-        (scores,) = await served.queue.run(Task("classify", [encoding]), timing)
+        (scores,) = await served.queue.run(Task("classify", [encoding]))
         top = int(np.argmax(scores.logits))
         return top, labels[top]
 
-    async def classify(self, served: ServedModel, request: ClassifyRequest, timing: Timing | None = None) -> Labelled:
+    async def classify(self, served: ServedModel, request: ClassifyRequest) -> Labelled:
         """Labels with their scores: softmax over the labels, or a sigmoid per label for multi-label heads (the
         logits with ``raw_scores``)."""
         head = head_of(served, "classify")
@@ -408,7 +396,7 @@ class Tasks:
         )
         if request.explain:
             self.check_explained(len(encodings))
-        scores = score_rows(await served.queue.run(Task("classify", encodings), timing))
+        scores = score_rows(await served.queue.run(Task("classify", encodings)))
         probabilities = scores.logits if request.raw_scores else scores.probabilities  # (B, labels)
         labels = [
             [(head.labels[j], float(row[j])) for j in np.argsort(-row, kind="stable")[: request.top_k]]

@@ -1,9 +1,10 @@
 """How a route's work becomes an answer: admission, the deadline, a client that leaves, serialisation.
 
 A native route is ``Responder.serve(request, registry, body, work)``: the model the body names, the texts it
-brings admitted, and ``work(model, body, timing)``, most often ``rendered(service.method, writer)``: the service's
-data written in the route's API's shape, a ``Reply``. Another API's routes (TEI's, Cohere's) hand
-``answer_value`` a coroutine function of the request's ``Timing`` that returns their JSON.
+brings admitted, and ``work(model, body)``, most often ``rendered(service.method, writer)``: the service's data
+written in the route's API's shape, a ``Reply``. Another API's routes (TEI's, Cohere's) hand ``answer_value`` a
+coroutine function that returns their JSON. The request's ``Timing`` is set for its work (``REQUEST_TIMING``):
+the tokenisation stage and the queue add their times to it, and the answer's headers report them.
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ R = TypeVar("R")
 
 
 def rendered(
-    compute: Callable[[ServedModel, B, Timing], Awaitable[R]], render: Callable[[B, R], Reply]
-) -> Callable[[ServedModel, B, Timing], Awaitable[Reply]]:
+    compute: Callable[[ServedModel, B], Awaitable[R]], render: Callable[[B, R], Reply]
+) -> Callable[[ServedModel, B], Awaitable[Reply]]:
     """A service's computation (its domain result) written as the route's API writes it: the work of
     ``Responder.serve``."""
 
-    async def work(served: ServedModel, body: B, timing: Timing) -> Reply:
-        return render(body, await compute(served, body, timing))
+    async def work(served: ServedModel, body: B) -> Reply:
+        return render(body, await compute(served, body))
 
     return work
 
@@ -156,28 +157,29 @@ class Responder:
         request: Request,
         registry: ModelRegistry,
         body: B,
-        work: Callable[[ServedModel, B, Timing], Awaitable[Reply]],
+        work: Callable[[ServedModel, B], Awaitable[Reply]],
     ) -> Response:
         """A native route's whole way: the model the body names (404 if none), admitted for the texts the body
-        brings (``admitted_texts``), ``work(model, body, timing)`` answered."""
+        brings (``admitted_texts``), ``work(model, body)`` answered."""
         served = registry.get(getattr(body, "model", None))
-        return await self.answer(request, lambda timing: work(served, body, timing), body.admitted_texts)
+        return await self.answer(request, lambda: work(served, body), body.admitted_texts)
 
     async def run(
-        self, work: Callable[[Timing], Awaitable[R]], n_texts: int = 1, request: Request | None = None
+        self, work: Callable[[], Awaitable[R]], n_texts: int = 1, request: Request | None = None
     ) -> tuple[R, Timing]:
-        """Admit ``n_texts`` (429 overloaded past the limit) and await ``work(timing)`` within the deadline (503
-        timeout past it): its value, and where its time went. What every transport's answer is made of (HTTP here,
-        gRPC in app/api/tei/grpc). With ``request``, its client's leaving cancels the work (ClientGone)."""
+        """Admit ``n_texts`` (429 overloaded past the limit) and await ``work()`` within the deadline (503 timeout
+        past it), the request's ``Timing`` set for it (``REQUEST_TIMING``): its value, and where its time went. What
+        every transport's answer is made of (HTTP here, gRPC in app/api/tei/grpc). With ``request``, its client's
+        leaving cancels the work (ClientGone)."""
         now = asyncio.get_running_loop().time()
         deadline = now + self.request_timeout_s
         timing = Timing(deadline=deadline)
-        current = REQUEST_TIMING.set(timing)  # the tokenisation stage adds its time to it
+        current = REQUEST_TIMING.set(timing)  # the tokenisation stage and the queue add their times to it
         try:
             with self.admission.admit(n_texts):
                 flight = self.in_flight.enter(now, deadline, request)
                 try:
-                    return await work(timing), timing
+                    return await work(), timing
                 except asyncio.CancelledError:
                     if flight.reason is None or flight.task.uncancel() > 0:  # not InFlight's alone (a shutdown's)
                         raise
@@ -193,13 +195,13 @@ class Responder:
         finally:
             REQUEST_TIMING.reset(current)
 
-    async def run_admitted(self, work: Callable[[Timing], Awaitable[R]], timing: Timing) -> tuple[R, Timing]:
-        """``work(timing)`` for requests that ``run`` admitted already, each awaiting it within its own deadline
-        (gRPC's gathered calls, computed as one under the first one's ``timing``); the engine's errors worded as
-        ``run`` words them."""
+    async def run_admitted(self, work: Callable[[], Awaitable[R]], timing: Timing) -> tuple[R, Timing]:
+        """``work()`` for requests that ``run`` admitted already, each awaiting it within its own deadline (gRPC's
+        gathered calls, computed as one under the first one's ``timing``); the engine's errors worded as ``run``
+        words them."""
         current = REQUEST_TIMING.set(timing)
         try:
-            return await work(timing), timing
+            return await work(), timing
         except DeadlinePassed:
             raise self.timed_out() from None
         except EngineError as error:
@@ -219,15 +221,15 @@ class Responder:
         """A request's time in the latency histogram, by phase."""
         self.metrics.observe_phases(route, timing.tokenization_s, timing.queue_s, timing.inference_s, serialization_s)
 
-    async def answer(self, request: Request, work: Callable[[Timing], Awaitable[Reply]], n_texts: int = 1) -> Response:
+    async def answer(self, request: Request, work: Callable[[], Awaitable[Reply]], n_texts: int = 1) -> Response:
         """Admit the request (429 past the limit), await its work within the deadline, serialise it.
 
         The response carries the time spent queued, computing and serialising, in milliseconds.
         """
 
-        def timed(timing: Timing) -> Awaitable[Reply]:
-            request.state.timing = timing  # the request log reads it
-            return work(timing)
+        def timed() -> Awaitable[Reply]:
+            request.state.timing = REQUEST_TIMING.get()  # the request log reads it
+            return work()
 
         try:
             reply, timing = await self.run(timed, n_texts, request)
@@ -270,13 +272,13 @@ async def sent(parts: list[bytes | memoryview]) -> AsyncIterator[bytes]:
 async def answer_value(
     request: Request,
     responder: Responder,
-    work: Callable[[Timing], Awaitable[Any]],
+    work: Callable[[], Awaitable[Any]],
     n_texts: int = 1,
 ) -> Response:
     """As Responder.answer, for work that returns a JSON value in another API's shape (TEI's, Cohere's): the same
     admission, deadline and timing."""
 
-    async def reply(timing: Timing) -> Reply:
-        return Reply(await work(timing))
+    async def reply() -> Reply:
+        return Reply(await work())
 
     return await responder.answer(request, reply, n_texts)

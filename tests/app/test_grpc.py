@@ -24,6 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from app.api.tei.grpc import tei_pb2 as pb
 from app.api.tei.grpc import tei_pb2_grpc as pb_grpc
 from app.api.tei.grpc.server import Gathering
+from app.engine.messages import REQUEST_TIMING
 from app.settings import Settings
 from model import TextEncoder, default_model_path, load_model
 from tests.app.test_processes import front_ends, supervised
@@ -427,6 +428,13 @@ def embedding(running: Grpc, text: str, **options: Any) -> asyncio.Future[pb.Emb
     return asyncio.ensure_future(running.embed.Embed(pb.EmbedRequest(inputs=text, **options)))
 
 
+def request_deadline() -> float | None:
+    """The deadline of the request the calling task works for (the responder's ``Timing``)."""
+    timing = REQUEST_TIMING.get()
+    assert timing is not None, "called outside a request's work"
+    return timing.deadline
+
+
 def watch_gathering(running: Grpc, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[list[str]]]:
     """The texts of the Embed calls that reached the gathering, and of each request made of them to the service;
     each call's deadline and each request's, in ``running.deadlines``."""
@@ -436,16 +444,16 @@ def watch_gathering(running: Grpc, monkeypatch: pytest.MonkeyPatch) -> tuple[lis
     join, embeddings = Gathering.join, running.service.app.state.embeddings
     encode = embeddings.encode
 
-    async def counted(self: Gathering, request: pb.EmbedRequest, served: Any, timing: Any) -> Any:
+    async def counted(self: Gathering, request: pb.EmbedRequest, served: Any) -> Any:
         arrived.append(request.inputs)
         options = isinstance(request, pb.EmbedRequest) and request.HasField("normalize")
-        running.deadlines["calls"].append((request.inputs, options, timing.deadline))
-        return await join(self, request, served, timing)
+        running.deadlines["calls"].append((request.inputs, options, request_deadline()))
+        return await join(self, request, served)
 
-    def recorded(served: Any, native: Any, timing: Any) -> Any:
+    def recorded(served: Any, native: Any) -> Any:
         requests.append(list(native.texts))
-        running.deadlines["requests"].append(timing.deadline)
-        return encode(served, native, timing)
+        running.deadlines["requests"].append(request_deadline())
+        return encode(served, native)
 
     monkeypatch.setattr(Gathering, "join", counted)
     monkeypatch.setattr(embeddings, "encode", recorded)
@@ -530,9 +538,9 @@ async def test_predict_calls_are_gathered_as_embed_calls_are_texts_apart_from_pa
     tasks = classifier.service.app.state.tasks
     classify = tasks.classify
 
-    def recorded(served: Any, native: Any, timing: Any) -> Any:
+    def recorded(served: Any, native: Any) -> Any:
         classified.append((list(native.texts), native.text_pair))
-        return classify(served, native, timing)
+        return classify(served, native)
 
     monkeypatch.setattr(tasks, "classify", recorded)
     arrived, _ = watch_gathering(classifier, monkeypatch)

@@ -19,7 +19,7 @@ def responder(timeout_s: float) -> Responder:
     return Responder(Admission(None, lambda: None, metrics), metrics, timeout_s)
 
 
-async def never(timing: object) -> None:
+async def never() -> None:
     await asyncio.Event().wait()
 
 
@@ -34,13 +34,13 @@ async def test_a_deadline_is_kept_and_the_sweeping_stops_once_nothing_is_in_flig
     sweeper = answering.in_flight.sweeper
     assert sweeper is not None
     await wait_until(sweeper.done, timeout=5.0)  # it stops at its next tick: nothing is left to sweep
-    assert (await answering.run(lambda timing: asyncio.sleep(0, "again")))[0] == "again"  # a new sweeper, as needed
+    assert (await answering.run(lambda: asyncio.sleep(0, "again")))[0] == "again"  # a new sweeper, as needed
 
 
 async def test_requests_in_flight_at_once_each_keep_their_own_deadline() -> None:
     short, long = responder(0.1), responder(0.4)
     timed_out, answered = await asyncio.gather(
-        short.run(never), long.run(lambda timing: asyncio.sleep(0.25, "done")), return_exceptions=True
+        short.run(never), long.run(lambda: asyncio.sleep(0.25, "done")), return_exceptions=True
     )
     assert isinstance(timed_out, Timeout)
     assert not isinstance(answered, BaseException) and answered[0] == "done"

@@ -25,7 +25,7 @@ import pytest
 
 from app.engine.admission import Admission
 from app.engine.errors import ComputeFailed, DeadlinePassed, QueueFull
-from app.engine.messages import Task, Timing
+from app.engine.messages import REQUEST_TIMING, Task, Timing
 from app.engine.remote import Engine, EngineClient, EngineQueue, unpacked, wire_task
 from app.engine.work_queue import WorkQueue
 from app.engine.worker import Worker
@@ -444,13 +444,14 @@ async def test_a_message_the_engine_cannot_take_fails_alone_and_the_connection_s
 
 async def test_a_task_sent_to_the_engine_carries_the_time_its_request_has_left(tiny_model: TextEncoder) -> None:
     """The engine drops what is still queued once a request's time is up: a front end sends it the seconds its
-    request has left (the Responder's deadline, in its Timing), not the whole timeout."""
+    request has left (the Responder's deadline, in its Timing), not the whole timeout; given none, the request's own
+    (``REQUEST_TIMING``, as the responder sets it), to which the engine's queue and pass times are added."""
     sent: list[tuple] = []
 
     class Recording:
         async def request(self, *message: object) -> list:
             sent.append(message)
-            return [["done"], (0.0, 0.0)]
+            return [["done"], (0.25, 0.5)]
 
     queue = EngineQueue(Recording(), "tiny", SimpleNamespace(max_batch_tokens=512), 30.0)  # type: ignore[arg-type]
     spec = EmbeddingSpec(layer=2, pooling="mean", normalize=True)
@@ -465,6 +466,14 @@ async def test_a_task_sent_to_the_engine_carries_the_time_its_request_has_left(t
     submitted = queue.submit(task, Timing(deadline=now + 2.0))
     assert isinstance(submitted, asyncio.Future) and await submitted == ["done"]
     assert sent[-1][:2] == ("task", "tiny") and 1.5 < sent[-1][-1] <= 2.0
+    request = Timing(deadline=now + 3.0)
+    current = REQUEST_TIMING.set(request)
+    try:
+        assert await queue.run(task) == ["done"] and await queue.run_in_turn([task]) == ["done"]
+    finally:
+        REQUEST_TIMING.reset(current)
+    assert all(2.5 < message[-1] <= 3.0 for message in sent[-2:]), sent[-2:]
+    assert (request.queue_s, request.inference_s) == (0.5, 1.0)
 
 
 async def test_the_engine_admits_every_front_ends_tasks_against_one_bound(

@@ -19,7 +19,6 @@ from app.api.cohere.types import (
     CohereRerankRequest,
     CohereRerankResponse,
 )
-from app.engine.messages import Timing
 from app.errors import InvalidRequest, errors_in
 from app.schemas import EncodeRequest, RerankRequest
 from app.serialization import vectors_as
@@ -56,8 +55,8 @@ async def embed(
         prompt_name=input_prompt(served, body.input_type),
     )
 
-    async def work(timing: Timing) -> Any:
-        embedded = await embeddings.encode(served, native, timing)
+    async def work() -> Any:
+        embedded = await embeddings.encode(served, native)
         vectors, tokens = embedded.vectors, embedded.tokens_used  # (B, D), as /encode gives them
         return {
             "id": str(uuid.uuid4()),
@@ -84,8 +83,8 @@ async def rerank(
     documents = await shortened(served, body.documents, body.max_tokens_per_doc)
     native = RerankRequest(query=body.query, documents=documents, top_n=body.top_n, model=body.model)
 
-    async def work(timing: Timing) -> Any:
-        ranked = await tasks.rerank(served, native, timing)
+    async def work() -> Any:
+        ranked = await tasks.rerank(served, native)
         results = [{"index": i, "relevance_score": float(ranked.scores[i])} for i in ranked.order]
         return {"id": str(uuid.uuid4()), "results": results, "meta": meta(ranked.tokens_used)}
 

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.api.jina.types import JinaRerankRequest, JinaRerankResponse
-from app.engine.messages import Timing
 from app.errors import InvalidRequest
 from app.schemas import ERROR_RESPONSES, RerankRequest
 from app.web.dependencies import Registry, ResponderDep, TasksDep
@@ -29,8 +28,8 @@ async def jina_rerank(
         raise InvalidRequest("documents", "send at least one document")
     native = RerankRequest(query=body.query, documents=body.documents, top_n=body.top_n, model=body.model)
 
-    async def work(timing: Timing) -> Any:
-        ranked = await tasks.rerank(served, native, timing)
+    async def work() -> Any:
+        ranked = await tasks.rerank(served, native)
         results = []
         for i in ranked.order:
             result: dict[str, Any] = {"index": i, "relevance_score": float(ranked.scores[i])}

@@ -7,7 +7,6 @@ from starlette.responses import Response
 
 from app.api.openai.translate import openai_embeddings, pooled
 from app.api.openai.types import OpenAIEmbeddingsRequest, OpenAIEmbeddingsResponse, OpenAIModel, OpenAIModelList
-from app.engine.messages import Timing
 from app.schemas import ERROR_RESPONSES
 from app.serialization import json_response
 from app.services.embeddings import Embedded
@@ -35,7 +34,7 @@ async def embeddings(
 ) -> Response:
     """Embeddings in OpenAI's shape: strings or token ids in, pooled L2-normalised vectors out."""
 
-    async def compute(served: ServedModel, body: OpenAIEmbeddingsRequest, timing: Timing) -> Embedded:
-        return await embeddings.pooled(served, pooled(body), timing)
+    async def compute(served: ServedModel, body: OpenAIEmbeddingsRequest) -> Embedded:
+        return await embeddings.pooled(served, pooled(body))
 
     return await responder.serve(request, registry, body, rendered(compute, openai_embeddings))

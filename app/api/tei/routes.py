@@ -41,7 +41,6 @@ from app.api.tei.types import (
     TeiSimilarityRequest,
     TeiTokenizeRequest,
 )
-from app.engine.messages import Timing
 from app.errors import InvalidRequest, errors_in, refusal
 from app.schemas import ClassifyRequest, EncodeRequest, RerankRequest, SimilarityRequest, SparseEncodeRequest, blank
 from app.serialization import json_response
@@ -93,13 +92,13 @@ async def embed(
 
         served = served.read_as(reading(body))
 
-        async def mixed(timing: Timing) -> Any:
+        async def mixed() -> Any:
             vectors: list[Any] = [None] * len(items)
-            by_ids = await embeddings.pooled(served, native_ids, timing)
+            by_ids = await embeddings.pooled(served, native_ids)
             for index, vector in zip(id_rows, by_ids.vectors, strict=True):
                 vectors[index] = vector
             if native_texts is not None:
-                by_texts = await embeddings.encode(served, native_texts, timing)
+                by_texts = await embeddings.encode(served, native_texts)
                 for index, vector in zip(text_rows, by_texts.vectors, strict=True):
                     vectors[index] = vector
             return vectors
@@ -117,8 +116,8 @@ async def embed(
 
     served = served.read_as(reading(body))
 
-    async def work(timing: Timing) -> Any:
-        return list((await embeddings.encode(served, native, timing)).vectors)
+    async def work() -> Any:
+        return list((await embeddings.encode(served, native)).vectors)
 
     return await answer(request, responder, work, native.admitted_texts)
 
@@ -148,8 +147,8 @@ async def embed_all(
 
     served = served.read_as(reading(body, ids))
 
-    async def work(timing: Timing) -> Any:
-        return (await embeddings.encode(served, native, timing)).token_vectors
+    async def work() -> Any:
+        return (await embeddings.encode(served, native)).token_vectors
 
     return await answer(request, responder, work, native.admitted_texts)
 
@@ -169,8 +168,8 @@ async def embed_sparse(
 
     served = served.read_as(reading(body, ids))
 
-    async def work(timing: Timing) -> Any:
-        encoded = await embeddings.sparse(served, native, timing)
+    async def work() -> Any:
+        encoded = await embeddings.sparse(served, native)
         return [
             [{"index": int(i), "value": float(v)} for i, v in zip(vector.indices, vector.values, strict=True)]
             for vector in encoded.vectors
@@ -208,8 +207,8 @@ async def predict(
 
     served = served.read_as(reading(body))
 
-    async def work(timing: Timing) -> Any:
-        labelled = await tasks.classify(served, native, timing)
+    async def work() -> Any:
+        labelled = await tasks.classify(served, native)
         ranked = [[{"score": score, "label": label} for label, score in labels] for labels in labelled.labels]
         return ranked[0] if one else ranked
 
@@ -232,8 +231,8 @@ async def rerank(
 
     served = served.read_as(reading(body))
 
-    async def work(timing: Timing) -> Any:
-        ranked = await tasks.rerank(served, native, timing)
+    async def work() -> Any:
+        ranked = await tasks.rerank(served, native)
         ranks = []
         for index in ranked.order:
             rank: dict[str, Any] = {"index": index}
@@ -265,8 +264,8 @@ async def similarity(
 
     served = served.read_as(reading(parameters))
 
-    async def work(timing: Timing) -> Any:
-        return (await inspection.similarity(served, native, timing)).scores
+    async def work() -> Any:
+        return (await inspection.similarity(served, native)).scores
 
     return await answer(request, responder, work, native.admitted_texts)
 

@@ -50,7 +50,7 @@ from app.api.tei.translate import (
     strings,
     tei_info,
 )
-from app.engine.messages import Timing
+from app.engine.messages import REQUEST_TIMING, Timing
 from app.errors import ApiError, CannotDo, InvalidRequest
 from app.schemas import ClassifyRequest, EncodeRequest, RerankRequest, SparseEncodeRequest, blank
 from app.services.embeddings import Embeddings
@@ -202,7 +202,7 @@ def gathered(answer: InRuns[Request, Answered], key: Callable[[Request], object]
             run = lambda requests, served: answer(self, requests, served)  # noqa: E731
             gathering = self._gatherings[answer] = Gathering(run, key, self.settings.max_batch_texts)
         # each call admitted (a full queue refuses it at once) and awaited within its deadline, as it would be alone
-        joined, _ = await self.state.responder.run(lambda timing: gathering.join(request, served, timing))
+        joined, _ = await self.state.responder.run(lambda: gathering.join(request, served))
         return joined
 
     return one
@@ -344,7 +344,11 @@ class Gathering(Generic[Request, Answered]):
         self.waiting: dict[tuple[int, object], tuple[ServedModel, list[Call[Request, Answered]]]] = {}
         self.tasks: set[asyncio.Task[None]] = set()  # the runs computing (held: the loop keeps weak references)
 
-    async def join(self, request: Request, served: ServedModel, timing: Timing) -> Answered:
+    async def join(self, request: Request, served: ServedModel) -> Answered:
+        """The call's answer, computed in a run of the calls gathered with it; its request admitted already, its
+        ``Timing`` the one the responder set (``REQUEST_TIMING``)."""
+        timing = REQUEST_TIMING.get()
+        assert timing is not None, "a gathered call is admitted by the responder first"
         call: Call[Request, Answered] = Call(request, asyncio.get_running_loop().create_future(), timing)
         self.waiting.setdefault((id(served), self.key(request)), (served, []))[1].append(call)
         self.start()
@@ -530,7 +534,7 @@ class TeiServicer:
         extra = {} if traced is None else {"trace_id": traced.end(code)}
         access.info("GRPC %s %s %.1f ms", route, code.name, seconds * 1000, extra=extra)
 
-    async def _run(self, work: Callable[[Timing], Awaitable[T]], n_texts: int) -> tuple[T, Timing]:
+    async def _run(self, work: Callable[[], Awaitable[T]], n_texts: int) -> tuple[T, Timing]:
         """``work`` admitted for ``n_texts`` and within the deadline; a gathered run's, whose calls were each
         admitted, under its first call's timing."""
         gathered = GATHERED.get()
@@ -586,7 +590,7 @@ class TeiServicer:
             prompt_name=first.prompt_name if first.HasField("prompt_name") else None,
         )
         served = served.read_as(reading(first.truncation_direction))
-        embedded, timing = await self._run(lambda t: self.embeddings.encode(served, native, t), native.admitted_texts)
+        embedded, timing = await self._run(lambda: self.embeddings.encode(served, native), native.admitted_texts)
         return [
             pb.EmbedResponse(
                 embeddings=vector,
@@ -605,7 +609,7 @@ class TeiServicer:
             texts, _ = Embeddings.prompted(served, texts, request.prompt_name)
         native = SparseEncodeRequest(texts=texts, truncate=request.truncate)
         served = served.read_as(reading(request.truncation_direction))
-        encoded, timing = await self._run(lambda t: self.embeddings.sparse(served, native, t), native.admitted_texts)
+        encoded, timing = await self._run(lambda: self.embeddings.sparse(served, native), native.admitted_texts)
         vector = encoded.vectors[0]
         return pb.EmbedSparseResponse(
             sparse_embeddings=[
@@ -629,7 +633,7 @@ class TeiServicer:
             prompt_name=request.prompt_name if request.HasField("prompt_name") else None,
         )
         served = served.read_as(reading(request.truncation_direction))
-        embedded, timing = await self._run(lambda t: self.embeddings.encode(served, native, t), native.admitted_texts)
+        embedded, timing = await self._run(lambda: self.embeddings.encode(served, native), native.admitted_texts)
         vectors = embedded.token_vectors[0]
         assert vectors is not None, "token vectors were asked for"
         return pb.EmbedAllResponse(
@@ -658,7 +662,7 @@ class TeiServicer:
             raw_scores=raw_scores,
         )
         served = served.read_as(reading(direction))
-        labelled, timing = await self._run(lambda t: self.state.tasks.classify(served, native, t), len(inputs))
+        labelled, timing = await self._run(lambda: self.state.tasks.classify(served, native), len(inputs))
         return [
             pb.PredictResponse(
                 predictions=[pb.Prediction(score=score, label=label) for label, score in labels],
@@ -704,7 +708,7 @@ class TeiServicer:
             truncate=first.truncate,
         )
         served = served.read_as(reading(first.truncation_direction))
-        ranked, timing = await self._run(lambda t: self.state.tasks.rerank(served, native, t), native.admitted_texts)
+        ranked, timing = await self._run(lambda: self.state.tasks.rerank(served, native), native.admitted_texts)
         ranks = [
             pb.Rank(index=index, score=float(ranked.scores[index]), text=texts[index] if first.return_text else None)
             for index in ranked.order
