@@ -1,4 +1,5 @@
-"""The requests in flight (app/web/responding.py's InFlight): deadlines kept by one sweeping task, not a timer each."""
+"""The requests in flight (app/web/in_flight.py's InFlight): deadlines kept by one sweeping task, not a timer each;
+the responder's and the body timeout's."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import asyncio
 import time
 
 import pytest
+from starlette.types import Message, Receive, Scope, Send
 
 from app.engine.admission import Admission
 from app.errors import Timeout
 from app.metrics import Metrics
-from app.web.responding import TICK_S, Responder
+from app.web.in_flight import TICK_S
+from app.web.middleware import BodyTimeout
+from app.web.responding import Responder
 from tests.helpers import wait_until
 
 
@@ -56,3 +60,64 @@ async def test_a_cancellation_from_elsewhere_is_not_taken_for_the_deadline() -> 
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not answering.in_flight.flights
+
+
+def stalled_body(timeout_s: float) -> tuple[BodyTimeout, list[Message], list[bytes]]:
+    """A BodyTimeout around an app that records the bodies it is handed, and the messages the layer sends."""
+    sent: list[Message] = []
+    handed: list[bytes] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        handed.append((await receive())["body"])
+
+    return BodyTimeout(app, timeout_s, max_bytes=1000), sent, handed
+
+
+SCOPE = {"type": "http", "method": "POST", "path": "/encode", "headers": [(b"content-length", b"20")]}
+
+
+async def test_a_body_that_does_not_arrive_in_time_is_answered_408_and_one_that_does_is_handed_on() -> None:
+    layer, sent, handed = stalled_body(0.1)
+
+    async def stalls() -> Message:
+        await asyncio.Event().wait()
+        raise AssertionError("never")
+
+    async def record(message: Message) -> None:
+        sent.append(message)
+
+    started = time.perf_counter()
+    await layer(SCOPE, stalls, record)
+    waited = time.perf_counter() - started
+    assert sent[0]["status"] == 408 and b'"request_timeout"' in sent[1]["body"], sent
+    assert 0.1 <= waited < 1.0, waited  # within a tick of the deadline, and a busy machine's delay
+    assert not handed and not layer.in_flight.flights
+    messages: list[Message] = [
+        {"type": "http.request", "body": b'{"texts": ', "more_body": True},
+        {"type": "http.request", "body": b'"in time"}'},
+    ]
+    parts = iter(messages)
+
+    async def arrives() -> Message:
+        return next(parts)
+
+    await layer(SCOPE, arrives, record)
+    assert handed == [b'{"texts": "in time"}'] and len(sent) == 2  # nothing more sent by the layer itself
+
+
+async def test_a_body_read_cancelled_from_elsewhere_is_cancelled_not_answered() -> None:
+    layer, sent, _ = stalled_body(5)
+
+    async def stalls() -> Message:
+        await asyncio.Event().wait()
+        raise AssertionError("never")
+
+    async def record(message: Message) -> None:
+        sent.append(message)
+
+    task = asyncio.ensure_future(layer(SCOPE, stalls, record))
+    await asyncio.sleep(TICK_S)
+    task.cancel()  # a shutdown, before the deadline
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not sent and not layer.in_flight.flights
