@@ -62,29 +62,32 @@ async def test_a_cancellation_from_elsewhere_is_not_taken_for_the_deadline() -> 
     assert not answering.in_flight.flights
 
 
-def stalled_body(timeout_s: float) -> tuple[BodyTimeout, list[Message], list[bytes]]:
-    """A BodyTimeout around an app that records the bodies it is handed, and the messages the layer sends."""
+def body_timeout(timeout_s: float) -> tuple[BodyTimeout, Send, list[Message], list[bytes]]:
+    """A BodyTimeout around an app that records the bodies it is handed; a send that records the messages the layer
+    sends, and the two records."""
     sent: list[Message] = []
     handed: list[bytes] = []
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         handed.append((await receive())["body"])
 
-    return BodyTimeout(app, timeout_s, max_bytes=1000), sent, handed
+    async def record(message: Message) -> None:
+        sent.append(message)
+
+    return BodyTimeout(app, timeout_s, max_bytes=1000), record, sent, handed
+
+
+async def stalls() -> Message:
+    """A client whose body never comes."""
+    await asyncio.Event().wait()
+    raise AssertionError("never")
 
 
 SCOPE = {"type": "http", "method": "POST", "path": "/encode", "headers": [(b"content-length", b"20")]}
 
 
 async def test_a_body_that_does_not_arrive_in_time_is_answered_408_and_one_that_does_is_handed_on() -> None:
-    layer, sent, handed = stalled_body(0.1)
-
-    async def stalls() -> Message:
-        await asyncio.Event().wait()
-        raise AssertionError("never")
-
-    async def record(message: Message) -> None:
-        sent.append(message)
+    layer, record, sent, handed = body_timeout(0.1)
 
     started = time.perf_counter()
     await layer(SCOPE, stalls, record)
@@ -106,14 +109,7 @@ async def test_a_body_that_does_not_arrive_in_time_is_answered_408_and_one_that_
 
 
 async def test_a_body_read_cancelled_from_elsewhere_is_cancelled_not_answered() -> None:
-    layer, sent, _ = stalled_body(5)
-
-    async def stalls() -> Message:
-        await asyncio.Event().wait()
-        raise AssertionError("never")
-
-    async def record(message: Message) -> None:
-        sent.append(message)
+    layer, record, sent, _ = body_timeout(5)
 
     task = asyncio.ensure_future(layer(SCOPE, stalls, record))
     await asyncio.sleep(TICK_S)
